@@ -1,0 +1,45 @@
+# open-bot computer. `make run` starts the computer; `make test` tests it.
+SHELL := /bin/bash
+GO ?= go
+PKGS := ./apps/botd/... ./apps/worker/... ./pkg/shared/...
+IMAGE ?= open-bot/computer:dev
+STATE_DIR ?= $(HOME)/.open-bot
+TEST_TIMEOUT ?= 75m
+
+.PHONY: build test bench run image lint fmt clean
+
+build: bin/botd bin/worker
+
+bin/botd: FORCE
+	$(GO) build -o bin/botd ./apps/botd
+
+bin/worker: FORCE
+	$(GO) build -o bin/worker ./apps/worker
+
+FORCE:
+
+# Integration tests need root and the desktop tools (scripts/provision.sh);
+# under CI=true a missing tool fails instead of skipping.
+test: build
+	$(GO) vet $(PKGS)
+	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
+
+bench: build
+	./scripts/bench.sh
+
+run:
+	./scripts/run.sh
+
+image:
+	@docker info >/dev/null 2>&1 || { echo "make image: no Docker engine answers here" >&2; exit 1; }
+	docker build -f images/computer/Dockerfile -t $(IMAGE) .
+
+lint:
+	@out=$$(gofmt -l apps pkg); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+
+fmt:
+	gofmt -w apps pkg
+
+clean:
+	rm -rf bin

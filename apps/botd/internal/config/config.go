@@ -1,0 +1,130 @@
+// Package config turns botd's environment into a Config. Every fixed number
+// of the design is a default here, so parallel test packages never collide.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// MinTokenLen is the shortest BOTD_TOKEN botd accepts.
+const MinTokenLen = 16
+
+// Config is botd's whole configuration.
+type Config struct {
+	// Token is BOTD_TOKEN. Never log it.
+	Token string
+	// Listen is the API address (BOTD_LISTEN, default ":7000").
+	Listen string
+	// Home is the durable root (BOTD_HOME, default "/home").
+	Home string
+	// CodexBin is the codex executable (CODEX_BIN, default "codex").
+	CodexBin string
+	// CodexAddr is where Codex's app-server listens (CODEX_LISTEN, default 127.0.0.1:4500).
+	CodexAddr string
+	// CodexReadyTimeout bounds the wait for /readyz at start-up.
+	CodexReadyTimeout time.Duration
+	// SocksAddr is the egress proxy address (SOCKS_LISTEN, default 127.0.0.1:1080).
+	SocksAddr string
+	// EgressMode is direct or tunnel (EGRESS_MODE, default direct).
+	EgressMode string
+	// DisplayBase is the first display number (DISPLAY_BASE, default 10).
+	DisplayBase int
+	// VNCPortBase is x11vnc's first port (VNC_PORT_BASE, default 5900).
+	VNCPortBase int
+	// ViewPortBase is the first noVNC view port (VIEW_PORT_BASE, default 6080).
+	ViewPortBase int
+	// MaxScreens caps running screens (MAX_SCREENS, default 4).
+	MaxScreens int
+	// ScreenIdle stops unused screens (SCREEN_IDLE_MINUTES, default 20).
+	ScreenIdle time.Duration
+	// ApplyGuardExtraDomains extends the apply guard (APPLY_GUARD_EXTRA_DOMAINS, comma-separated).
+	ApplyGuardExtraDomains []string
+	// DesktopUser and BotUser name the two unprivileged users.
+	DesktopUser string
+	BotUser     string
+	// LogLevel is zerolog's level (BOTD_LOG_LEVEL, default info).
+	LogLevel string
+}
+
+// ErrShortToken is returned when BOTD_TOKEN is missing or too short.
+var ErrShortToken = fmt.Errorf("BOTD_TOKEN must be at least %d characters", MinTokenLen)
+
+// FromEnv reads the configuration from getenv (os.Getenv when nil).
+func FromEnv(getenv func(string) string) (Config, error) {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	str := func(k, def string) string {
+		if v := strings.TrimSpace(getenv(k)); v != "" {
+			return v
+		}
+		return def
+	}
+	var errs []error
+	num := func(k string, def int) int {
+		v := strings.TrimSpace(getenv(k))
+		if v == "" {
+			return def
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			errs = append(errs, fmt.Errorf("%s: want a non-negative integer, got %q", k, v))
+			return def
+		}
+		return n
+	}
+	c := Config{
+		Token:             getenv("BOTD_TOKEN"),
+		Listen:            str("BOTD_LISTEN", ":7000"),
+		Home:              str("BOTD_HOME", "/home"),
+		CodexBin:          str("CODEX_BIN", "codex"),
+		CodexAddr:         str("CODEX_LISTEN", "127.0.0.1:4500"),
+		CodexReadyTimeout: time.Duration(num("CODEX_READY_TIMEOUT_SECONDS", 60)) * time.Second,
+		SocksAddr:         str("SOCKS_LISTEN", "127.0.0.1:1080"),
+		EgressMode:        str("EGRESS_MODE", "direct"),
+		DisplayBase:       num("DISPLAY_BASE", 10),
+		VNCPortBase:       num("VNC_PORT_BASE", 5900),
+		ViewPortBase:      num("VIEW_PORT_BASE", 6080),
+		MaxScreens:        num("MAX_SCREENS", 4),
+		ScreenIdle:        time.Duration(num("SCREEN_IDLE_MINUTES", 20)) * time.Minute,
+		DesktopUser:       str("BOTD_DESKTOP_USER", "desktop"),
+		BotUser:           str("BOTD_BOT_USER", "bot"),
+		LogLevel:          str("BOTD_LOG_LEVEL", "info"),
+	}
+	for _, d := range strings.Split(getenv("APPLY_GUARD_EXTRA_DOMAINS"), ",") {
+		if d = strings.ToLower(strings.TrimSpace(d)); d != "" {
+			c.ApplyGuardExtraDomains = append(c.ApplyGuardExtraDomains, d)
+		}
+	}
+	if len(c.Token) < MinTokenLen {
+		return c, ErrShortToken
+	}
+	if c.EgressMode != "direct" && c.EgressMode != "tunnel" {
+		errs = append(errs, fmt.Errorf("EGRESS_MODE: want direct or tunnel, got %q", c.EgressMode))
+	}
+	if c.MaxScreens < 1 || c.MaxScreens > 32 {
+		errs = append(errs, fmt.Errorf("MAX_SCREENS: want 1..32, got %d", c.MaxScreens))
+	}
+	if !filepath.IsAbs(c.Home) {
+		errs = append(errs, fmt.Errorf("BOTD_HOME: want an absolute path, got %q", c.Home))
+	}
+	return c, errors.Join(errs...)
+}
+
+// Workspace is $BOTD_HOME/bot, the root of file and exec paths.
+func (c Config) Workspace() string { return filepath.Join(c.Home, "bot") }
+
+// StateDir is $BOTD_HOME/.botd, botd's root-only state.
+func (c Config) StateDir() string { return filepath.Join(c.Home, ".botd") }
+
+// CodexHome is $BOTD_HOME/bot/.codex.
+func (c Config) CodexHome() string { return filepath.Join(c.Home, "bot", ".codex") }
+
+// DesktopHome is $BOTD_HOME/desktop.
+func (c Config) DesktopHome() string { return filepath.Join(c.Home, "desktop") }

@@ -1,0 +1,42 @@
+// Command worker is open-bot's thin control plane: it relays model tool calls
+// to botd and enforces who may do what. `worker egress` is the egress agent
+// that a user runs on their own machine for botd's tunnel mode.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+const usage = `usage: worker <command> [flags]
+
+commands:
+  egress   run the egress agent (botd's tunnel mode dials out through it)
+`
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	var err error
+	switch os.Args[1] {
+	case "egress":
+		err = runEgress(ctx, os.Args[2:])
+	case "-h", "--help", "help":
+		fmt.Print(usage)
+		return
+	default:
+		fmt.Fprintf(os.Stderr, "worker: unknown command %q\n\n%s", os.Args[1], usage)
+		os.Exit(2)
+	}
+	if err != nil && ctx.Err() == nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		os.Exit(1)
+	}
+}
