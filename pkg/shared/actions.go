@@ -1,0 +1,253 @@
+package shared
+
+import (
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Limits on what one act request may ask for.
+const (
+	MaxActionsPerBatch = 50
+	MaxTypeChars       = 10000
+	MaxWaitMs          = 10000
+	MaxDragPoints      = 100
+	MaxKeysPerPress    = 8
+	MaxScrollPixels    = 20000
+)
+
+// The nine action types of computerActionSchema.
+const (
+	ActionClick       = "click"
+	ActionDoubleClick = "double_click"
+	ActionDrag        = "drag"
+	ActionKeypress    = "keypress"
+	ActionMove        = "move"
+	ActionScreenshot  = "screenshot"
+	ActionScroll      = "scroll"
+	ActionType        = "type"
+	ActionWait        = "wait"
+)
+
+// Settle times after an action, before the screenshot.
+const (
+	SettleDefault = 450 * time.Millisecond
+	SettleOpenURL = 500 * time.Millisecond
+)
+
+// Point is a screen coordinate in pixels, 1:1 with the screenshot.
+type Point struct {
+	X int `json:"x"`
+	Y int `json:"y"`
+}
+
+// Action is one desktop action, told apart by Type, in the computer-use
+// style models already speak. Only the fields of its type may be set.
+type Action struct {
+	Type    string   `json:"type"`
+	X       *int     `json:"x,omitempty"`
+	Y       *int     `json:"y,omitempty"`
+	Button  string   `json:"button,omitempty"`
+	Path    []Point  `json:"path,omitempty"`
+	Keys    []string `json:"keys,omitempty"`
+	ScrollX *int     `json:"scroll_x,omitempty"`
+	ScrollY *int     `json:"scroll_y,omitempty"`
+	Text    *string  `json:"text,omitempty"`
+	Ms      *int     `json:"ms,omitempty"`
+}
+
+// Settle is how long to wait after a for the screen to settle.
+func (a Action) Settle() time.Duration {
+	switch a.Type {
+	case ActionScreenshot, ActionMove, ActionWait:
+		return 0
+	}
+	return SettleDefault
+}
+
+// ActionError names the offending action and field.
+type ActionError struct {
+	Index int
+	Field string
+	Msg   string
+}
+
+func (e *ActionError) Error() string {
+	return fmt.Sprintf("actions[%d].%s: %s", e.Index, e.Field, e.Msg)
+}
+
+// ValidateActions checks a batch against a screen of w×h pixels.
+func ValidateActions(actions []Action, w, h int) error {
+	if len(actions) == 0 {
+		return &ActionError{Index: 0, Field: "type", Msg: "the batch is empty"}
+	}
+	if len(actions) > MaxActionsPerBatch {
+		return &ActionError{Index: MaxActionsPerBatch, Field: "type", Msg: fmt.Sprintf("at most %d actions per batch", MaxActionsPerBatch)}
+	}
+	for i, a := range actions {
+		if err := a.validate(w, h); err != nil {
+			err.Index = i
+			return err
+		}
+	}
+	return nil
+}
+
+// allowed lists the fields each type may carry besides "type".
+var allowed = map[string]map[string]bool{
+	ActionClick:       {"x": true, "y": true, "button": true},
+	ActionDoubleClick: {"x": true, "y": true},
+	ActionDrag:        {"path": true},
+	ActionKeypress:    {"keys": true},
+	ActionMove:        {"x": true, "y": true},
+	ActionScreenshot:  {},
+	ActionScroll:      {"x": true, "y": true, "scroll_x": true, "scroll_y": true},
+	ActionType:        {"text": true},
+	ActionWait:        {"ms": true},
+}
+
+func (a Action) present() map[string]bool {
+	return map[string]bool{
+		"x": a.X != nil, "y": a.Y != nil, "button": a.Button != "", "path": a.Path != nil,
+		"keys": a.Keys != nil, "scroll_x": a.ScrollX != nil, "scroll_y": a.ScrollY != nil,
+		"text": a.Text != nil, "ms": a.Ms != nil,
+	}
+}
+
+func (a Action) validate(w, h int) *ActionError {
+	fields, ok := allowed[a.Type]
+	if !ok {
+		return &ActionError{Field: "type", Msg: fmt.Sprintf("unknown action type %q (want one of click, double_click, drag, keypress, move, screenshot, scroll, type, wait)", a.Type)}
+	}
+	for f, set := range a.present() {
+		if set && !fields[f] {
+			return &ActionError{Field: f, Msg: fmt.Sprintf("not allowed on %s", a.Type)}
+		}
+	}
+	inside := func(field string, v, max int) *ActionError {
+		if v < 0 || v >= max {
+			return &ActionError{Field: field, Msg: fmt.Sprintf("%d is outside the screen (0..%d)", v, max-1)}
+		}
+		return nil
+	}
+	needXY := func() *ActionError {
+		if a.X == nil {
+			return &ActionError{Field: "x", Msg: "required"}
+		}
+		if a.Y == nil {
+			return &ActionError{Field: "y", Msg: "required"}
+		}
+		if err := inside("x", *a.X, w); err != nil {
+			return err
+		}
+		return inside("y", *a.Y, h)
+	}
+	switch a.Type {
+	case ActionClick:
+		switch a.Button {
+		case "", "left", "right", "middle":
+		default:
+			return &ActionError{Field: "button", Msg: fmt.Sprintf("%q is not left, right or middle", a.Button)}
+		}
+		return needXY()
+	case ActionDoubleClick, ActionMove:
+		return needXY()
+	case ActionScroll:
+		if err := needXY(); err != nil {
+			return err
+		}
+		for f, v := range map[string]*int{"scroll_x": a.ScrollX, "scroll_y": a.ScrollY} {
+			if v != nil && (*v > MaxScrollPixels || *v < -MaxScrollPixels) {
+				return &ActionError{Field: f, Msg: fmt.Sprintf("at most %d pixels", MaxScrollPixels)}
+			}
+		}
+		if (a.ScrollX == nil || *a.ScrollX == 0) && (a.ScrollY == nil || *a.ScrollY == 0) {
+			return &ActionError{Field: "scroll_y", Msg: "scroll_x or scroll_y must be non-zero"}
+		}
+	case ActionDrag:
+		if len(a.Path) < 2 {
+			return &ActionError{Field: "path", Msg: "needs at least 2 points"}
+		}
+		if len(a.Path) > MaxDragPoints {
+			return &ActionError{Field: "path", Msg: fmt.Sprintf("at most %d points", MaxDragPoints)}
+		}
+		for j, p := range a.Path {
+			if err := inside(fmt.Sprintf("path[%d].x", j), p.X, w); err != nil {
+				return err
+			}
+			if err := inside(fmt.Sprintf("path[%d].y", j), p.Y, h); err != nil {
+				return err
+			}
+		}
+	case ActionKeypress:
+		if len(a.Keys) == 0 {
+			return &ActionError{Field: "keys", Msg: "required"}
+		}
+		if len(a.Keys) > MaxKeysPerPress {
+			return &ActionError{Field: "keys", Msg: fmt.Sprintf("at most %d keys", MaxKeysPerPress)}
+		}
+		for j, k := range a.Keys {
+			if _, ok := KeyName(k); !ok {
+				return &ActionError{Field: fmt.Sprintf("keys[%d]", j), Msg: fmt.Sprintf("unknown key %q", k)}
+			}
+		}
+	case ActionType:
+		if a.Text == nil || *a.Text == "" {
+			return &ActionError{Field: "text", Msg: "required"}
+		}
+		if !utf8.ValidString(*a.Text) {
+			return &ActionError{Field: "text", Msg: "not valid UTF-8"}
+		}
+		if n := utf8.RuneCountInString(*a.Text); n > MaxTypeChars {
+			return &ActionError{Field: "text", Msg: fmt.Sprintf("%d characters; at most %d", n, MaxTypeChars)}
+		}
+	case ActionWait:
+		if a.Ms == nil {
+			return &ActionError{Field: "ms", Msg: "required"}
+		}
+		if *a.Ms < 0 || *a.Ms > MaxWaitMs {
+			return &ActionError{Field: "ms", Msg: fmt.Sprintf("must be 0..%d", MaxWaitMs)}
+		}
+	}
+	return nil
+}
+
+// keyNames maps the case-insensitive names models use to X keysym names.
+var keyNames = map[string]string{
+	"ctrl": "Control_L", "control": "Control_L", "shift": "Shift_L", "alt": "Alt_L", "option": "Alt_L",
+	"meta": "Super_L", "super": "Super_L", "cmd": "Super_L", "command": "Super_L", "win": "Super_L",
+	"enter": "Return", "return": "Return", "tab": "Tab", "escape": "Escape", "esc": "Escape",
+	"backspace": "BackSpace", "delete": "Delete", "del": "Delete", "insert": "Insert",
+	"space": "space", "up": "Up", "down": "Down", "left": "Left", "right": "Right",
+	"arrowup": "Up", "arrowdown": "Down", "arrowleft": "Left", "arrowright": "Right",
+	"pageup": "Prior", "page_up": "Prior", "pagedown": "Next", "page_down": "Next",
+	"home": "Home", "end": "End", "capslock": "Caps_Lock",
+}
+
+// KeyName maps a model's key name (case-insensitive) to an X keysym name:
+// modifiers, enter, tab, escape, backspace, delete, arrows, page keys,
+// f1–f12 and single printable characters.
+func KeyName(k string) (string, bool) {
+	if utf8.RuneCountInString(k) == 1 {
+		r, _ := utf8.DecodeRuneInString(k)
+		if r > 0x20 && r != 0x7f && r != utf8.RuneError {
+			return k, true
+		}
+		if r == ' ' {
+			return "space", true
+		}
+		return "", false
+	}
+	l := strings.ToLower(k)
+	if s, ok := keyNames[l]; ok {
+		return s, true
+	}
+	if len(l) >= 2 && len(l) <= 3 && l[0] == 'f' {
+		var n int
+		if _, err := fmt.Sscanf(l[1:], "%d", &n); err == nil && n >= 1 && n <= 12 && fmt.Sprint(n) == l[1:] {
+			return fmt.Sprintf("F%d", n), true
+		}
+	}
+	return "", false
+}
