@@ -12,10 +12,13 @@ import (
 	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
 
+	"github.com/open-bot/computer/apps/botd/internal/agent"
 	"github.com/open-bot/computer/apps/botd/internal/api"
 	"github.com/open-bot/computer/apps/botd/internal/config"
 	"github.com/open-bot/computer/apps/botd/internal/health"
 	"github.com/open-bot/computer/apps/botd/internal/osuser"
+	"github.com/open-bot/computer/apps/botd/internal/supervisor"
+	"github.com/open-bot/computer/pkg/shared"
 )
 
 // run starts botd in the design's order and blocks until ctx ends, then stops
@@ -40,6 +43,42 @@ func run(ctx context.Context, cfg config.Config) error {
 	hub := health.NewHub()
 	defer hub.Close()
 	model := health.NewModel(hub, started)
+	sources := health.Sources{}
+
+	supLog := log.With().Str("component", "supervisor").Logger()
+	sup := supervisor.New(supervisor.Options{Log: &supLog, OnEvent: func(e supervisor.Event) {
+		hub.Publish(shared.EventProcess, e)
+		model.Changed()
+	}})
+	// Whatever happens below, every child is stopped before run returns.
+	defer sup.StopAll(context.Background())
+
+	// Codex's app-server as bot, restart=always; wait for /readyz (bounded,
+	// so a broken Codex leaves botd reachable with health ok:false).
+	extra, err := readOptionalFile(cfg.CodexConfigExtraFile)
+	if err != nil {
+		return err
+	}
+	codex, err := agent.Start(agent.Options{
+		Bin: cfg.CodexBin, Addr: cfg.CodexAddr, CodexHome: cfg.CodexHome(), Home: cfg.Workspace(),
+		User: botUser, ExtraConfig: extra, Env: cfg.CodexEnv, Sup: sup,
+	})
+	if err != nil {
+		return err
+	}
+	sources.Agent = codex.State
+	model.SetSources(sources)
+	rctx, rcancel := context.WithTimeout(ctx, cfg.CodexReadyTimeout)
+	if err := codex.WaitReady(rctx); err != nil {
+		if ctx.Err() != nil {
+			rcancel()
+			return nil
+		}
+		log.Error().Str("component", "agent").Err(err).Msg("codex app-server not ready; serving anyway (health ok:false)")
+	} else {
+		log.Info().Str("component", "agent").Int64("elapsed_ms", time.Since(started).Milliseconds()).Msg("codex app-server ready")
+	}
+	rcancel()
 
 	srv := api.New(api.Options{Token: cfg.Token, Log: log.With().Str("component", "api").Logger(), Hub: hub, Health: model})
 
@@ -60,12 +99,27 @@ func run(ctx context.Context, cfg config.Config) error {
 		}
 	}
 	log.Info().Str("component", "botd").Msg("stopping")
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	// Shutdown order: stop taking requests, then browsers (they save their
+	// tabs), then displays, then everything else the supervisor holds.
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	hub.Close()
 	_ = hs.Shutdown(sctx)
+	sup.StopAll(sctx)
+	hub.Close()
 	log.Info().Str("component", "botd").Msg("stopped")
 	return nil
+}
+
+// readOptionalFile returns the contents of path, or "" when path is "".
+func readOptionalFile(path string) (string, error) {
+	if path == "" {
+		return "", nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("read %s: %w", path, err)
+	}
+	return string(b), nil
 }
 
 func newLogger(level string) zerolog.Logger {

@@ -29,6 +29,12 @@ type Config struct {
 	CodexAddr string
 	// CodexReadyTimeout bounds the wait for /readyz at start-up.
 	CodexReadyTimeout time.Duration
+	// CodexConfigExtraFile is TOML appended to the managed config.toml
+	// (CODEX_CONFIG_EXTRA_FILE), e.g. a model provider table.
+	CodexConfigExtraFile string
+	// CodexEnv is passed to Codex: CODEX_ENV_PASS names variables of botd's
+	// environment to forward (e.g. a model provider's key variable).
+	CodexEnv []string
 	// SocksAddr is the egress proxy address (SOCKS_LISTEN, default 127.0.0.1:1080).
 	SocksAddr string
 	// EgressMode is direct or tunnel (EGRESS_MODE, default direct).
@@ -96,6 +102,14 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		DesktopUser:       str("BOTD_DESKTOP_USER", "desktop"),
 		BotUser:           str("BOTD_BOT_USER", "bot"),
 		LogLevel:          str("BOTD_LOG_LEVEL", "info"),
+	}
+	c.CodexConfigExtraFile = strings.TrimSpace(getenv("CODEX_CONFIG_EXTRA_FILE"))
+	for _, name := range strings.Split(getenv("CODEX_ENV_PASS"), ",") {
+		if name = strings.TrimSpace(name); name != "" {
+			if v := getenv(name); v != "" {
+				c.CodexEnv = append(c.CodexEnv, name+"="+v)
+			}
+		}
 	}
 	for _, d := range strings.Split(getenv("APPLY_GUARD_EXTRA_DOMAINS"), ",") {
 		if d = strings.ToLower(strings.TrimSpace(d)); d != "" {

@@ -42,10 +42,10 @@ func PrepareDirs(dirs []Dir) error {
 func Layout(home string, desktop, bot User) []Dir {
 	return []Dir{
 		{Path: home, Owner: Root, Mode: 0o755},
-		{Path: filepath.Join(home, "bot"), Owner: bot, GID: BotsGID, Mode: 0o2775},
-		{Path: filepath.Join(home, "bot", "bots"), Owner: bot, GID: BotsGID, Mode: 0o2775},
-		{Path: filepath.Join(home, "bot", "shared"), Owner: bot, GID: BotsGID, Mode: 0o2775},
-		{Path: filepath.Join(home, "bot", "shared", "downloads"), Owner: bot, GID: BotsGID, Mode: 0o2775},
+		{Path: filepath.Join(home, "bot"), Owner: bot, GID: BotsGID, Mode: SetgidDir},
+		{Path: filepath.Join(home, "bot", "bots"), Owner: bot, GID: BotsGID, Mode: SetgidDir},
+		{Path: filepath.Join(home, "bot", "shared"), Owner: bot, GID: BotsGID, Mode: SetgidDir},
+		{Path: filepath.Join(home, "bot", "shared", "downloads"), Owner: bot, GID: BotsGID, Mode: SetgidDir},
 		{Path: filepath.Join(home, "bot", ".codex"), Owner: bot, Mode: 0o700},
 		{Path: filepath.Join(home, "desktop"), Owner: desktop, Mode: 0o755},
 		{Path: filepath.Join(home, "desktop", "screens"), Owner: desktop, Mode: 0o755},
@@ -55,5 +55,10 @@ func Layout(home string, desktop, bot User) []Dir {
 
 // BotDir is a teammate's own folder (bot, setgid 2775).
 func BotDir(home, botID string, bot User) Dir {
-	return Dir{Path: filepath.Join(home, "bot", "bots", botID), Owner: bot, GID: BotsGID, Mode: 0o2775}
+	return Dir{Path: filepath.Join(home, "bot", "bots", botID), Owner: bot, GID: BotsGID, Mode: SetgidDir}
 }
+
+// SetgidDir is a shared folder's mode, 2775: group-writable and setgid so
+// files either user creates stay in the bots group. (A literal 0o2775 is not
+// setgid to os.Chmod: Go's FileMode has its own bit for it.)
+const SetgidDir = os.ModeSetgid | 0o775

@@ -1,0 +1,117 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/open-bot/computer/apps/botd/internal/osuser"
+	"github.com/open-bot/computer/apps/botd/internal/runner"
+	"github.com/open-bot/computer/apps/botd/internal/supervisor"
+	"github.com/open-bot/computer/pkg/shared"
+)
+
+// Options configures the Codex app-server.
+type Options struct {
+	// Bin is the codex executable.
+	Bin string
+	// Addr is host:port for `--listen ws://Addr`; loopback only.
+	Addr string
+	// CodexHome is $CODEX_HOME (the managed config.toml lives there).
+	CodexHome string
+	// Home is the bot user's HOME for the process.
+	Home string
+	User osuser.User
+	// ExtraConfig is appended to the managed config.toml.
+	ExtraConfig string
+	// Env is extra environment for Codex (e.g. a provider's key variable).
+	Env []string
+	Sup *supervisor.Supervisor
+}
+
+// Agent is the running Codex app-server.
+type Agent struct {
+	opts Options
+	proc *supervisor.Proc
+}
+
+// Start writes the managed config and starts `codex app-server` as the bot
+// user with restart=always; it returns at once. Use WaitReady for /readyz.
+func Start(o Options) (*Agent, error) {
+	host, _, err := net.SplitHostPort(o.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("codex listen address %q: %w", o.Addr, err)
+	}
+	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		return nil, fmt.Errorf("codex must listen on loopback, not %q", host)
+	}
+	if err := WriteConfig(o.CodexHome, o.User, o.ExtraConfig); err != nil {
+		return nil, err
+	}
+	u := o.User
+	u.Home = o.Home
+	env := append([]string{"CODEX_HOME=" + o.CodexHome}, o.Env...)
+	spec := supervisor.Spec{
+		Name:    "codex",
+		Restart: supervisor.RestartAlways,
+		Cmd: runner.Spec{
+			Argv: []string{o.Bin, "app-server", "--listen", "ws://" + o.Addr},
+			User: &u,
+			Env:  env,
+			Dir:  o.Home,
+		},
+		Ready:        func(ctx context.Context) error { return waitReadyz(ctx, o.Addr) },
+		ReadyTimeout: 60 * time.Second,
+	}
+	p, err := o.Sup.Start(spec)
+	if err != nil {
+		return nil, fmt.Errorf("start codex: %w", err)
+	}
+	return &Agent{opts: o, proc: p}, nil
+}
+
+// State is the app-server's supervisor state.
+func (a *Agent) State() shared.ProcessState { return a.proc.State() }
+
+// Proc is the supervised process.
+func (a *Agent) Proc() *supervisor.Proc { return a.proc }
+
+// Addr is where the app-server listens.
+func (a *Agent) Addr() string { return a.opts.Addr }
+
+// WaitReady blocks until Codex answers /readyz (through restarts) or ctx ends.
+func (a *Agent) WaitReady(ctx context.Context) error { return a.proc.WaitRunning(ctx) }
+
+// Stop stops the app-server.
+func (a *Agent) Stop(ctx context.Context) error { return a.proc.Stop(ctx) }
+
+// waitReadyz polls GET /readyz until it answers 200.
+func waitReadyz(ctx context.Context, addr string) error {
+	client := &http.Client{Timeout: time.Second}
+	url := "http://" + addr + "/readyz"
+	delay := 20 * time.Millisecond
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		resp, err := client.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			if err != nil && !strings.Contains(err.Error(), "context") {
+				return fmt.Errorf("codex /readyz: %w (last: %v)", ctx.Err(), err)
+			}
+			return fmt.Errorf("codex /readyz: %w", ctx.Err())
+		case <-time.After(delay):
+		}
+		if delay < 200*time.Millisecond {
+			delay *= 2
+		}
+	}
+}
