@@ -1,0 +1,61 @@
+package config
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+func TestDefaults(t *testing.T) {
+	c, err := FromEnv(env(map[string]string{"BOTD_TOKEN": "0123456789abcdef"}))
+	require.NoError(t, err)
+	require.Equal(t, ":7000", c.Listen)
+	require.Equal(t, "/home", c.Home)
+	require.Equal(t, "127.0.0.1:4500", c.CodexAddr)
+	require.Equal(t, "127.0.0.1:1080", c.SocksAddr)
+	require.Equal(t, "direct", c.EgressMode)
+	require.Equal(t, 10, c.DisplayBase)
+	require.Equal(t, 5900, c.VNCPortBase)
+	require.Equal(t, 6080, c.ViewPortBase)
+	require.Equal(t, 4, c.MaxScreens)
+	require.Equal(t, 20*time.Minute, c.ScreenIdle)
+	require.Equal(t, "/home/bot", c.Workspace())
+	require.Equal(t, "/home/bot/.codex", c.CodexHome())
+	require.Equal(t, "/home/.botd", c.StateDir())
+}
+
+func TestRefusals(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		want string
+	}{
+		{"no token", map[string]string{}, "BOTD_TOKEN must be at least 16"},
+		{"short token", map[string]string{"BOTD_TOKEN": "fifteen-chars!!"}, "BOTD_TOKEN must be at least 16"},
+		{"bad mode", map[string]string{"BOTD_TOKEN": "0123456789abcdef", "EGRESS_MODE": "vpn"}, "EGRESS_MODE"},
+		{"bad number", map[string]string{"BOTD_TOKEN": "0123456789abcdef", "MAX_SCREENS": "many"}, "MAX_SCREENS"},
+		{"too many screens", map[string]string{"BOTD_TOKEN": "0123456789abcdef", "MAX_SCREENS": "33"}, "MAX_SCREENS"},
+		{"relative home", map[string]string{"BOTD_TOKEN": "0123456789abcdef", "BOTD_HOME": "home"}, "BOTD_HOME"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := FromEnv(env(tc.env))
+			require.ErrorContains(t, err, tc.want)
+			if tok := tc.env["BOTD_TOKEN"]; tok != "" {
+				require.NotContains(t, err.Error(), tok)
+			}
+		})
+	}
+}
+
+func TestCodexEnvPassAndExtraDomains(t *testing.T) {
+	c, err := FromEnv(env(map[string]string{
+		"BOTD_TOKEN": "0123456789abcdef", "CODEX_ENV_PASS": "MOCK_KEY, MISSING",
+		"MOCK_KEY": "v", "APPLY_GUARD_EXTRA_DOMAINS": " Jobs.Example.com ,,indeed.com",
+	}))
+	require.NoError(t, err)
+	require.Equal(t, []string{"MOCK_KEY=v"}, c.CodexEnv)
+	require.Equal(t, []string{"jobs.example.com", "indeed.com"}, c.ApplyGuardExtraDomains)
+}
