@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# bench.sh — `make bench`: runs every package's Go benchmarks that measure the
+# figures the issues name, and prints one table. Benchmarks, never timed tests.
+# Integration benchmarks need root and the provisioned tools (scripts/provision.sh).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="/usr/local/go/bin:$PATH"
+
+# Each line: package, benchmark regexp, benchtime. Add yours here.
+BENCHES=(
+  "./apps/botd|BenchmarkBotd|1x"
+)
+
+out="$(mktemp)"
+trap 'rm -f "$out"' EXIT
+for b in "${BENCHES[@]}"; do
+  IFS='|' read -r pkg re time <<<"$b"
+  echo "bench: $pkg $re" >&2
+  if ! go test -run '^$' -bench "$re" -benchtime "$time" -count 1 -timeout 30m "$pkg" >>"$out" 2>&1; then
+    echo "bench: $pkg failed:" >&2
+    tail -20 "$out" >&2
+    exit 1
+  fi
+done
+
+# Print "Benchmark…  value unit  value unit …" lines as a table.
+printf '\n%-58s %s\n' "benchmark" "figures"
+printf '%-58s %s\n' "---------" "-------"
+awk '/^Benchmark/ {
+  name=$1; sub(/-[0-9]+$/, "", name); line="";
+  for (i=3; i<NF; i+=2) { if ($(i+1) != "ns/op" || NF==4) line=line sprintf("%s %s   ", $i, $(i+1)) }
+  printf "%-58s %s\n", name, line
+}' "$out"
