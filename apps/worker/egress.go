@@ -3,9 +3,53 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/open-bot/computer/apps/worker/egressagent"
 )
 
-// runEgress runs the egress agent. Implemented with the egress issue.
+// runEgress is `worker egress --botd URL --token-file FILE`: the egress agent
+// for botd's tunnel mode. It runs until ctx ends (SIGTERM/SIGINT).
 func runEgress(ctx context.Context, args []string) error {
-	return errors.New("egress agent: not implemented yet")
+	fs := flag.NewFlagSet("egress", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	botd := fs.String("botd", "", "botd's base URL, e.g. https://computer.example:7000")
+	tokenFile := fs.String("token-file", "", "file holding BOTD_TOKEN (never pass the token itself as an argument)")
+	allowLoopback := fs.Bool("allow-loopback", false, "let the bot reach this machine's own loopback addresses")
+	level := fs.String("log-level", "info", "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		fs.SetOutput(os.Stderr)
+		fs.Usage()
+		return err
+	}
+	if *botd == "" || *tokenFile == "" {
+		return errors.New("egress: --botd and --token-file are required")
+	}
+	b, err := os.ReadFile(*tokenFile)
+	if err != nil {
+		return fmt.Errorf("egress: read token file: %w", err)
+	}
+	token := strings.TrimSpace(string(b))
+	if token == "" {
+		return fmt.Errorf("egress: token file %s is empty", *tokenFile)
+	}
+	lvl, err := zerolog.ParseLevel(*level)
+	if err != nil || *level == "" {
+		lvl = zerolog.InfoLevel
+	}
+	zerolog.TimeFieldFormat = time.RFC3339Nano
+	log := zerolog.New(os.Stderr).Level(lvl).With().Timestamp().Logger()
+	return egressagent.Run(ctx, egressagent.Options{
+		BotdURL:       *botd,
+		Token:         token,
+		Log:           log,
+		AllowLoopback: *allowLoopback,
+	})
 }

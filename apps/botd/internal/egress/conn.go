@@ -1,0 +1,283 @@
+package egress
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	socks5 "github.com/armon/go-socks5"
+	"github.com/hashicorp/yamux"
+)
+
+// copyBufSize is one copy buffer, as io.Copy's. Each proxied connection
+// holds two while it moves bytes.
+const copyBufSize = 32 * 1024
+
+var bufPool = sync.Pool{New: func() any { b := make([]byte, copyBufSize); return &b }}
+
+// epoch makes activity stamps monotonic (time.Since keeps the monotonic clock).
+var epoch = time.Now()
+
+// errTunnelLost is what a proxied connection sees when the tunnel under its
+// stream went away: an error (so the client gets a reset), not a clean EOF.
+var errTunnelLost = errors.New("egress tunnel lost")
+
+// proxyConn is one client connection: the SOCKS handshake, then bytes both
+// ways between client and target.
+type proxyConn struct {
+	p      *Proxy
+	client net.Conn
+	// last is the time of the last byte moved, in ns since epoch.
+	last    atomic.Int64
+	aborted atomic.Bool
+
+	// mu guards target, idle and done.
+	mu     sync.Mutex
+	target *targetConn
+	idle   *time.Timer
+	done   bool
+}
+
+// passName is go-socks5's Resolver: it resolves nothing, so the name goes to
+// the dialer untouched (in tunnel mode it must resolve on the agent's side).
+type passName struct{}
+
+func (passName) Resolve(ctx context.Context, _ string) (context.Context, net.IP, error) {
+	return ctx, nil, nil
+}
+
+// serve runs go-socks5 on this one connection. A server per connection lets
+// the dialer know its client (to lift the handshake deadline and watch
+// idleness); go-socks5 keeps no other state.
+func (pc *proxyConn) serve() {
+	defer pc.p.untrack(pc)
+	defer pc.finish()
+	_ = pc.client.SetDeadline(time.Now().Add(pc.p.opts.HandshakeTimeout))
+	srv, err := socks5.New(&socks5.Config{
+		Resolver: passName{},
+		Dial:     pc.dial,
+		Logger:   pc.p.socksLog(),
+	})
+	if err != nil {
+		_ = pc.client.Close()
+		return
+	}
+	_ = srv.ServeConn(&clientConn{Conn: pc.client, pc: pc})
+}
+
+// dial is called once the request is read: the handshake is over, so its
+// deadline goes; the dial has its own bound.
+func (pc *proxyConn) dial(_ context.Context, network, addr string) (net.Conn, error) {
+	_ = pc.client.SetDeadline(time.Time{})
+	ctx, cancel := context.WithTimeout(pc.p.ctx, pc.p.opts.DialTimeout)
+	defer cancel()
+	var (
+		c   net.Conn
+		err error
+	)
+	if pc.p.tun != nil {
+		c, err = pc.p.tun.dial(ctx, addr)
+	} else {
+		c, err = pc.p.opts.Dial(ctx, network, addr)
+	}
+	if err != nil {
+		pc.p.log.Debug().Str("target", addr).Err(err).Msg("dial failed")
+		return nil, err
+	}
+	tc := &targetConn{Conn: c, pc: pc}
+	if s, ok := c.(*yamux.Stream); ok {
+		tc.stream = s
+	}
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	if pc.done || pc.aborted.Load() {
+		tc.Close()
+		return nil, net.ErrClosed
+	}
+	pc.target = tc
+	pc.touch()
+	pc.idle = time.AfterFunc(pc.p.opts.IdleTimeout, pc.checkIdle)
+	return tc, nil
+}
+
+func (pc *proxyConn) touch() { pc.last.Store(int64(time.Since(epoch))) }
+
+// checkIdle ends the connection after IdleTimeout without a byte either way.
+func (pc *proxyConn) checkIdle() {
+	quiet := time.Since(epoch) - time.Duration(pc.last.Load())
+	pc.mu.Lock()
+	if pc.done {
+		pc.mu.Unlock()
+		return
+	}
+	if left := pc.p.opts.IdleTimeout - quiet; left > 0 {
+		pc.idle.Reset(left)
+		pc.mu.Unlock()
+		return
+	}
+	pc.mu.Unlock()
+	pc.p.log.Debug().Dur("idle", quiet).Msg("closing idle connection")
+	pc.abort()
+}
+
+// abort ends the connection both ways now, with a reset to the client.
+func (pc *proxyConn) abort() {
+	pc.aborted.Store(true)
+	pc.mu.Lock()
+	t := pc.target
+	pc.mu.Unlock()
+	_ = (&clientConn{Conn: pc.client, pc: pc}).Close()
+	if t != nil {
+		_ = t.Close()
+	}
+}
+
+// finish runs when go-socks5 is done with the connection.
+func (pc *proxyConn) finish() {
+	pc.mu.Lock()
+	pc.done = true
+	if pc.idle != nil {
+		pc.idle.Stop()
+	}
+	t := pc.target
+	pc.mu.Unlock()
+	if t != nil {
+		_ = t.Close()
+	}
+	_ = (&clientConn{Conn: pc.client, pc: pc}).Close()
+}
+
+// pump copies src to dst, stamping activity. A clean EOF returns nil; any
+// other failure marks the connection aborted so both ends get a reset
+// rather than a FIN that would pass a cut-off transfer for a complete one.
+func (pc *proxyConn) pump(dst, src net.Conn, lost func() bool) (int64, error) {
+	bp := bufPool.Get().(*[]byte)
+	defer bufPool.Put(bp)
+	buf := *bp
+	var n int64
+	for {
+		nr, er := src.Read(buf)
+		if nr > 0 {
+			pc.touch()
+			nw, ew := dst.Write(buf[:nr])
+			n += int64(nw)
+			if ew != nil {
+				pc.aborted.Store(true)
+				return n, ew
+			}
+			pc.touch()
+		}
+		if er == io.EOF && (lost == nil || !lost()) {
+			return n, nil
+		}
+		if er != nil {
+			if er == io.EOF {
+				er = errTunnelLost
+			}
+			pc.aborted.Store(true)
+			return n, er
+		}
+	}
+}
+
+// clientConn is the client side as go-socks5 sees it.
+type clientConn struct {
+	net.Conn
+	pc *proxyConn
+}
+
+// WriteTo carries client→target. go-socks5 copies from a bufio.Reader over
+// this conn, and bufio hands the copy to WriteTo after its buffered bytes.
+func (c *clientConn) WriteTo(w io.Writer) (int64, error) {
+	if t, ok := w.(*targetConn); ok {
+		return c.pc.pump(t.Conn, c.Conn, nil)
+	}
+	return io.Copy(w, struct{ io.Reader }{c.Conn})
+}
+
+// CloseWrite passes the target's EOF on as a TCP half-close.
+func (c *clientConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
+// Close resets instead of closing politely when the connection was aborted.
+func (c *clientConn) Close() error {
+	if c.pc.aborted.Load() {
+		if tc, ok := c.Conn.(*net.TCPConn); ok {
+			_ = tc.SetLinger(0)
+		}
+	}
+	return c.Conn.Close()
+}
+
+// targetConn is the target side: a TCP conn (direct) or a yamux stream
+// (tunnel).
+type targetConn struct {
+	net.Conn
+	pc     *proxyConn
+	stream *yamux.Stream // nil in direct mode
+}
+
+// LocalAddr is always a *net.TCPAddr: go-socks5 type-asserts it for its
+// reply and panics on anything else (a yamux stream's address is not one).
+func (t *targetConn) LocalAddr() net.Addr {
+	if a, ok := t.Conn.LocalAddr().(*net.TCPAddr); ok {
+		return a
+	}
+	return &net.TCPAddr{IP: net.IPv4zero}
+}
+
+// WriteTo carries target→client (io.Copy prefers the source's WriteTo).
+func (t *targetConn) WriteTo(w io.Writer) (int64, error) {
+	var lost func() bool
+	if t.stream != nil {
+		lost = t.stream.Session().IsClosed
+	}
+	if c, ok := w.(*clientConn); ok {
+		return t.pc.pump(c.Conn, t.Conn, lost)
+	}
+	return io.Copy(w, struct{ io.Reader }{t.Conn})
+}
+
+// CloseWrite half-closes: TCP's own, or a yamux FIN (a yamux stream's Close
+// only stops our writes; the peer's bytes still arrive).
+func (t *targetConn) CloseWrite() error {
+	if t.stream != nil {
+		return t.stream.Close()
+	}
+	if cw, ok := t.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
+// Close ends both ways. A yamux stream's Close is only a half-close, so the
+// deadline is what wakes a read still waiting on it.
+func (t *targetConn) Close() error {
+	if t.stream != nil {
+		_ = t.stream.SetDeadline(time.Now())
+		return t.stream.Close()
+	}
+	if t.pc.aborted.Load() {
+		if tc, ok := t.Conn.(*net.TCPConn); ok {
+			_ = tc.SetLinger(0)
+		}
+	}
+	return t.Conn.Close()
+}
+
+// socksLog routes go-socks5's log.Logger lines to zerolog at debug level.
+func (p *Proxy) socksLog() *log.Logger {
+	p.socksLogOnce.Do(func() {
+		p.socksLogger = log.New(logWriter{p.log.With().Str("lib", "go-socks5").Logger()}, "", 0)
+	})
+	return p.socksLogger
+}

@@ -1,0 +1,162 @@
+package egressagent
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/yamux"
+)
+
+const copyBufSize = 32 * 1024
+
+var bufPool = sync.Pool{New: func() any { b := make([]byte, copyBufSize); return &b }}
+
+// epoch makes activity stamps monotonic.
+var epoch = time.Now()
+
+// serveStream reads the target from the header, dials it here, answers with
+// a status byte and relays until both sides are done.
+func (a *agent) serveStream(ctx context.Context, st *yamux.Stream) {
+	_ = st.SetDeadline(time.Now().Add(a.o.HeaderTimeout))
+	addr, err := readHeader(st)
+	if err != nil {
+		if errors.Is(err, errBadHeader) {
+			_, _ = st.Write([]byte{statusBadReq})
+		}
+		a.log.Debug().Err(err).Msg("bad stream header")
+		abortStream(st)
+		return
+	}
+	_ = st.SetDeadline(time.Time{})
+	dctx, cancel := context.WithTimeout(ctx, a.o.DialTimeout)
+	target, err := a.o.Dial(dctx, "tcp", addr)
+	cancel()
+	if err != nil {
+		status := dialStatus(err)
+		if errors.Is(err, errLoopbackDenied) {
+			status = statusDenied
+		}
+		a.log.Debug().Str("target", addr).Err(err).Msg("dial failed")
+		_ = st.SetWriteDeadline(time.Now().Add(a.o.HeaderTimeout))
+		_, _ = st.Write([]byte{status})
+		_ = st.Close()
+		_ = st.SetDeadline(time.Now())
+		return
+	}
+	_ = st.SetWriteDeadline(time.Now().Add(a.o.HeaderTimeout))
+	if _, err := st.Write([]byte{statusOK}); err != nil {
+		_ = target.Close()
+		abortStream(st)
+		return
+	}
+	_ = st.SetWriteDeadline(time.Time{})
+	relay(st, target, a.o.IdleTimeout)
+}
+
+// abortStream ends a stream both ways: yamux's Close is only a half-close,
+// so the deadline wakes anything still waiting on it.
+func abortStream(st *yamux.Stream) {
+	_ = st.SetDeadline(time.Now())
+	_ = st.Close()
+}
+
+// relay copies both ways with half-close: an EOF from one side becomes a
+// FIN on the other. A broken side (or the tunnel lost under the stream)
+// aborts both, with a reset to the target. No bytes either way for idle
+// aborts too.
+func relay(st *yamux.Stream, target net.Conn, idle time.Duration) {
+	r := &relayState{st: st, target: target}
+	r.touch()
+	timer := time.AfterFunc(idle, func() { r.checkIdle(idle) })
+	r.timer.Store(timer)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := r.pump(st, target, nil); err == nil {
+			_ = st.Close() // target said EOF: FIN to botd
+		} else {
+			r.abort()
+		}
+	}()
+	if err := r.pump(target, st, st.Session().IsClosed); err == nil {
+		if cw, ok := target.(interface{ CloseWrite() error }); ok {
+			_ = cw.CloseWrite()
+		}
+	} else {
+		r.abort()
+	}
+	wg.Wait()
+	r.done.Store(true)
+	timer.Stop()
+	_ = target.Close()
+	abortStream(st)
+}
+
+type relayState struct {
+	st      *yamux.Stream
+	target  net.Conn
+	last    atomic.Int64
+	done    atomic.Bool
+	aborted atomic.Bool
+	timer   atomic.Pointer[time.Timer]
+}
+
+func (r *relayState) touch() { r.last.Store(int64(time.Since(epoch))) }
+
+func (r *relayState) checkIdle(idle time.Duration) {
+	if r.done.Load() {
+		return
+	}
+	quiet := time.Since(epoch) - time.Duration(r.last.Load())
+	if left := idle - quiet; left > 0 {
+		r.timer.Load().Reset(left)
+		return
+	}
+	r.abort()
+}
+
+func (r *relayState) abort() {
+	if r.aborted.Swap(true) {
+		return
+	}
+	if tc, ok := r.target.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	_ = r.target.Close()
+	abortStream(r.st)
+}
+
+var errTunnelLost = errors.New("egress tunnel lost")
+
+// pump copies src to dst. A clean EOF is nil; an EOF from a stream whose
+// session died is errTunnelLost, so the target sees a reset, not a FIN.
+func (r *relayState) pump(dst io.Writer, src io.Reader, lost func() bool) error {
+	bp := bufPool.Get().(*[]byte)
+	defer bufPool.Put(bp)
+	buf := *bp
+	for {
+		nr, er := src.Read(buf)
+		if nr > 0 {
+			r.touch()
+			if _, ew := dst.Write(buf[:nr]); ew != nil {
+				return ew
+			}
+			r.touch()
+		}
+		if er == io.EOF && (lost == nil || !lost()) {
+			return nil
+		}
+		if er != nil {
+			if er == io.EOF {
+				return errTunnelLost
+			}
+			return er
+		}
+	}
+}
