@@ -32,15 +32,18 @@ packages=(
   util-linux tini bubblewrap
   # Node.js for the Codex CLI from npm
   nodejs npm
-  # native JPEG encoding for botd's capture (cgo, static libturbojpeg.a)
-  libturbojpeg0-dev gcc libc6-dev make
 )
+# Building botd on this machine (CI, `make run` on a host) needs cgo and the
+# static libturbojpeg; the image builds botd in its own stage and skips these.
+if [ "${PROVISION_BUILD_TOOLS:-1}" = 1 ]; then
+  packages+=(libturbojpeg0-dev gcc libc6-dev make)
+fi
 
+# One dpkg-query for all of them keeps a re-run fast.
+installed="$(dpkg-query -W -f='${Package} ${Status}\n' "${packages[@]}" 2>/dev/null | awk '/install ok installed/ {print $1}' || true)"
 missing=()
 for p in "${packages[@]}"; do
-  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
-    missing+=("$p")
-  fi
+  grep -qx "$p" <<<"$installed" || missing+=("$p")
 done
 # node/npm may come from elsewhere on a developer machine (e.g. NodeSource).
 if command -v npm >/dev/null 2>&1; then

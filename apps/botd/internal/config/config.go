@@ -116,6 +116,15 @@ func FromEnv(getenv func(string) string) (Config, error) {
 			c.ApplyGuardExtraDomains = append(c.ApplyGuardExtraDomains, d)
 		}
 	}
+	if c.Token == "" {
+		if f := strings.TrimSpace(getenv("BOTD_TOKEN_FILE")); f != "" {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				return c, fmt.Errorf("BOTD_TOKEN_FILE: %w", err)
+			}
+			c.Token = strings.TrimSpace(string(b))
+		}
+	}
 	if len(c.Token) < MinTokenLen {
 		return c, ErrShortToken
 	}

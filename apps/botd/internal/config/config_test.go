@@ -1,6 +1,7 @@
 package config
 
 import (
+	"os"
 	"testing"
 	"time"
 
@@ -58,4 +59,17 @@ func TestCodexEnvPassAndExtraDomains(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"MOCK_KEY=v"}, c.CodexEnv)
 	require.Equal(t, []string{"jobs.example.com", "indeed.com"}, c.ApplyGuardExtraDomains)
+}
+
+func TestTokenFile(t *testing.T) {
+	f := t.TempDir() + "/token"
+	require.NoError(t, os.WriteFile(f, []byte("from-a-file-0123456789\n"), 0o600))
+	c, err := FromEnv(env(map[string]string{"BOTD_TOKEN_FILE": f}))
+	require.NoError(t, err)
+	require.Equal(t, "from-a-file-0123456789", c.Token)
+	c, err = FromEnv(env(map[string]string{"BOTD_TOKEN_FILE": f, "BOTD_TOKEN": "env-wins-0123456789"}))
+	require.NoError(t, err)
+	require.Equal(t, "env-wins-0123456789", c.Token)
+	_, err = FromEnv(env(map[string]string{"BOTD_TOKEN_FILE": f + ".missing"}))
+	require.ErrorContains(t, err, "BOTD_TOKEN_FILE")
 }
