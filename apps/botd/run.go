@@ -81,6 +81,7 @@ func run(ctx context.Context, cfg config.Config) error {
 	rcancel()
 
 	srv := api.New(api.Options{Token: cfg.Token, Log: log.With().Str("component", "api").Logger(), Hub: hub, Health: model})
+	srv.Mux().Handle("GET /agent", codex.Relay(log.With().Str("component", "agent").Logger()))
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
