@@ -1,0 +1,297 @@
+package desktop
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"image/jpeg"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/BurntSushi/xgb"
+	"github.com/BurntSushi/xgb/xproto"
+	"github.com/stretchr/testify/require"
+
+	"github.com/open-bot/computer/apps/botd/internal/testenv"
+	"github.com/open-bot/computer/pkg/shared"
+)
+
+func ip(v int) *int { return &v }
+
+// eventWindow is a full-screen window of our own that records the input
+// events it receives: proof that an action landed where it should.
+type eventWindow struct {
+	c    *xconn
+	mu   sync.Mutex // mu guards evs
+	evs  []xgb.Event
+	keys map[xproto.Keycode]xproto.Keysym
+}
+
+func newEventWindow(t *testing.T, x *testX) *eventWindow {
+	t.Helper()
+	ctx := testenv.Context(t, 10*time.Second)
+	xc, err := dialX(ctx, x.display, x.xauth, false)
+	require.NoError(t, err)
+	t.Cleanup(xc.close)
+	c := xc.c
+	wid, err := xproto.NewWindowId(c)
+	require.NoError(t, err)
+	mask := uint32(xproto.EventMaskButtonPress | xproto.EventMaskButtonRelease | xproto.EventMaskKeyPress |
+		xproto.EventMaskKeyRelease | xproto.EventMaskPointerMotion)
+	require.NoError(t, xproto.CreateWindowChecked(c, 0, wid, xproto.Window(xc.root), 0, 0, 1280, 800, 0,
+		xproto.WindowClassInputOutput, 0, xproto.CwBackPixel|xproto.CwOverrideRedirect|xproto.CwEventMask,
+		[]uint32{0x336699, 1, mask}).Check())
+	require.NoError(t, xproto.MapWindowChecked(c, wid).Check())
+	// Without a window manager, focus follows the pointer root: give it to us.
+	require.NoError(t, xproto.SetInputFocusChecked(c, xproto.InputFocusPointerRoot, wid, xproto.TimeCurrentTime).Check())
+	w := &eventWindow{c: xc}
+	setup := xproto.Setup(c)
+	km, err := xproto.GetKeyboardMapping(c, setup.MinKeycode, byte(setup.MaxKeycode-setup.MinKeycode+1)).Reply()
+	require.NoError(t, err)
+	w.keys = map[xproto.Keycode]xproto.Keysym{}
+	for i := 0; i <= int(setup.MaxKeycode-setup.MinKeycode); i++ {
+		w.keys[setup.MinKeycode+xproto.Keycode(i)] = km.Keysyms[i*int(km.KeysymsPerKeycode)]
+	}
+	go func() {
+		for {
+			ev, xerr := c.WaitForEvent()
+			if ev == nil && xerr == nil {
+				return
+			}
+			if ev != nil {
+				w.mu.Lock()
+				w.evs = append(w.evs, ev)
+				w.mu.Unlock()
+			}
+		}
+	}()
+	return w
+}
+
+// take returns and forgets the events so far, after the server and our
+// reader have caught up.
+func (w *eventWindow) take(t *testing.T) []xgb.Event {
+	t.Helper()
+	_, err := xproto.GetInputFocus(w.c.c).Reply()
+	require.NoError(t, err)
+	time.Sleep(50 * time.Millisecond)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	evs := w.evs
+	w.evs = nil
+	return evs
+}
+
+// describe renders events compactly: "press1@100,200 release1@100,200".
+func (w *eventWindow) describe(evs []xgb.Event, withMotion bool) string {
+	var parts []string
+	for _, ev := range evs {
+		switch e := ev.(type) {
+		case xproto.ButtonPressEvent:
+			parts = append(parts, "press"+itoa(int(e.Detail))+"@"+itoa(int(e.EventX))+","+itoa(int(e.EventY)))
+		case xproto.ButtonReleaseEvent:
+			parts = append(parts, "release"+itoa(int(e.Detail))+"@"+itoa(int(e.EventX))+","+itoa(int(e.EventY)))
+		case xproto.MotionNotifyEvent:
+			if withMotion {
+				parts = append(parts, "motion@"+itoa(int(e.EventX))+","+itoa(int(e.EventY)))
+			}
+		case xproto.KeyPressEvent:
+			parts = append(parts, "key+"+keysymHex(w.keys[e.Detail]))
+		case xproto.KeyReleaseEvent:
+			parts = append(parts, "key-"+keysymHex(w.keys[e.Detail]))
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+func itoa(v int) string { return strconv.Itoa(v) }
+
+func keysymHex(k xproto.Keysym) string {
+	const digits = "0123456789abcdef"
+	v := uint32(k)
+	out := []byte{}
+	for i := 0; i < 4; i++ {
+		out = append([]byte{digits[v&0xf]}, out...)
+		v >>= 4
+	}
+	return string(out)
+}
+
+func TestActionsLand(t *testing.T) {
+	x := startX(t)
+	w := newEventWindow(t, x)
+	d := newDesktop(t, x)
+	ctx := testenv.Context(t, 60*time.Second)
+
+	cases := []struct {
+		name       string
+		a          shared.Action
+		want       string
+		withMotion bool
+	}{
+		{"left click", shared.Action{Type: "click", X: ip(100), Y: ip(200)}, "press1@100,200 release1@100,200", false},
+		{"right click", shared.Action{Type: "click", X: ip(640), Y: ip(400), Button: "right"}, "press3@640,400 release3@640,400", false},
+		{"middle click", shared.Action{Type: "click", X: ip(1279), Y: ip(799), Button: "middle"}, "press2@1279,799 release2@1279,799", false},
+		{"double click", shared.Action{Type: "double_click", X: ip(10), Y: ip(20)}, "press1@10,20 release1@10,20 press1@10,20 release1@10,20", false},
+		{"move", shared.Action{Type: "move", X: ip(300), Y: ip(301)}, "motion@300,301", true},
+		{"drag", shared.Action{Type: "drag", Path: []shared.Point{{X: 10, Y: 10}, {X: 42, Y: 10}, {X: 42, Y: 26}}},
+			"motion@10,10 press1@10,10 motion@26,10 motion@42,10 motion@42,26 release1@42,26", true},
+		{"scroll down 250px = 3 clicks", shared.Action{Type: "scroll", X: ip(500), Y: ip(500), ScrollY: ip(250)},
+			"press5@500,500 release5@500,500 press5@500,500 release5@500,500 press5@500,500 release5@500,500", false},
+		{"scroll up and right", shared.Action{Type: "scroll", X: ip(5), Y: ip(5), ScrollY: ip(-40), ScrollX: ip(100)},
+			"press4@5,5 release4@5,5 press7@5,5 release7@5,5", false},
+		{"ctrl+a", shared.Action{Type: "keypress", Keys: []string{"ctrl", "A"}}, "key+ffe3 key+0061 key-0061 key-ffe3", false},
+		{"enter", shared.Action{Type: "keypress", Keys: []string{"Enter"}}, "key+ff0d key-ff0d", false},
+		{"shift+f5", shared.Action{Type: "keypress", Keys: []string{"shift", "F5"}}, "key+ffe1 key+ffc2 key-ffc2 key-ffe1", false},
+		{"wait", shared.Action{Type: "wait", Ms: ip(10)}, "", false},
+		{"screenshot", shared.Action{Type: "screenshot"}, "", false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			w.take(t)
+			require.NoError(t, d.Do(ctx, tc.a))
+			got := w.describe(w.take(t), tc.withMotion)
+			require.Equal(t, tc.want, got)
+		})
+	}
+
+	t.Run("invalid action refused", func(t *testing.T) {
+		var ae *shared.ActionError
+		require.ErrorAs(t, d.Do(ctx, shared.Action{Type: "click", X: ip(1280), Y: ip(0)}), &ae)
+		require.Equal(t, "x", ae.Field)
+	})
+}
+
+func TestCapture(t *testing.T) {
+	x := startX(t)
+	d := newDesktop(t, x)
+	ctx := testenv.Context(t, 60*time.Second)
+
+	require.NoError(t, d.Do(ctx, shared.Action{Type: "move", X: ip(321), Y: ip(123)}))
+	f, err := d.Capture(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1280, f.Width)
+	require.Equal(t, 800, f.Height)
+	require.Equal(t, 321, f.Pointer.X)
+	require.Equal(t, 123, f.Pointer.Y)
+	img, err := jpeg.Decode(bytes.NewReader(f.JPEG))
+	require.NoError(t, err)
+	require.Equal(t, 1280, img.Bounds().Dx())
+	require.Equal(t, 800, img.Bounds().Dy())
+
+	// The pointer is drawn in: the frame differs near it from one with the
+	// pointer elsewhere.
+	require.NoError(t, d.Do(ctx, shared.Action{Type: "move", X: ip(900), Y: ip(700)}))
+	g, err := d.Capture(ctx)
+	require.NoError(t, err)
+	require.NotEqual(t, f.Hash, g.Hash)
+	img2, err := jpeg.Decode(bytes.NewReader(g.JPEG))
+	require.NoError(t, err)
+	diff := 0
+	for yy := 118; yy < 140; yy++ {
+		for xx := 316; xx < 340; xx++ {
+			r1, g1, b1, _ := img.At(xx, yy).RGBA()
+			r2, g2, b2, _ := img2.At(xx, yy).RGBA()
+			if absDiff(r1, r2)+absDiff(g1, g2)+absDiff(b1, b2) > 3*0x2000 {
+				diff++
+			}
+		}
+	}
+	require.Greater(t, diff, 10, "no cursor drawn near the pointer")
+
+	// Unchanged screen: same hash, no encoding.
+	h, changed, err := d.CaptureIfChanged(ctx, g.Hash)
+	require.NoError(t, err)
+	require.False(t, changed)
+	require.Nil(t, h.JPEG)
+	require.Equal(t, g.Hash, h.Hash)
+	require.Equal(t, 900, h.Pointer.X)
+
+	// A changed one is encoded.
+	require.NoError(t, d.Do(ctx, shared.Action{Type: "move", X: ip(901), Y: ip(700)}))
+	h, changed, err = d.CaptureIfChanged(ctx, g.Hash)
+	require.NoError(t, err)
+	require.True(t, changed)
+	require.NotEmpty(t, h.JPEG)
+}
+
+func absDiff(a, b uint32) uint32 {
+	if a > b {
+		return a - b
+	}
+	return b - a
+}
+
+func TestDisplayGone(t *testing.T) {
+	x := startX(t)
+	d := newDesktop(t, x)
+	ctx := testenv.Context(t, 60*time.Second)
+	_, err := d.Capture(ctx)
+	require.NoError(t, err)
+
+	// Capture in a loop while Xvfb is killed: the loop must end with
+	// ErrDisplayGone, and nothing may panic.
+	errc := make(chan error, 1)
+	go func() {
+		for {
+			if _, err := d.Capture(ctx); err != nil {
+				errc <- err
+				return
+			}
+		}
+	}()
+	time.Sleep(100 * time.Millisecond)
+	x.kill()
+	select {
+	case err := <-errc:
+		require.ErrorIs(t, err, ErrDisplayGone)
+	case <-time.After(10 * time.Second):
+		t.Fatal("capture did not fail after Xvfb died")
+	}
+	require.ErrorIs(t, d.Do(ctx, shared.Action{Type: "click", X: ip(1), Y: ip(1)}), ErrDisplayGone)
+	_, err = d.Capture(ctx)
+	require.ErrorIs(t, err, ErrDisplayGone)
+	require.NoError(t, d.Close())
+	require.NoError(t, d.Close())
+}
+
+func TestNoDisplay(t *testing.T) {
+	d, err := New(Target{Display: ":179", Width: 1280, Height: 800}, Options{})
+	require.NoError(t, err)
+	defer d.Close()
+	ctx := testenv.Context(t, 10*time.Second)
+	_, err = d.Capture(ctx)
+	require.ErrorIs(t, err, ErrDisplayGone)
+	require.ErrorIs(t, d.Do(ctx, shared.Action{Type: "move", X: ip(1), Y: ip(1)}), ErrDisplayGone)
+}
+
+func TestCancelAbortsTyping(t *testing.T) {
+	x := startX(t)
+	w := newEventWindow(t, x)
+	d := newDesktop(t, x)
+	ctx, cancel := context.WithCancel(testenv.Context(t, 30*time.Second))
+	text := strings.Repeat("abc日本語", 500)
+	go func() { time.Sleep(150 * time.Millisecond); cancel() }()
+	start := time.Now()
+	err := d.Do(ctx, shared.Action{Type: "type", Text: &text})
+	require.ErrorIs(t, err, context.Canceled)
+	require.Less(t, time.Since(start), 2*time.Second)
+	// Nothing stays held down: presses and releases pair up.
+	evs := w.take(t)
+	down := map[xproto.Keycode]int{}
+	for _, ev := range evs {
+		switch e := ev.(type) {
+		case xproto.KeyPressEvent:
+			down[e.Detail]++
+		case xproto.KeyReleaseEvent:
+			down[e.Detail]--
+		}
+	}
+	for k, n := range down {
+		require.Zero(t, n, "keycode %d left down", k)
+	}
+	require.False(t, errors.Is(err, ErrDisplayGone))
+}
