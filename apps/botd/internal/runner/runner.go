@@ -9,6 +9,8 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/open-bot/computer/apps/botd/internal/osuser"
@@ -63,7 +65,13 @@ func (Exec) Start(s Spec) (Process, error) {
 	if len(s.Argv) == 0 || s.Argv[0] == "" {
 		return nil, errors.New("runner: empty argv")
 	}
-	path, err := exec.LookPath(s.Argv[0])
+	prog := s.Argv[0]
+	// A relative name with a slash ("./build.sh") means relative to the
+	// child's directory, not botd's.
+	if strings.Contains(prog, "/") && !filepath.IsAbs(prog) && s.Dir != "" {
+		prog = filepath.Join(s.Dir, prog)
+	}
+	path, err := exec.LookPath(prog)
 	if err != nil {
 		return nil, fmt.Errorf("runner: %w", err)
 	}
