@@ -436,4 +436,3 @@ func (s *Service) Close() {
 	}
 	s.wg.Wait()
 }
-
