@@ -1,0 +1,465 @@
+package screen
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/open-bot/computer/apps/botd/internal/lease"
+	"github.com/open-bot/computer/pkg/shared"
+)
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func codeOf(err error) shared.Code {
+	var ae *shared.APIError
+	if errors.As(err, &ae) {
+		return ae.Code
+	}
+	return ""
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func intp(v int) *int       { return &v }
+func strp(v string) *string { return &v }
+
+func TestEnsureSharesOneStart(t *testing.T) {
+	f := newFixture(t, 4, 0)
+	f.be.gate = make(chan struct{})
+	const n = 8
+	got := make(chan *Screen, n)
+	for i := 0; i < n; i++ {
+		go func() {
+			s, err := f.m.Ensure(ctxT(t), "a")
+			require.NoError(t, err)
+			got <- s
+		}()
+	}
+	eventually(t, "a start", func() bool { return f.be.starts.Load() == 1 })
+	time.Sleep(20 * time.Millisecond) // give the others time to (not) start again
+	close(f.be.gate)
+	first := <-got
+	for i := 1; i < n; i++ {
+		require.Same(t, first, <-got)
+	}
+	require.EqualValues(t, 1, f.be.starts.Load())
+	require.Equal(t, "a@0", f.running())
+}
+
+func TestSlotsLowestFreeAndReuse(t *testing.T) {
+	f := newFixture(t, 4, 0)
+	for _, id := range []string{"a", "b", "c"} {
+		_, err := f.m.Ensure(ctxT(t), id)
+		require.NoError(t, err)
+	}
+	require.Equal(t, "a@0 b@1 c@2", f.running())
+	require.NoError(t, f.m.Stop(ctxT(t), "b"))
+	_, err := f.m.Ensure(ctxT(t), "d")
+	require.NoError(t, err)
+	require.Equal(t, "a@0 c@2 d@1", f.running())
+	in, _ := f.m.Info("d")
+	require.Equal(t, ":11", in.Display)
+	require.Equal(t, Ports{VNC: 5901, View: 6082, Control: 6083}, *in.Ports)
+}
+
+func TestEvictionOrder(t *testing.T) {
+	type setup struct {
+		held, watched bool
+		usedAgo       time.Duration
+	}
+	for _, tc := range []struct {
+		name        string
+		a, b        setup
+		wantRunning string // after ensuring c
+		wantCode    shared.Code
+	}{
+		{"least recently used goes", setup{usedAgo: 10 * time.Minute}, setup{usedAgo: time.Minute}, "b@1 c@0", ""},
+		{"unwatched before watched", setup{watched: true, usedAgo: 10 * time.Minute}, setup{usedAgo: time.Minute}, "a@0 c@1", ""},
+		{"both watched: LRU", setup{watched: true, usedAgo: time.Minute}, setup{watched: true, usedAgo: 10 * time.Minute}, "a@0 c@1", ""},
+		{"held is never stopped", setup{held: true, usedAgo: 10 * time.Minute}, setup{usedAgo: time.Minute}, "a@0 c@1", ""},
+		{"held beats unwatched", setup{held: true}, setup{watched: true}, "a@0 c@1", ""},
+		{"all held: MULTI_SCREEN_UNAVAILABLE", setup{held: true}, setup{held: true}, "a@0 b@1", shared.CodeMultiScreen},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, 2, 0)
+			base := f.clk.Now()
+			for _, x := range []struct {
+				id string
+				s  setup
+			}{{"a", tc.a}, {"b", tc.b}} {
+				_, err := f.m.Ensure(ctxT(t), x.id)
+				require.NoError(t, err)
+				if x.s.held {
+					_, err := f.m.Leases().Acquire(x.id, lease.Agent, "run-"+x.id, time.Hour)
+					require.NoError(t, err)
+				}
+				if x.s.watched {
+					_, err := f.m.Watch(x.id)
+					require.NoError(t, err)
+				}
+				s := f.m.Get(x.id)
+				f.m.mu.Lock()
+				s.lastUsed = base.Add(-x.s.usedAgo)
+				f.m.mu.Unlock()
+			}
+			_, err := f.m.Ensure(ctxT(t), "c")
+			require.Equal(t, tc.wantCode, codeOf(err))
+			require.Equal(t, tc.wantRunning, f.running())
+		})
+	}
+}
+
+func TestWatchNeverStarts(t *testing.T) {
+	f := newFixture(t, 2, 0)
+	release, err := f.m.Watch("a")
+	require.NoError(t, err)
+	in, ok := f.m.Info("a")
+	require.True(t, ok)
+	require.Equal(t, shared.StateStopped, in.State)
+	require.Equal(t, 1, in.Watchers)
+	release()
+	release()
+	in, _ = f.m.Info("a")
+	require.Equal(t, 0, in.Watchers)
+	require.EqualValues(t, 0, f.be.starts.Load())
+}
+
+func TestIdleStop(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		held     bool
+		after    time.Duration
+		wantStop bool
+	}{
+		{"used recently", false, 19 * time.Minute, false},
+		{"idle too long", false, 20 * time.Minute, true},
+		{"idle but held", true, 30 * time.Minute, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, 4, 20*time.Minute)
+			_, err := f.m.Ensure(ctxT(t), "a")
+			require.NoError(t, err)
+			if tc.held {
+				_, err := f.m.Leases().Acquire("a", lease.Agent, "run", time.Hour)
+				require.NoError(t, err)
+			}
+			f.clk.advance(tc.after)
+			f.m.Sweep()
+			if tc.wantStop {
+				eventually(t, "idle stop", func() bool { return f.running() == "" })
+				require.Contains(t, f.be.events(), "stop a")
+			} else {
+				time.Sleep(20 * time.Millisecond)
+				require.Equal(t, "a@0", f.running())
+			}
+		})
+	}
+}
+
+func TestLeaseSweptEveryRun(t *testing.T) {
+	f := newFixture(t, 4, 0)
+	_, err := f.m.Register("a")
+	require.NoError(t, err)
+	_, err = f.m.Leases().Acquire("a", lease.Agent, "run", 10*time.Second)
+	require.NoError(t, err)
+	f.clk.advance(11 * time.Second)
+	f.m.Sweep()
+	require.True(t, f.ev.has("lease a expired"))
+}
+
+func TestStopRunsBeforeStopHooksFirst(t *testing.T) {
+	f := newFixture(t, 4, 0)
+	f.m.BeforeStop(func(ctx context.Context, s *Screen) { f.be.record("browser " + s.ID) })
+	_, err := f.m.Ensure(ctxT(t), "a")
+	require.NoError(t, err)
+	require.NoError(t, f.m.Stop(ctxT(t), "a"))
+	require.Equal(t, "start a slot=0\nbrowser a\nstop a", f.be.events())
+}
+
+func TestForgetDeletesProfile(t *testing.T) {
+	f := newFixture(t, 4, 0)
+	_, err := f.m.Ensure(ctxT(t), "a")
+	require.NoError(t, err)
+	dir := f.m.ProfileDir("a")
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "chromium"), 0o700))
+	_, err = f.m.Leases().Acquire("a", lease.Agent, "run", 0)
+	require.NoError(t, err)
+	require.NoError(t, f.m.Forget(ctxT(t), "a"))
+	require.NoDirExists(t, dir)
+	require.Nil(t, f.m.Get("a"))
+	require.False(t, f.m.Leases().Held("a"))
+	require.Contains(t, f.be.events(), "stop a")
+	require.Equal(t, shared.CodeNotFound, codeOf(f.m.WithLease(ctxT(t), "a", "x", func(context.Context, *Screen) error { return nil })))
+}
+
+func leased(t *testing.T, f *fixture, id string, kind lease.Kind) lease.Lease {
+	t.Helper()
+	_, err := f.m.Register(id)
+	require.NoError(t, err)
+	l, err := f.m.Leases().Acquire(id, kind, "h-"+string(kind), 0)
+	require.NoError(t, err)
+	return l
+}
+
+func act(f *fixture, ctx context.Context, id, leaseID string, actions ...shared.Action) (*ActResult, error) {
+	var res *ActResult
+	err := f.m.WithLease(ctx, id, leaseID, func(ctx context.Context, s *Screen) error {
+		var err error
+		res, err = s.Act(ctx, actions)
+		return err
+	})
+	return res, err
+}
+
+func TestLeaseRules(t *testing.T) {
+	f := newFixture(t, 4, 0)
+	l := leased(t, f, "a", lease.Agent)
+	move := shared.Action{Type: shared.ActionMove, X: intp(1), Y: intp(2)}
+	_, err := act(f, ctxT(t), "a", "wrong", move)
+	require.Equal(t, shared.CodeLeaseRequired, codeOf(err))
+	_, err = act(f, ctxT(t), "a", "", move)
+	require.Equal(t, shared.CodeLeaseRequired, codeOf(err))
+	res, err := act(f, ctxT(t), "a", l.ID, move)
+	require.NoError(t, err)
+	require.True(t, res.Results[0].OK)
+	require.NotEmpty(t, res.Observation.Image)
+	_, err = act(f, ctxT(t), "nope", l.ID, move)
+	require.Equal(t, shared.CodeNotFound, codeOf(err))
+}
+
+func TestPreemptionCancelsInFlightAction(t *testing.T) {
+	f := newFixture(t, 4, 0)
+	l := leased(t, f, "a", lease.Agent)
+	s, err := f.m.Ensure(ctxT(t), "a")
+	require.NoError(t, err)
+	gen := s.Generation()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := act(f, ctxT(t), "a", l.ID, shared.Action{Type: shared.ActionType, Text: strp("block")})
+		errc <- err
+	}()
+	<-f.be.stack("a").drv.started
+	u, err := f.m.Leases().Acquire("a", lease.User, "ann", 0)
+	require.NoError(t, err)
+	select {
+	case err := <-errc:
+		require.Equal(t, shared.CodeUserHasControl, codeOf(err))
+	case <-time.After(5 * time.Second):
+		t.Fatal("the in-flight action was not cut off")
+	}
+	require.Greater(t, s.Generation(), gen)
+	require.True(t, f.ev.has("preempted a preempted"))
+	// The agent's old lease now meets the user.
+	_, err = act(f, ctxT(t), "a", l.ID, shared.Action{Type: shared.ActionScreenshot})
+	require.Equal(t, shared.CodeUserHasControl, codeOf(err))
+	// The user acts.
+	_, err = act(f, ctxT(t), "a", u.ID, shared.Action{Type: shared.ActionScreenshot})
+	require.NoError(t, err)
+}
+
+func TestPreemptionDuringWaitReturnsNoFrame(t *testing.T) {
+	f := newFixture(t, 4, 0)
+	l := leased(t, f, "a", lease.Agent)
+	_, err := f.m.Ensure(ctxT(t), "a")
+	require.NoError(t, err)
+	errc := make(chan error, 1)
+	var res *ActResult
+	go func() {
+		var err error
+		res, err = act(f, ctxT(t), "a", l.ID, shared.Action{Type: shared.ActionWait, Ms: intp(5000)})
+		errc <- err
+	}()
+	eventually(t, "in flight", func() bool {
+		s := f.m.Get("a")
+		s.inMu.Lock()
+		defer s.inMu.Unlock()
+		return len(s.inflight) == 1
+	})
+	start := time.Now()
+	_, err = f.m.Leases().Acquire("a", lease.User, "ann", 0)
+	require.NoError(t, err)
+	require.Equal(t, shared.CodeUserHasControl, codeOf(<-errc))
+	require.Nil(t, res)
+	require.Less(t, time.Since(start), time.Second)
+}
+
+func TestFIFOKeepsArrivalOrder(t *testing.T) {
+	var q fifo
+	rel, err := q.acquire(ctxT(t))
+	require.NoError(t, err)
+	var mu sync.Mutex
+	var order []int
+	var wg sync.WaitGroup
+	for i := 0; i < 6; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := q.acquire(ctxT(t))
+			require.NoError(t, err)
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			r()
+		}()
+		eventually(t, "queued", func() bool { return q.queued() == i+1 })
+	}
+	rel()
+	wg.Wait()
+	require.Equal(t, []int{0, 1, 2, 3, 4, 5}, order)
+}
+
+func TestFIFOAbandonedWaiter(t *testing.T) {
+	var q fifo
+	rel, err := q.acquire(ctxT(t))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { _, err := q.acquire(ctx); errc <- err }()
+	eventually(t, "queued", func() bool { return q.queued() == 1 })
+	cancel()
+	require.ErrorIs(t, <-errc, context.Canceled)
+	rel()
+	rel2, err := q.acquire(ctxT(t))
+	require.NoError(t, err)
+	rel2()
+}
+
+func TestActionsOnOneScreenRunInArrivalOrder(t *testing.T) {
+	f := newFixture(t, 4, 0)
+	l := leased(t, f, "a", lease.Agent)
+	_, err := f.m.Ensure(ctxT(t), "a")
+	require.NoError(t, err)
+	s := f.m.Get("a")
+	hold := make(chan struct{})
+	go func() {
+		_ = f.m.WithLease(ctxT(t), "a", l.ID, func(context.Context, *Screen) error { <-hold; return nil })
+	}()
+	eventually(t, "first holds the queue", func() bool { s.q.mu.Lock(); defer s.q.mu.Unlock(); return s.q.busy })
+	var wg sync.WaitGroup
+	for i := 0; i < 5; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := act(f, ctxT(t), "a", l.ID, shared.Action{Type: shared.ActionMove, X: intp(i), Y: intp(0)})
+			require.NoError(t, err)
+		}()
+		eventually(t, "queued", func() bool { return s.q.queued() == i+1 })
+	}
+	close(hold)
+	wg.Wait()
+	require.Equal(t, []string{"move:0", "move:1", "move:2", "move:3", "move:4"}, f.be.stack("a").drv.actions())
+}
+
+func TestTwoScreensActInParallel(t *testing.T) {
+	f := newFixture(t, 4, 0)
+	la, lb := leased(t, f, "a", lease.Agent), leased(t, f, "b", lease.Agent)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for _, x := range []struct{ id, l string }{{"a", la.ID}, {"b", lb.ID}} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := act(f, ctxT(t), x.id, x.l, shared.Action{Type: shared.ActionWait, Ms: intp(300)})
+			require.NoError(t, err)
+		}()
+	}
+	wg.Wait()
+	require.Less(t, time.Since(start), 550*time.Millisecond, "screens should not wait for each other")
+}
+
+func TestDisplayGoneMarksCrashedAndRestarts(t *testing.T) {
+	f := newFixture(t, 4, 0)
+	l := leased(t, f, "a", lease.Agent)
+	_, err := f.m.Ensure(ctxT(t), "a")
+	require.NoError(t, err)
+	_, err = act(f, ctxT(t), "a", l.ID, shared.Action{Type: shared.ActionType, Text: strp("gone")})
+	require.Equal(t, shared.CodeScreenUnavailable, codeOf(err))
+	eventually(t, "crashed", func() bool { in, _ := f.m.Info("a"); return in.State == shared.StateCrashed && in.Slot == nil })
+	_, err = act(f, ctxT(t), "a", l.ID, shared.Action{Type: shared.ActionScreenshot})
+	require.NoError(t, err)
+	require.EqualValues(t, 2, f.be.starts.Load())
+}
+
+func TestCrashWatcher(t *testing.T) {
+	f := newFixture(t, 4, 0)
+	_, err := f.m.Ensure(ctxT(t), "a")
+	require.NoError(t, err)
+	f.be.stack("a").die()
+	eventually(t, "crashed", func() bool { in, _ := f.m.Info("a"); return in.State == shared.StateCrashed && in.Slot == nil })
+	require.True(t, f.ev.has("screen a crashed"))
+	_, err = f.m.Ensure(ctxT(t), "a")
+	require.NoError(t, err)
+	require.Equal(t, "a@0", f.running())
+}
+
+func TestStartFailure(t *testing.T) {
+	f := newFixture(t, 4, 0)
+	f.be.fail = true
+	_, err := f.m.Ensure(ctxT(t), "a")
+	require.Equal(t, shared.CodeScreenUnavailable, codeOf(err))
+	in, _ := f.m.Info("a")
+	require.Equal(t, shared.StateCrashed, in.State)
+	require.Nil(t, in.Slot, "a failed start frees its slot")
+}
+
+func TestUnchangedFrame(t *testing.T) {
+	f := newFixture(t, 4, 0)
+	l := leased(t, f, "a", lease.Agent)
+	observe := func(leaseID string) *Observation {
+		var obs *Observation
+		require.NoError(t, f.m.WithLease(ctxT(t), "a", leaseID, func(ctx context.Context, s *Screen) error {
+			var err error
+			obs, err = s.Observe(ctx)
+			return err
+		}))
+		return obs
+	}
+	o1 := observe(l.ID)
+	require.False(t, o1.Unchanged)
+	require.NotEmpty(t, o1.Image)
+	o2 := observe(l.ID)
+	require.True(t, o2.Unchanged)
+	require.Empty(t, o2.Image)
+	require.Equal(t, o1.FrameHash, o2.FrameHash)
+	require.Equal(t, o1.Pointer, o2.Pointer)
+	f.be.stack("a").drv.setHash(2)
+	o3 := observe(l.ID)
+	require.False(t, o3.Unchanged)
+	require.NotEmpty(t, o3.Image)
+	// A new holder has never seen the frame: it gets the bytes.
+	require.NoError(t, f.m.Leases().Release("a", l.ID))
+	l2, err := f.m.Leases().Acquire("a", lease.Agent, "run2", 0)
+	require.NoError(t, err)
+	o4 := observe(l2.ID)
+	require.False(t, o4.Unchanged)
+	require.NotEmpty(t, o4.Image)
+}
+
+func TestValidID(t *testing.T) {
+	for id, ok := range map[string]bool{
+		"a": true, "bot-1_X": true, string(make([]byte, 65)): false, "": false,
+		"a/b": false, "..": false, "a b": false, "é": false,
+	} {
+		require.Equal(t, ok, ValidID(id) == nil, "%q", id)
+	}
+}

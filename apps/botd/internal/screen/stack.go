@@ -1,0 +1,380 @@
+package screen
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/open-bot/computer/apps/botd/internal/runner"
+	"github.com/open-bot/computer/apps/botd/internal/supervisor"
+	"github.com/open-bot/computer/pkg/shared"
+)
+
+// backend starts a screen's processes; the real one is procBackend, unit
+// tests use a fake.
+type backend interface {
+	start(ctx context.Context, s *Screen, slot int) (stack, error)
+}
+
+// stack is one running screen's processes.
+type stack interface {
+	// died is closed when the display died on its own.
+	died() <-chan struct{}
+	// stop ends launched apps, then the session and x11vnc, then X.
+	stop(ctx context.Context) error
+	driver() Driver
+	// launch starts argv on the screen as the desktop user.
+	launch(ctx context.Context, name string, argv []string) (pid int, err error)
+}
+
+// procBackend runs the real stack under the supervisor, every process as
+// the desktop user:
+//
+//	Xvfb :N -screen 0 1280x800x24 -auth <cookie file> -nolisten tcp
+//	dbus-daemon --session  (XFCE's settings daemon and friends need a bus)
+//	xfwm4, xfce4-panel, xfdesktop
+//	x11vnc -localhost -shared -forever -threads (never exposed)
+//
+// "running" is detected, never slept for: X accepts our cookie, then the
+// window manager has set _NET_SUPPORTING_WM_CHECK, and x11vnc answers with
+// its RFB banner.
+type procBackend struct{ m *Manager }
+
+// procStack is a running procBackend screen.
+type procStack struct {
+	m       *Manager
+	id      string
+	slot    int
+	runDir  string
+	xvfb    *supervisor.Proc
+	session []*supervisor.Proc // dbus, xfwm4, panel, desktop, x11vnc
+	drv     Driver
+
+	// mu guards apps.
+	mu   sync.Mutex
+	apps []*supervisor.Proc
+}
+
+func (p *procStack) died() <-chan struct{} { return p.xvfb.Done() }
+func (p *procStack) driver() Driver        { return p.drv }
+
+// env is the environment of every process on the screen.
+func (b *procBackend) env(slot int, runDir string) []string {
+	m := b.m
+	return []string{
+		"HOME=" + m.DesktopHome(),
+		"DISPLAY=:" + strconv.Itoa(m.display(slot)),
+		"XAUTHORITY=" + m.xauthPath(slot),
+		"XDG_RUNTIME_DIR=" + runDir,
+		"DBUS_SESSION_BUS_ADDRESS=unix:path=" + filepath.Join(runDir, "bus"),
+		"XDG_CURRENT_DESKTOP=XFCE",
+		"XDG_SESSION_DESKTOP=xfce",
+		"XDG_SESSION_TYPE=x11",
+		// No accessibility bus: it costs two processes per screen.
+		"NO_AT_BRIDGE=1",
+	}
+}
+
+// runDirFor is the screen's runtime directory (sockets); it is keyed by the
+// display number, which is unique on the host, and kept short because unix
+// socket paths are.
+func runDirFor(display int) string { return fmt.Sprintf("/tmp/botd-screen-%d", display) }
+
+func (b *procBackend) start(ctx context.Context, s *Screen, slot int) (st stack, err error) {
+	m := b.m
+	u := m.o.Desktop
+	disp := m.display(slot)
+	runDir := runDirFor(disp)
+
+	// Filesystem: the desktop home and the profile dir (desktop-owned), a
+	// fresh runtime dir, the X socket dir, and a new cookie for this start.
+	if err := ensureDir(m.DesktopHome(), 0o755, int(u.UID), int(u.GID)); err != nil {
+		return nil, err
+	}
+	if err := ensureDir(filepath.Join(m.DesktopHome(), "screens"), 0o755, int(u.UID), int(u.GID)); err != nil {
+		return nil, err
+	}
+	if err := ensureDir(m.ProfileDir(s.ID), 0o700, int(u.UID), int(u.GID)); err != nil {
+		return nil, err
+	}
+	_ = os.RemoveAll(runDir)
+	if err := ensureDir(runDir, 0o700, int(u.UID), int(u.GID)); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll("/tmp/.X11-unix", 0o1777); err != nil {
+		return nil, fmt.Errorf("x socket dir: %w", err)
+	}
+	cookie, err := newCookie()
+	if err != nil {
+		return nil, err
+	}
+	xauth := m.xauthPath(slot)
+	if err := writeXauthority(xauth, cookie, int(u.UID), int(u.GID)); err != nil {
+		return nil, err
+	}
+
+	ps := &procStack{m: m, id: s.ID, slot: slot, runDir: runDir}
+	defer func() {
+		if err != nil {
+			sctx, cancel := context.WithTimeout(context.Background(), StopTimeout)
+			defer cancel()
+			_ = ps.stop(sctx)
+		}
+	}()
+	env := b.env(slot, runDir)
+	spec := func(name string, restart supervisor.Restart, argv []string, ready func(context.Context) error) supervisor.Spec {
+		return supervisor.Spec{
+			Name:    fmt.Sprintf("%s:%s", name, s.ID),
+			Restart: restart,
+			Cmd:     runner.Spec{Argv: argv, User: &u, Env: env, Dir: m.DesktopHome()},
+			Ready:   ready,
+		}
+	}
+	sup := m.o.Supervisor
+
+	// 1. X. It is the screen: when it dies the screen has crashed, so it is
+	// never restarted behind our back (the next Ensure starts a new stack
+	// with a new cookie).
+	ps.xvfb, err = sup.Start(spec("xvfb", supervisor.RestartNever,
+		[]string{"Xvfb", ":" + strconv.Itoa(disp), "-screen", "0", fmt.Sprintf("%dx%dx24", Width, Height),
+			"-auth", xauth, "-nolisten", "tcp", "-noreset"},
+		func(ctx context.Context) error { return pollX(ctx, disp, cookie, false) }))
+	if err != nil {
+		return nil, fmt.Errorf("start xvfb: %w", err)
+	}
+	if err := ps.xvfb.WaitRunning(ctx); err != nil {
+		return nil, fmt.Errorf("xvfb: %w", err)
+	}
+
+	// 2. The session bus, then the XFCE pieces and x11vnc side by side.
+	bus := filepath.Join(runDir, "bus")
+	dbus, err := sup.Start(spec("dbus", supervisor.RestartAlways,
+		[]string{"dbus-daemon", "--session", "--nofork", "--nopidfile", "--address=unix:path=" + bus},
+		func(ctx context.Context) error { return pollDial(ctx, "unix", bus, nil) }))
+	if err != nil {
+		return nil, fmt.Errorf("start dbus: %w", err)
+	}
+	ps.session = append(ps.session, dbus)
+	if err := dbus.WaitRunning(ctx); err != nil {
+		return nil, fmt.Errorf("dbus: %w", err)
+	}
+	vncAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(m.vncPort(slot)))
+	for _, p := range []struct {
+		name  string
+		argv  []string
+		ready func(context.Context) error
+	}{
+		{"xfwm4", []string{"xfwm4", "--compositor=off"}, func(ctx context.Context) error { return pollX(ctx, disp, cookie, true) }},
+		{"xfce4-panel", []string{"xfce4-panel"}, nil},
+		{"xfdesktop", []string{"xfdesktop"}, nil},
+		{"x11vnc", []string{"x11vnc", "-display", ":" + strconv.Itoa(disp), "-auth", xauth,
+			"-localhost", "-shared", "-forever", "-threads", "-rfbport", strconv.Itoa(m.vncPort(slot)),
+			"-nopw", "-quiet", "-noxdamage"},
+			func(ctx context.Context) error { return pollDial(ctx, "tcp", vncAddr, isRFB) }},
+	} {
+		proc, err := sup.Start(spec(p.name, supervisor.RestartAlways, p.argv, p.ready))
+		if err != nil {
+			return nil, fmt.Errorf("start %s: %w", p.name, err)
+		}
+		ps.session = append(ps.session, proc)
+	}
+	for _, p := range ps.session {
+		if err := p.WaitRunning(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if m.o.NewDriver != nil {
+		ps.drv, err = m.o.NewDriver(Target{Display: ":" + strconv.Itoa(disp), XAuthority: xauth, User: &u, Width: Width, Height: Height})
+		if err != nil {
+			return nil, fmt.Errorf("driver: %w", err)
+		}
+	}
+	return ps, nil
+}
+
+// stop ends everything that draws (launched apps first, then the session
+// and x11vnc in parallel), then X. The caller has already stopped the
+// browser through the BeforeStop hooks.
+func (p *procStack) stop(ctx context.Context) error {
+	if p.drv != nil {
+		_ = p.drv.Close()
+	}
+	p.mu.Lock()
+	apps := p.apps
+	p.apps = nil
+	p.mu.Unlock()
+	var errs []error
+	stopAll := func(procs []*supervisor.Proc) {
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		for _, pr := range procs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := pr.Stop(ctx); err != nil {
+					mu.Lock()
+					errs = append(errs, fmt.Errorf("stop %s: %w", pr.Name(), err))
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	stopAll(apps)
+	stopAll(p.session)
+	if p.xvfb != nil {
+		stopAll([]*supervisor.Proc{p.xvfb})
+	}
+	_ = os.RemoveAll(p.runDir)
+	return errors.Join(errs...)
+}
+
+// launch starts an application on the screen (restart=never: closing it on
+// the desktop leaves it closed). It is stopped with the screen.
+func (p *procStack) launch(ctx context.Context, name string, argv []string) (int, error) {
+	b := &procBackend{m: p.m}
+	u := p.m.o.Desktop
+	proc, err := p.m.o.Supervisor.Start(supervisor.Spec{
+		Name:    fmt.Sprintf("app:%s:%s", p.id, name),
+		Restart: supervisor.RestartNever,
+		Cmd:     runner.Spec{Argv: argv, User: &u, Env: b.env(p.slot, p.runDir), Dir: p.m.DesktopHome()},
+	})
+	if err != nil {
+		return 0, err
+	}
+	p.mu.Lock()
+	kept := p.apps[:0]
+	for _, a := range p.apps {
+		select {
+		case <-a.Done():
+		default:
+			kept = append(kept, a)
+		}
+	}
+	p.apps = append(kept, proc)
+	p.mu.Unlock()
+	if err := proc.WaitRunning(ctx); err != nil {
+		if proc.State() == shared.StateStopped {
+			return 0, nil // handed its work to a running instance and exited 0
+		}
+		return 0, err
+	}
+	return proc.Pid(), nil
+}
+
+// ensureDir creates dir (parents root 0755) and forces owner and mode.
+func ensureDir(dir string, mode os.FileMode, uid, gid int) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("prepare %s: %w", dir, err)
+	}
+	if err := os.Lchown(dir, uid, gid); err != nil {
+		return fmt.Errorf("chown %s: %w", dir, err)
+	}
+	if err := os.Chmod(dir, mode); err != nil {
+		return fmt.Errorf("chmod %s: %w", dir, err)
+	}
+	return nil
+}
+
+// pollInterval is how often readiness is probed.
+const pollInterval = 10 * time.Millisecond
+
+// pollX waits until display accepts cookie (and, with wm, until a window
+// manager is up).
+func pollX(ctx context.Context, display int, cookie []byte, wm bool) error {
+	var last error
+	for {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		x, err := dialX(pctx, display, cookie)
+		if err == nil {
+			ok := true
+			if wm {
+				ok, err = x.wmRunning()
+			}
+			x.Close()
+			if err == nil && ok {
+				cancel()
+				return nil
+			}
+		}
+		cancel()
+		if err != nil {
+			last = err
+		}
+		select {
+		case <-ctx.Done():
+			if last != nil {
+				return fmt.Errorf("%w (last: %v)", ctx.Err(), last)
+			}
+			return ctx.Err()
+		case <-time.After(pollInterval):
+		}
+	}
+}
+
+// pollDial waits until addr accepts a connection (and check, when set,
+// accepts what it says first).
+func pollDial(ctx context.Context, network, addr string, check func(net.Conn) error) error {
+	for {
+		var d net.Dialer
+		dctx, cancel := context.WithTimeout(ctx, time.Second)
+		c, err := d.DialContext(dctx, network, addr)
+		cancel()
+		if err == nil {
+			if check != nil {
+				_ = c.SetDeadline(time.Now().Add(time.Second))
+				err = check(c)
+			}
+			c.Close()
+			if err == nil {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(pollInterval):
+		}
+	}
+}
+
+// isRFB checks that the listener speaks RFB (so a stale process on the
+// port is not mistaken for our x11vnc).
+func isRFB(c net.Conn) error {
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if !strings.HasPrefix(line, "RFB ") {
+		return errors.New("not RFB")
+	}
+	return nil
+}
+
+// slotFreeOnHost reports whether nothing outside botd uses slot: no live X
+// server holds its display lock and nothing listens on its VNC port.
+func (m *Manager) slotFreeOnHost(slot int) bool {
+	disp := m.display(slot)
+	if b, err := os.ReadFile(fmt.Sprintf("/tmp/.X%d-lock", disp)); err == nil {
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 0 {
+			if err := syscall.Kill(pid, 0); err == nil || errors.Is(err, syscall.EPERM) {
+				return false
+			}
+		}
+	}
+	c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(m.vncPort(slot))), 200*time.Millisecond)
+	if err == nil {
+		c.Close()
+		return false
+	}
+	return true
+}
