@@ -14,6 +14,7 @@ import (
 const usage = `usage: worker <command> [flags]
 
 commands:
+  serve    run the worker's API (runs, SSE events, direct tool calls)
   egress   run the egress agent (botd's tunnel mode dials out through it)
 `
 
@@ -26,6 +27,8 @@ func main() {
 	defer stop()
 	var err error
 	switch os.Args[1] {
+	case "serve":
+		err = runServe(ctx, os.Args[2:])
 	case "egress":
 		err = runEgress(ctx, os.Args[2:])
 	case "-h", "--help", "help":

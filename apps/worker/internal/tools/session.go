@@ -1,0 +1,182 @@
+// Package tools is the teammates' tool set: each tool's schema for the model
+// and its implementation as calls to botd, under the session's agent lease
+// on the bot's own screen namespace.
+package tools
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/open-bot/computer/pkg/shared"
+	"github.com/open-bot/computer/pkg/shared/client"
+)
+
+// LeaseTTL is how long an agent lease lives without use; botd renews it on use.
+const LeaseTTL = 120 * time.Second
+
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// ValidID reports whether id is a valid bot or screen id.
+func ValidID(id string) bool { return idPattern.MatchString(id) }
+
+// InNamespace is the screen namespace rule: a screen id must equal the bot id
+// or start with "<bot-id>-". Anything looser would let a caller address
+// another teammate's display.
+func InNamespace(botID, screenID string) bool {
+	return ValidID(botID) && ValidID(screenID) && (screenID == botID || strings.HasPrefix(screenID, botID+"-"))
+}
+
+// Session is one caller's use of the tools: a run, or a direct harness.
+type Session struct {
+	Botd   *client.Client
+	BotID  string
+	Holder string // lease holder name (the run id)
+	// Takeover is called by request_takeover and blocks until a person is
+	// done (nil: the tool reports that takeover is not available here).
+	Takeover func(ctx context.Context, screen, reason string) error
+
+	// mu guards leases.
+	mu     sync.Mutex
+	leases map[string]string // screen id → lease id
+}
+
+// NewSession returns a session for botID.
+func NewSession(botd *client.Client, botID, holder string) (*Session, error) {
+	if !ValidID(botID) {
+		return nil, fmt.Errorf("invalid bot id %q: want [A-Za-z0-9_-]{1,64}", botID)
+	}
+	return &Session{Botd: botd, BotID: botID, Holder: holder, leases: map[string]string{}}, nil
+}
+
+// screen resolves the optional screen argument under the namespace rule.
+func (s *Session) screen(arg string) (string, error) {
+	if arg == "" {
+		return s.BotID, nil
+	}
+	if !InNamespace(s.BotID, arg) {
+		return "", &ToolError{Code: shared.CodeForbidden, Msg: fmt.Sprintf("screen %q is not yours: use %q or an id starting with %q", arg, s.BotID, s.BotID+"-")}
+	}
+	return arg, nil
+}
+
+// lease returns the session's agent lease on screen, starting the screen and
+// acquiring the lease on first use.
+func (s *Session) lease(ctx context.Context, screen string) (string, error) {
+	s.mu.Lock()
+	id := s.leases[screen]
+	s.mu.Unlock()
+	if id != "" {
+		return id, nil
+	}
+	if _, err := s.Botd.StartScreen(ctx, screen); err != nil {
+		return "", err
+	}
+	l, err := s.Botd.AcquireLease(ctx, screen, "agent", s.Holder, LeaseTTL)
+	if err != nil {
+		return "", err
+	}
+	s.mu.Lock()
+	s.leases[screen] = l.LeaseID
+	s.mu.Unlock()
+	return l.LeaseID, nil
+}
+
+// forget drops a lease botd no longer honours, so the next call acquires anew.
+func (s *Session) forget(screen string) {
+	s.mu.Lock()
+	delete(s.leases, screen)
+	s.mu.Unlock()
+}
+
+// withLease runs fn under the screen's lease; when botd says the lease is
+// stale (expired or swept) it acquires a new one and tries once more. A user
+// holding the screen is reported, never fought.
+func (s *Session) withLease(ctx context.Context, screen string, fn func(leaseID string) error) error {
+	for attempt := 0; ; attempt++ {
+		id, err := s.lease(ctx, screen)
+		if err != nil {
+			return err
+		}
+		err = fn(id)
+		if attempt == 0 && client.CodeOf(err) == shared.CodeLeaseRequired {
+			s.forget(screen)
+			continue
+		}
+		if client.CodeOf(err) == shared.CodeUserHasControl {
+			s.forget(screen)
+		}
+		return err
+	}
+}
+
+// Release gives back every lease the session holds.
+func (s *Session) Release(ctx context.Context) {
+	s.mu.Lock()
+	leases := s.leases
+	s.leases = map[string]string{}
+	s.mu.Unlock()
+	for screen, id := range leases {
+		_ = s.Botd.ReleaseLease(ctx, screen, id)
+	}
+}
+
+// HeldLeases lists the screens the session holds a lease on.
+func (s *Session) HeldLeases() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]string, 0, len(s.leases))
+	for k := range s.leases {
+		out = append(out, k)
+	}
+	return out
+}
+
+// ToolError is an error the model can read: a code and a message.
+type ToolError struct {
+	Code shared.Code
+	Msg  string
+}
+
+func (e *ToolError) Error() string { return fmt.Sprintf("%s: %s", e.Code, e.Msg) }
+
+// describe turns any error into the text the model sees: botd's code and
+// message when it is a botd error, the tool error's, or a generic line.
+func describe(err error) string {
+	var te *ToolError
+	if errors.As(err, &te) {
+		return "error: " + te.Error()
+	}
+	var be *client.Error
+	if errors.As(err, &be) {
+		return fmt.Sprintf("error: %s: %s", be.Code, be.Message)
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return "error: timeout: the computer did not answer in time"
+	}
+	if errors.Is(err, context.Canceled) {
+		return "error: cancelled"
+	}
+	return "error: " + err.Error()
+}
+
+// status of err for the direct HTTP API.
+func statusOf(err error) int {
+	var be *client.Error
+	if errors.As(err, &be) {
+		return be.Status
+	}
+	var te *ToolError
+	if errors.As(err, &te) {
+		if te.Code == shared.CodeForbidden {
+			return http.StatusForbidden
+		}
+		return http.StatusBadRequest
+	}
+	return http.StatusBadGateway
+}

@@ -1,0 +1,378 @@
+package tools
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/open-bot/computer/pkg/shared"
+	"github.com/open-bot/computer/pkg/shared/client"
+)
+
+// MaxFileRead caps file_read output to what a model can use.
+const MaxFileRead = 256 << 10
+
+// Content is one item of a tool's output.
+type Content struct {
+	Type string `json:"type"` // "text" or "image"
+	Text string `json:"text,omitempty"`
+	// ImageURL is a data: URL (image/jpeg;base64) for images.
+	ImageURL string `json:"imageUrl,omitempty"`
+}
+
+// Result is a tool call's outcome. A failed call still has content: the
+// error text the model reads.
+type Result struct {
+	Success bool      `json:"success"`
+	Content []Content `json:"content"`
+	// Status is the HTTP status for the direct API (200 on success).
+	Status int `json:"-"`
+}
+
+// Tool is one tool: its spec for the model and its implementation.
+type Tool struct {
+	Name        string
+	Description string
+	Schema      string
+	// Graphical tools need a screen; they fail with MULTI_SCREEN_UNAVAILABLE
+	// when none can be had, while shell and file tools keep working.
+	Graphical bool
+	run       func(ctx context.Context, s *Session, args json.RawMessage) ([]Content, error)
+}
+
+const screenProp = `"screen":{"type":"string","description":"Optional screen id: your bot id (default) or one starting with '<bot-id>-'."}`
+
+// All is every tool, in the order offered to the model.
+var All = []Tool{
+	{Name: "computer_observe", Graphical: true,
+		Description: "Take a screenshot of your screen (1280x800; coordinates in the image are screen pixels).",
+		Schema:      `{"type":"object","properties":{` + screenProp + `},"additionalProperties":false}`,
+		run:         observe},
+	{Name: "computer_act", Graphical: true,
+		Description: "Run a batch of desktop actions in order and return one screenshot at the end. Action types: click{x,y,button}, double_click{x,y}, drag{path:[{x,y},...]}, keypress{keys:[...]}, move{x,y}, screenshot{}, scroll{x,y,scroll_x,scroll_y} (pixels, positive y scrolls down), type{text}, wait{ms}.",
+		Schema:      `{"type":"object","properties":{"actions":{"type":"array","minItems":1,"maxItems":50,"items":{"type":"object","properties":{"type":{"type":"string","enum":["click","double_click","drag","keypress","move","screenshot","scroll","type","wait"]},"x":{"type":"integer"},"y":{"type":"integer"},"button":{"type":"string","enum":["left","right","middle"]},"path":{"type":"array","items":{"type":"object","properties":{"x":{"type":"integer"},"y":{"type":"integer"}},"required":["x","y"]}},"keys":{"type":"array","items":{"type":"string"}},"scroll_x":{"type":"integer"},"scroll_y":{"type":"integer"},"text":{"type":"string"},"ms":{"type":"integer"}},"required":["type"]}},` + screenProp + `},"required":["actions"],"additionalProperties":false}`,
+		run:         act},
+	{Name: "open_path", Graphical: true,
+		Description: "Open a URL in your screen's browser, or a workspace path (e.g. shared/report.pdf) in its desktop application.",
+		Schema:      `{"type":"object","properties":{"target":{"type":"string"},` + screenProp + `},"required":["target"],"additionalProperties":false}`,
+		run:         openPath},
+	{Name: "launch_app", Graphical: true,
+		Description: "Start a desktop application on your screen: browser, terminal, files or editor.",
+		Schema:      `{"type":"object","properties":{"app":{"type":"string"},` + screenProp + `},"required":["app"],"additionalProperties":false}`,
+		run:         launchApp},
+	{Name: "browser_read_page", Graphical: true,
+		Description: "Read the page in front of your screen's browser: its URL, title, text and links.",
+		Schema:      `{"type":"object","properties":{` + screenProp + `},"additionalProperties":false}`,
+		run:         readPage},
+	{Name: "shell",
+		Description: "Run a command (an argv array, no shell unless you ask for one: [\"bash\",\"-lc\",\"...\"]) in the workspace as the bot user. cwd is workspace-relative (e.g. bots/<your-id>).",
+		Schema:      `{"type":"object","properties":{"argv":{"type":"array","items":{"type":"string"},"minItems":1},"cwd":{"type":"string"},"timeoutMs":{"type":"integer","minimum":1,"maximum":600000}},"required":["argv"],"additionalProperties":false}`,
+		run:         shell},
+	{Name: "file_read",
+		Description: "Read a workspace file (path relative to the workspace, e.g. bots/<your-id>/notes.md).",
+		Schema:      `{"type":"object","properties":{"path":{"type":"string"}},"required":["path"],"additionalProperties":false}`,
+		run:         fileRead},
+	{Name: "file_write",
+		Description: "Write a workspace file (created or replaced), path relative to the workspace.",
+		Schema:      `{"type":"object","properties":{"path":{"type":"string"},"content":{"type":"string"}},"required":["path","content"],"additionalProperties":false}`,
+		run:         fileWrite},
+	{Name: "file_list",
+		Description: "List a workspace folder (path relative to the workspace; \"\" for the root).",
+		Schema:      `{"type":"object","properties":{"path":{"type":"string"}},"required":["path"],"additionalProperties":false}`,
+		run:         fileList},
+	{Name: "request_takeover",
+		Description: "Ask a person to take control of your screen (to sign in, pass a 2FA prompt, or decide). Waits until they hand it back.",
+		Schema:      `{"type":"object","properties":{"reason":{"type":"string"},` + screenProp + `},"required":["reason"],"additionalProperties":false}`,
+		run:         requestTakeover},
+}
+
+// Find returns the tool named name.
+func Find(name string) (Tool, bool) {
+	for _, t := range All {
+		if t.Name == name {
+			return t, true
+		}
+	}
+	return Tool{}, false
+}
+
+// Call runs tool name with args for s. It never panics on bad input: a
+// malformed call is a failed Result the model can read.
+func Call(ctx context.Context, s *Session, name string, args json.RawMessage) (res Result) {
+	defer func() {
+		if v := recover(); v != nil {
+			res = failed(fmt.Errorf("internal error in %s", name), 500)
+		}
+	}()
+	t, ok := Find(name)
+	if !ok {
+		return failed(&ToolError{Code: shared.CodeNotFound, Msg: fmt.Sprintf("no tool named %q", name)}, 404)
+	}
+	if len(bytes.TrimSpace(args)) == 0 || string(bytes.TrimSpace(args)) == "null" {
+		args = json.RawMessage("{}")
+	}
+	content, err := t.run(ctx, s, args)
+	if err != nil {
+		return failed(err, statusOf(err))
+	}
+	return Result{Success: true, Content: content, Status: 200}
+}
+
+func failed(err error, status int) Result {
+	return Result{Success: false, Content: []Content{{Type: "text", Text: describe(err)}}, Status: status}
+}
+
+// decode reads a tool's arguments strictly, with errors the model can act on.
+func decode(args json.RawMessage, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(args))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return &ToolError{Code: shared.CodeBadRequest, Msg: "invalid arguments: " + strings.TrimPrefix(err.Error(), "json: ")}
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return &ToolError{Code: shared.CodeBadRequest, Msg: "invalid arguments: trailing data after the object"}
+	}
+	return nil
+}
+
+func text(s string) Content { return Content{Type: "text", Text: s} }
+
+func jsonText(v any) Content {
+	b, _ := json.Marshal(v)
+	return text(string(b))
+}
+
+// observation renders a botd observation for the model: the image (unless
+// unchanged) and its metadata.
+func observation(o client.Observation) []Content {
+	meta := map[string]any{"width": o.Width, "height": o.Height, "pointer": o.Pointer, "unchanged": o.Unchanged}
+	if len(o.Blocked) > 0 && string(o.Blocked) != "null" && string(o.Blocked) != "[]" {
+		meta["blocked"] = o.Blocked
+	}
+	out := []Content{jsonText(meta)}
+	if !o.Unchanged && o.Image != "" {
+		out = append(out, Content{Type: "image", ImageURL: "data:image/jpeg;base64," + o.Image})
+	} else if o.Unchanged {
+		out[0].Text += "\n(the screen has not changed since your last screenshot)"
+	}
+	return out
+}
+
+type screenArg struct {
+	Screen string `json:"screen"`
+}
+
+func observe(ctx context.Context, s *Session, raw json.RawMessage) ([]Content, error) {
+	var a screenArg
+	if err := decode(raw, &a); err != nil {
+		return nil, err
+	}
+	screen, err := s.screen(a.Screen)
+	if err != nil {
+		return nil, err
+	}
+	var o client.Observation
+	err = s.withLease(ctx, screen, func(l string) (err error) { o, err = s.Botd.Observe(ctx, screen, l); return })
+	if err != nil {
+		return nil, err
+	}
+	return observation(o), nil
+}
+
+func act(ctx context.Context, s *Session, raw json.RawMessage) ([]Content, error) {
+	var a struct {
+		Actions []shared.Action `json:"actions"`
+		Screen  string          `json:"screen"`
+	}
+	if err := decode(raw, &a); err != nil {
+		return nil, err
+	}
+	if err := shared.ValidateActions(a.Actions, 1280, 800); err != nil {
+		return nil, &ToolError{Code: shared.CodeInvalidAction, Msg: err.Error()}
+	}
+	screen, err := s.screen(a.Screen)
+	if err != nil {
+		return nil, err
+	}
+	var r client.ActResult
+	err = s.withLease(ctx, screen, func(l string) (err error) { r, err = s.Botd.Act(ctx, screen, l, a.Actions); return })
+	if err != nil {
+		return nil, err
+	}
+	out := observation(r.Observation)
+	if len(r.Results) > 0 {
+		out = append([]Content{text("results: " + string(r.Results))}, out...)
+	}
+	return out, nil
+}
+
+func openPath(ctx context.Context, s *Session, raw json.RawMessage) ([]Content, error) {
+	var a struct {
+		Target string `json:"target"`
+		Screen string `json:"screen"`
+	}
+	if err := decode(raw, &a); err != nil {
+		return nil, err
+	}
+	if strings.TrimSpace(a.Target) == "" {
+		return nil, &ToolError{Code: shared.CodeBadRequest, Msg: "target is required"}
+	}
+	screen, err := s.screen(a.Screen)
+	if err != nil {
+		return nil, err
+	}
+	var r json.RawMessage
+	err = s.withLease(ctx, screen, func(l string) (err error) { r, err = s.Botd.Open(ctx, screen, l, a.Target); return })
+	if err != nil {
+		return nil, err
+	}
+	return []Content{text("opened: " + string(r))}, nil
+}
+
+func launchApp(ctx context.Context, s *Session, raw json.RawMessage) ([]Content, error) {
+	var a struct {
+		App    string `json:"app"`
+		Screen string `json:"screen"`
+	}
+	if err := decode(raw, &a); err != nil {
+		return nil, err
+	}
+	screen, err := s.screen(a.Screen)
+	if err != nil {
+		return nil, err
+	}
+	var r json.RawMessage
+	err = s.withLease(ctx, screen, func(l string) (err error) { r, err = s.Botd.Launch(ctx, screen, l, a.App); return })
+	if err != nil {
+		return nil, err
+	}
+	return []Content{text("launched: " + string(r))}, nil
+}
+
+func readPage(ctx context.Context, s *Session, raw json.RawMessage) ([]Content, error) {
+	var a screenArg
+	if err := decode(raw, &a); err != nil {
+		return nil, err
+	}
+	screen, err := s.screen(a.Screen)
+	if err != nil {
+		return nil, err
+	}
+	// Reading needs the screen running but no input: the lease keeps a
+	// person's screen out of reach all the same.
+	var p client.Page
+	err = s.withLease(ctx, screen, func(string) (err error) { p, err = s.Botd.ReadPage(ctx, screen); return })
+	if err != nil {
+		return nil, err
+	}
+	return []Content{jsonText(p)}, nil
+}
+
+func shell(ctx context.Context, s *Session, raw json.RawMessage) ([]Content, error) {
+	var a struct {
+		Argv      []string `json:"argv"`
+		Cwd       string   `json:"cwd"`
+		TimeoutMs int      `json:"timeoutMs"`
+	}
+	if err := decode(raw, &a); err != nil {
+		return nil, err
+	}
+	if len(a.Argv) == 0 {
+		return nil, &ToolError{Code: shared.CodeBadRequest, Msg: "argv needs at least one element"}
+	}
+	r, err := s.Botd.Exec(ctx, client.ExecRequest{Argv: a.Argv, Cwd: a.Cwd, TimeoutMs: a.TimeoutMs})
+	if err != nil {
+		return nil, err
+	}
+	return []Content{jsonText(r)}, nil
+}
+
+func fileRead(ctx context.Context, s *Session, raw json.RawMessage) ([]Content, error) {
+	var a struct {
+		Path string `json:"path"`
+	}
+	if err := decode(raw, &a); err != nil {
+		return nil, err
+	}
+	b, err := s.Botd.ReadFile(ctx, a.Path, MaxFileRead+1)
+	if err != nil {
+		return nil, err
+	}
+	note := ""
+	if len(b) > MaxFileRead {
+		b, note = b[:MaxFileRead], fmt.Sprintf("\n[truncated at %d bytes]", MaxFileRead)
+	}
+	if !utf8.Valid(b) {
+		return []Content{text(fmt.Sprintf("%s is binary (%d bytes shown as nothing); use shell to inspect it", a.Path, len(b)))}, nil
+	}
+	return []Content{text(string(b) + note)}, nil
+}
+
+func fileWrite(ctx context.Context, s *Session, raw json.RawMessage) ([]Content, error) {
+	var a struct {
+		Path    string  `json:"path"`
+		Content *string `json:"content"`
+	}
+	if err := decode(raw, &a); err != nil {
+		return nil, err
+	}
+	if a.Content == nil {
+		return nil, &ToolError{Code: shared.CodeBadRequest, Msg: "content is required"}
+	}
+	if err := s.Botd.WriteFile(ctx, a.Path, []byte(*a.Content)); err != nil {
+		return nil, err
+	}
+	return []Content{text(fmt.Sprintf("wrote %d bytes to %s", len(*a.Content), a.Path))}, nil
+}
+
+func fileList(ctx context.Context, s *Session, raw json.RawMessage) ([]Content, error) {
+	var a struct {
+		Path string `json:"path"`
+	}
+	if err := decode(raw, &a); err != nil {
+		return nil, err
+	}
+	r, err := s.Botd.ListFiles(ctx, a.Path)
+	if err != nil {
+		return nil, err
+	}
+	return []Content{text(string(r))}, nil
+}
+
+func requestTakeover(ctx context.Context, s *Session, raw json.RawMessage) ([]Content, error) {
+	var a struct {
+		Reason string `json:"reason"`
+		Screen string `json:"screen"`
+	}
+	if err := decode(raw, &a); err != nil {
+		return nil, err
+	}
+	screen, err := s.screen(a.Screen)
+	if err != nil {
+		return nil, err
+	}
+	if s.Takeover == nil {
+		return nil, &ToolError{Code: shared.CodeConflict, Msg: "takeover is only available inside a run"}
+	}
+	// Hand the screen over: release our lease so the person's lease is not
+	// a preemption, and wait for them.
+	s.mu.Lock()
+	id := s.leases[screen]
+	delete(s.leases, screen)
+	s.mu.Unlock()
+	if id != "" {
+		_ = s.Botd.ReleaseLease(ctx, screen, id)
+	}
+	if err := s.Takeover(ctx, screen, a.Reason); err != nil {
+		if errors.Is(err, context.Canceled) {
+			return nil, err
+		}
+		return nil, &ToolError{Code: shared.CodeConflict, Msg: err.Error()}
+	}
+	return []Content{text("the person handed the screen back; take a screenshot to see what changed")}, nil
+}

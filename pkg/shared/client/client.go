@@ -1,0 +1,263 @@
+// Package client is a typed client of botd's HTTP API, used by the worker
+// (and tests). It never logs, and its errors never carry the token.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/open-bot/computer/pkg/shared"
+)
+
+// Client talks to one botd.
+type Client struct {
+	base  string
+	token string
+	http  *http.Client
+}
+
+// New returns a client of the botd at baseURL (e.g. http://127.0.0.1:7000).
+func New(baseURL, token string, hc *http.Client) *Client {
+	if hc == nil {
+		hc = &http.Client{Timeout: 5 * time.Minute}
+	}
+	return &Client{base: strings.TrimRight(baseURL, "/"), token: token, http: hc}
+}
+
+// BaseURL is the botd address.
+func (c *Client) BaseURL() string { return c.base }
+
+// Token is the bearer token (for websocket dials by the caller).
+func (c *Client) Token() string { return c.token }
+
+// Error is botd's error envelope with the HTTP status.
+type Error struct {
+	Status  int
+	Code    shared.Code
+	Message string
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("botd %d %s: %s", e.Status, e.Code, e.Message) }
+
+// CodeOf returns the botd error code of err ("" if it is not a botd error).
+func CodeOf(err error) shared.Code {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return ""
+}
+
+// Do sends method path with a JSON body (nil for none) and decodes a JSON
+// reply into out (nil to discard).
+func (c *Client) Do(ctx context.Context, method, path string, body, out any) error {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(b)
+	}
+	resp, err := c.raw(ctx, method, path, rd, "application/json")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if out == nil {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("botd %s %s: decode reply: %w", method, path, err)
+	}
+	return nil
+}
+
+// raw sends a request and returns a 2xx response, or the envelope as *Error.
+func (c *Client) raw(ctx context.Context, method, path string, body io.Reader, ctype string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	if body != nil {
+		req.Header.Set("Content-Type", ctype)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("botd %s %s: %w", method, path, scrub(err, c.token))
+	}
+	if resp.StatusCode/100 == 2 {
+		return resp, nil
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	var env shared.ErrorEnvelope
+	if json.Unmarshal(b, &env) == nil && env.Error.Code != "" {
+		return nil, &Error{Status: resp.StatusCode, Code: env.Error.Code, Message: env.Error.Message}
+	}
+	return nil, &Error{Status: resp.StatusCode, Code: shared.CodeInternal, Message: strings.TrimSpace(string(b))}
+}
+
+// scrub removes the token from an error's text, should a URL carry it.
+func scrub(err error, token string) error {
+	if token == "" || !strings.Contains(err.Error(), token) {
+		return err
+	}
+	return errors.New(strings.ReplaceAll(err.Error(), token, "[redacted]"))
+}
+
+func esc(s string) string { return url.PathEscape(s) }
+
+// Health is GET /health.
+func (c *Client) Health(ctx context.Context) (shared.ComputerHealth, error) {
+	var h shared.ComputerHealth
+	return h, c.Do(ctx, http.MethodGet, "/health", nil, &h)
+}
+
+// Screen is one entry of GET /screens (the fields the worker needs).
+type Screen struct {
+	ID      string `json:"id"`
+	Slot    int    `json:"slot"`
+	Display string `json:"display"`
+	State   string `json:"state"`
+}
+
+// StartScreen is POST /screens/{id}/start.
+func (c *Client) StartScreen(ctx context.Context, id string) (Screen, error) {
+	var s Screen
+	return s, c.Do(ctx, http.MethodPost, "/screens/"+esc(id)+"/start", struct{}{}, &s)
+}
+
+// Lease is a granted lease.
+type Lease struct {
+	LeaseID   string    `json:"leaseId"`
+	Kind      string    `json:"kind"`
+	Holder    string    `json:"holder"`
+	ExpiresAt time.Time `json:"expiresAt"`
+}
+
+// AcquireLease is POST /screens/{id}/lease.
+func (c *Client) AcquireLease(ctx context.Context, id, kind, holder string, ttl time.Duration) (Lease, error) {
+	var l Lease
+	body := map[string]any{"kind": kind, "holder": holder, "ttlSeconds": int(ttl.Seconds())}
+	return l, c.Do(ctx, http.MethodPost, "/screens/"+esc(id)+"/lease", body, &l)
+}
+
+// ReleaseLease is DELETE /screens/{id}/lease/{leaseId}.
+func (c *Client) ReleaseLease(ctx context.Context, id, leaseID string) error {
+	return c.Do(ctx, http.MethodDelete, "/screens/"+esc(id)+"/lease/"+esc(leaseID), nil, nil)
+}
+
+// Observation is a screenshot result.
+type Observation struct {
+	Image     string          `json:"image"`
+	Width     int             `json:"width"`
+	Height    int             `json:"height"`
+	Pointer   shared.Point    `json:"pointer"`
+	FrameHash string          `json:"frameHash"`
+	Unchanged bool            `json:"unchanged"`
+	Blocked   json.RawMessage `json:"blocked,omitempty"`
+}
+
+// Observe is POST /screens/{id}/observe.
+func (c *Client) Observe(ctx context.Context, id, leaseID string) (Observation, error) {
+	var o Observation
+	return o, c.Do(ctx, http.MethodPost, "/screens/"+esc(id)+"/observe", map[string]string{"leaseId": leaseID}, &o)
+}
+
+// ActResult is POST /screens/{id}/act's reply.
+type ActResult struct {
+	Results     json.RawMessage `json:"results"`
+	Observation Observation     `json:"observation"`
+}
+
+// Act is POST /screens/{id}/act.
+func (c *Client) Act(ctx context.Context, id, leaseID string, actions []shared.Action) (ActResult, error) {
+	var r ActResult
+	return r, c.Do(ctx, http.MethodPost, "/screens/"+esc(id)+"/act", map[string]any{"leaseId": leaseID, "actions": actions}, &r)
+}
+
+// Open is POST /screens/{id}/open; the reply is returned as raw JSON.
+func (c *Client) Open(ctx context.Context, id, leaseID, target string) (json.RawMessage, error) {
+	var r json.RawMessage
+	return r, c.Do(ctx, http.MethodPost, "/screens/"+esc(id)+"/open", map[string]string{"leaseId": leaseID, "target": target}, &r)
+}
+
+// Launch is POST /screens/{id}/launch.
+func (c *Client) Launch(ctx context.Context, id, leaseID, app string) (json.RawMessage, error) {
+	var r json.RawMessage
+	return r, c.Do(ctx, http.MethodPost, "/screens/"+esc(id)+"/launch", map[string]string{"leaseId": leaseID, "app": app}, &r)
+}
+
+// Page is the front page as botd reads it.
+type Page struct {
+	URL   string          `json:"url"`
+	Title string          `json:"title"`
+	Text  string          `json:"text"`
+	Links json.RawMessage `json:"links"`
+}
+
+// ReadPage is GET /screens/{id}/browser/page.
+func (c *Client) ReadPage(ctx context.Context, id string) (Page, error) {
+	var p Page
+	return p, c.Do(ctx, http.MethodGet, "/screens/"+esc(id)+"/browser/page", nil, &p)
+}
+
+// ExecRequest is POST /exec's body.
+type ExecRequest struct {
+	Argv      []string          `json:"argv"`
+	Cwd       string            `json:"cwd,omitempty"`
+	Env       map[string]string `json:"env,omitempty"`
+	TimeoutMs int               `json:"timeoutMs,omitempty"`
+}
+
+// ExecResult is POST /exec's reply.
+type ExecResult struct {
+	ExitCode  int    `json:"exitCode"`
+	Stdout    string `json:"stdout"`
+	Stderr    string `json:"stderr"`
+	Truncated bool   `json:"truncated"`
+	TimedOut  bool   `json:"timedOut,omitempty"`
+}
+
+// Exec is POST /exec.
+func (c *Client) Exec(ctx context.Context, req ExecRequest) (ExecResult, error) {
+	var r ExecResult
+	return r, c.Do(ctx, http.MethodPost, "/exec", req, &r)
+}
+
+// ReadFile is GET /files?path=.
+func (c *Client) ReadFile(ctx context.Context, path string, max int64) ([]byte, error) {
+	resp, err := c.raw(ctx, http.MethodGet, "/files?path="+url.QueryEscape(path), nil, "")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	return io.ReadAll(io.LimitReader(resp.Body, max))
+}
+
+// WriteFile is PUT /files?path=.
+func (c *Client) WriteFile(ctx context.Context, path string, data []byte) error {
+	resp, err := c.raw(ctx, http.MethodPut, "/files?path="+url.QueryEscape(path), bytes.NewReader(data), "application/octet-stream")
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	return nil
+}
+
+// ListFiles is GET /files/list?path=; the listing is returned as raw JSON.
+func (c *Client) ListFiles(ctx context.Context, path string) (json.RawMessage, error) {
+	var r json.RawMessage
+	return r, c.Do(ctx, http.MethodGet, "/files/list?path="+url.QueryEscape(path), nil, &r)
+}
