@@ -1,0 +1,197 @@
+// Package browsertest is for tests only: it starts a private Xvfb on a free
+// display in 200–219 with a family-wild Xauthority, makes temporary profile
+// directories the desktop user can use, and launches real Chromium on them.
+package browsertest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/open-bot/computer/apps/botd/internal/browser"
+	"github.com/open-bot/computer/apps/botd/internal/osuser"
+	"github.com/open-bot/computer/apps/botd/internal/runner"
+	"github.com/open-bot/computer/apps/botd/internal/testenv"
+)
+
+// X is a private X server for one test.
+type X struct {
+	Display    string
+	XAuthority string
+	Dir        string
+	Desktop    osuser.User
+}
+
+// Require skips (or fails under CI) unless real Chromium can run here.
+func Require(t testing.TB) osuser.User {
+	t.Helper()
+	testenv.RequireRoot(t)
+	testenv.RequireUsers(t)
+	testenv.RequireTools(t, "Xvfb", "chromium", "unshare")
+	u, err := osuser.Lookup("desktop")
+	if err != nil {
+		testenv.Unavailable(t, "desktop user: %v", err)
+	}
+	return u
+}
+
+// TempDir is a directory the desktop user can reach (t.TempDir is 0700 root).
+func TempDir(t testing.TB, u osuser.User) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "botd-browser-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return dir
+}
+
+// StartX starts Xvfb on the first free display in 200–219 and stops it when
+// the test ends.
+func StartX(t testing.TB, u osuser.User) *X {
+	t.Helper()
+	dir := TempDir(t, u)
+	cookie := make([]byte, 16)
+	_, _ = rand.Read(cookie)
+	auth := filepath.Join(dir, "Xauthority")
+	if err := os.WriteFile(auth, wildEntry(cookie), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(auth, int(u.UID), int(u.GID)); err != nil {
+		t.Fatal(err)
+	}
+	for n := 200; n <= 219; n++ {
+		if _, err := os.Stat("/tmp/.X" + strconv.Itoa(n) + "-lock"); err == nil {
+			continue
+		}
+		p, err := runner.Exec{}.Start(runner.Spec{Argv: []string{"Xvfb", ":" + strconv.Itoa(n), "-screen", "0", "1280x800x24", "-auth", auth, "-nolisten", "tcp"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		exited := make(chan struct{})
+		go func() { _, _ = p.Wait(); close(exited) }()
+		if waitX(n, exited) {
+			t.Cleanup(func() {
+				_ = p.SignalGroup(syscall.SIGTERM)
+				select {
+				case <-exited:
+				case <-time.After(3 * time.Second):
+					_ = p.SignalGroup(syscall.SIGKILL)
+					<-exited
+				}
+			})
+			return &X{Display: ":" + strconv.Itoa(n), XAuthority: auth, Dir: dir, Desktop: u}
+		}
+		_ = p.SignalGroup(syscall.SIGKILL)
+		<-exited
+	}
+	t.Fatal("no free display in 200–219")
+	return nil
+}
+
+func waitX(n int, exited <-chan struct{}) bool {
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-exited:
+			return false
+		default:
+		}
+		c, err := net.Dial("unix", "/tmp/.X11-unix/X"+strconv.Itoa(n))
+		if err == nil {
+			_ = c.Close()
+			return true
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return false
+}
+
+// wildEntry is one Xauthority entry with family Wild (0xffff): it matches
+// any host and display, which Xvfb, Xlib and xgb all accept.
+func wildEntry(cookie []byte) []byte {
+	var b []byte
+	put := func(s []byte) {
+		b = binary.BigEndian.AppendUint16(b, uint16(len(s)))
+		b = append(b, s...)
+	}
+	b = binary.BigEndian.AppendUint16(b, 0xffff)
+	put(nil)
+	put(nil)
+	put([]byte("MIT-MAGIC-COOKIE-1"))
+	put(cookie)
+	return b
+}
+
+// Profile is a fresh profile path under dir (created by the browser).
+func (x *X) Profile(name string) string {
+	return filepath.Join(x.Dir, "screens", name, "chromium")
+}
+
+// Options are browser options for this X server, the desktop user, a
+// profile named name, a SOCKS address nothing listens on (so no page can
+// leave the machine) and test logging.
+func (x *X) Options(t testing.TB, name string) browser.Options {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Join(x.Dir, "screens"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel)
+	u := x.Desktop
+	return browser.Options{
+		ID:          name,
+		Display:     x.Display,
+		XAuthority:  x.XAuthority,
+		ProfileDir:  x.Profile(name),
+		SocksAddr:   "127.0.0.1:9", // discard: nothing leaves unless a test maps a host
+		User:        &u,
+		Log:         &log,
+		CallTimeout: 20 * time.Second,
+	}
+}
+
+// Launch starts a browser and closes it when the test ends.
+func Launch(t testing.TB, o browser.Options) *browser.Browser {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	b, err := browser.Start(ctx, o)
+	if err != nil {
+		t.Fatalf("start chromium: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if err := b.Close(ctx); err != nil {
+			t.Logf("close browser: %v", err)
+		}
+	})
+	return b
+}
+
+// Ctx is a context for one test step.
+func Ctx(t testing.TB, d time.Duration) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// MapHost is a resolver-rule flag that sends host to a local address, for
+// reaching a test server under a real-looking name without DNS or a proxy.
+func MapHost(host, addr string) string {
+	return fmt.Sprintf("--host-resolver-rules=MAP %s %s , MAP * ~NOTFOUND , EXCLUDE 127.0.0.1", host, addr)
+}
