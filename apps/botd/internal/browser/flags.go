@@ -60,9 +60,9 @@ func ScreenFlags(o FlagOptions) []string {
 	return flags
 }
 
-// ShellQuote quotes one word for a POSIX shell: single quotes, with each
-// embedded single quote written as '\''. The result is never split
-// or globbed.
+// ShellQuote quotes one word for a POSIX shell: inside single quotes, with
+// each embedded single quote closed, backslash-escaped and reopened. The
+// result is never split or globbed.
 func ShellQuote(s string) string {
 	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_=/.,:@%+") == "" {
 		return s

@@ -71,7 +71,9 @@ func (b *Browser) session(ctx context.Context, id target.ID) (*cdp.Session, erro
 	if old := b.sessions[id]; old != nil {
 		b.mu.Unlock()
 		// Lost a race: keep the first, let this one go.
-		go func() { _, _ = cdpapi.Call(b.ctx, b.conn.Browser(), target.DetachFromTarget, target.DetachFromTargetParams{SessionID: s.ID()}) }()
+		go func() {
+			_, _ = cdpapi.Call(b.ctx, b.conn.Browser(), target.DetachFromTarget, target.DetachFromTargetParams{SessionID: s.ID()})
+		}()
 		return old, nil
 	}
 	b.sessions[id] = s
