@@ -200,8 +200,13 @@ func (c *clientConn) WriteTo(w io.Writer) (int64, error) {
 	return io.Copy(w, struct{ io.Reader }{c.Conn})
 }
 
-// CloseWrite passes the target's EOF on as a TCP half-close.
+// CloseWrite passes the target's EOF on as a TCP half-close. go-socks5
+// calls it after a failed copy too; then Close's reset must come first, or
+// the client would take the FIN for the end of a complete transfer.
 func (c *clientConn) CloseWrite() error {
+	if c.pc.aborted.Load() {
+		return c.Close()
+	}
 	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
 		return cw.CloseWrite()
 	}
@@ -250,6 +255,9 @@ func (t *targetConn) WriteTo(w io.Writer) (int64, error) {
 // CloseWrite half-closes: TCP's own, or a yamux FIN (a yamux stream's Close
 // only stops our writes; the peer's bytes still arrive).
 func (t *targetConn) CloseWrite() error {
+	if t.pc.aborted.Load() {
+		return t.Close()
+	}
 	if t.stream != nil {
 		return t.stream.Close()
 	}

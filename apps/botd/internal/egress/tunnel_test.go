@@ -1,0 +1,284 @@
+package egress
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/open-bot/computer/apps/botd/internal/testenv"
+)
+
+// firehose writes to every connection until the write fails, and counts
+// the connections still being fed.
+type firehose struct {
+	ln     net.Listener
+	active atomic.Int32
+	wg     sync.WaitGroup
+}
+
+func newFirehose(t testing.TB) *firehose {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &firehose{ln: ln}
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			f.active.Add(1)
+			f.wg.Add(1)
+			go func() {
+				defer f.wg.Done()
+				defer f.active.Add(-1)
+				defer c.Close()
+				chunk := bytes.Repeat([]byte("0123456789abcdef"), 2048)
+				for {
+					_ = c.SetWriteDeadline(time.Now().Add(30 * time.Second))
+					if _, err := c.Write(chunk); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	t.Cleanup(func() { ln.Close(); f.wg.Wait() })
+	return f
+}
+
+// transfersEndWhenTheAgentDies starts n downloads, lets kill end the agent's
+// side, and checks every download fails promptly (no hang, no clean EOF
+// passing for a complete transfer) and every target connection ends.
+func transfersEndWhenTheAgentDies(t *testing.T, proxy string, kill func()) {
+	t.Helper()
+	fh := newFirehose(t)
+	_, port := splitPort(t, fh.ln.Addr().String())
+	const n = 5
+	var conns []net.Conn
+	for i := 0; i < n; i++ {
+		c, err := socksConnect(proxy, "127.0.0.1", port)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := io.ReadFull(c, make([]byte, 1<<20)); err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	results := make(chan error, n)
+	for _, c := range conns {
+		go func() {
+			_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			_, err := io.Copy(io.Discard, c)
+			results <- err
+		}()
+	}
+	kill()
+	for i := 0; i < n; i++ {
+		err := <-results
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			t.Fatal("a transfer hung after the agent died")
+		}
+		if err == nil {
+			t.Fatal("a cut transfer ended with a clean EOF")
+		}
+	}
+	waitFor(t, 10*time.Second, "target connections to end", func() bool { return fh.active.Load() == 0 })
+}
+
+func TestAgentKilledMidTransferThenReconnects(t *testing.T) {
+	leakCheck(t)
+	s := newTunnelSetup(t, Options{}, nil)
+	proxy := s.p.Addr().String()
+	transfersEndWhenTheAgentDies(t, proxy, s.agent.sever)
+	// The same agent reconnects by itself (backoff) and service is back.
+	waitFor(t, 5*time.Second, "agent back online", func() bool { return s.p.Health().AgentOnline })
+	echo := echoServer(t)
+	_, port := splitPort(t, echo.Addr().String())
+	c, err := socksConnect(proxy, "only-agent.test", port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	echoRoundTrip(t, c, []byte("back"))
+	c.Close()
+}
+
+func TestConcurrent200(t *testing.T) {
+	for _, mode := range []string{ModeDirect, ModeTunnel} {
+		t.Run(mode, func(t *testing.T) {
+			leakCheck(t)
+			var proxy string
+			if mode == ModeTunnel {
+				proxy = newTunnelSetup(t, Options{}, nil).p.Addr().String()
+			} else {
+				proxy = newProxy(t, Options{}).Addr().String()
+			}
+			echo := echoServer(t)
+			_, port := splitPort(t, echo.Addr().String())
+			const n = 200
+			var (
+				opened, done sync.WaitGroup
+				open         atomic.Int32
+				errs         = make(chan error, n)
+			)
+			opened.Add(n)
+			done.Add(n)
+			release := make(chan struct{})
+			for i := 0; i < n; i++ {
+				go func() {
+					defer done.Done()
+					c, err := socksConnect(proxy, "localhost", port)
+					opened.Done()
+					if err != nil {
+						errs <- err
+						return
+					}
+					defer c.Close()
+					open.Add(1)
+					<-release // every connection is open at once
+					msg := bytes.Repeat([]byte{byte(i)}, 64*1024)
+					_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+					go func() { _, _ = c.Write(msg); _ = c.(*net.TCPConn).CloseWrite() }()
+					got, err := io.ReadAll(c)
+					if err != nil || !bytes.Equal(got, msg) {
+						errs <- fmt.Errorf("conn %d: %v, %d bytes back", i, err, len(got))
+					}
+				}()
+			}
+			opened.Wait()
+			if o := open.Load(); o != n {
+				close(release)
+				done.Wait()
+				t.Fatalf("only %d of %d connections opened: %v", o, n, <-errs)
+			}
+			close(release)
+			done.Wait()
+			close(errs)
+			for err := range errs {
+				t.Error(err)
+			}
+		})
+	}
+}
+
+// TestWorkerBinaryKilled runs the real `worker egress` binary, SIGKILLs it
+// mid-transfer and starts it again.
+func TestWorkerBinaryKilled(t *testing.T) {
+	testenv.RequireTools(t, "go")
+	if testing.Short() {
+		t.Skip("builds the worker binary")
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "worker")
+	build := exec.Command("go", "build", "-o", bin, "github.com/open-bot/computer/apps/worker")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build worker: %v\n%s", err, out)
+	}
+	tokenFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte(testToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := newProxy(t, Options{Mode: ModeTunnel})
+	ts := botdServer(t, p, nil, nil)
+	start := func() *exec.Cmd {
+		cmd := exec.Command(bin, "egress", "--botd", ts.URL, "--token-file", tokenFile, "--allow-loopback")
+		cmd.Stderr = &syncBuf{}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		waitFor(t, 10*time.Second, "the worker's agent online", func() bool { return p.Health().AgentOnline })
+		return cmd
+	}
+	cmd := start()
+	if out := fmt.Sprint(cmd.Stderr); bytes.Contains([]byte(out), []byte(testToken)) {
+		t.Fatalf("the agent logged its token: %s", out)
+	}
+	transfersEndWhenTheAgentDies(t, p.Addr().String(), func() {
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		_ = cmd.Wait()
+	})
+	waitFor(t, 5*time.Second, "tunnel down", func() bool { return !p.Health().TunnelConnected })
+	start()
+	echo := echoServer(t)
+	_, port := splitPort(t, echo.Addr().String())
+	c, err := socksConnect(p.Addr().String(), "127.0.0.1", port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	echoRoundTrip(t, c, []byte("restarted"))
+	c.Close()
+}
+
+// resetServer sends a little and then resets the connection.
+func resetServer(t testing.TB) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = c.Write([]byte("partial"))
+			time.Sleep(50 * time.Millisecond)
+			_ = c.(*net.TCPConn).SetLinger(0)
+			_ = c.Close()
+		}
+	}()
+	t.Cleanup(func() { ln.Close() })
+	return ln
+}
+
+// A target's reset reaches the client as an error in direct mode; a clean
+// close (TestConcurrent200's half-closes) stays clean. In tunnel mode the
+// connection ends promptly, but as a clean close: yamux v0.1.2 has no way to
+// reset one stream (see doc.go).
+func TestTargetResetReachesClient(t *testing.T) {
+	for _, mode := range []string{ModeDirect, ModeTunnel} {
+		t.Run(mode, func(t *testing.T) {
+			var proxy string
+			if mode == ModeTunnel {
+				proxy = newTunnelSetup(t, Options{}, nil).p.Addr().String()
+			} else {
+				proxy = newProxy(t, Options{}).Addr().String()
+			}
+			rs := resetServer(t)
+			_, port := splitPort(t, rs.Addr().String())
+			c, err := socksConnect(proxy, "127.0.0.1", port)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			got, err := io.ReadAll(c)
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				t.Fatal("the connection outlived its target's reset")
+			}
+			if mode == ModeDirect && err == nil {
+				t.Fatalf("clean EOF after %q; want the reset passed on", got)
+			}
+		})
+	}
+}
