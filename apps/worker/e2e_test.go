@@ -1,0 +1,284 @@
+package main
+
+// The end-to-end acceptance test: a scripted model on loopback is Codex's
+// model provider; real botd, Codex, Xvfb and Chromium; a deterministic local
+// page with a button. The model observes, opens the page, clicks the button
+// (the page's server records a marker), runs a shell command and writes a
+// file, all through the worker's tools. Nothing leaves the machine.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/open-bot/computer/apps/worker/internal/mockmodel"
+	"github.com/open-bot/computer/apps/worker/internal/runs"
+)
+
+// requireIntegration skips on a laptop without root or the tools, and fails
+// under CI=true, where everything is provisioned.
+func requireIntegration(t testing.TB, tools ...string) {
+	t.Helper()
+	missing := ""
+	if os.Geteuid() != 0 {
+		missing = "root"
+	}
+	for _, tool := range tools {
+		if _, err := exec.LookPath(tool); err != nil {
+			missing = tool
+		}
+	}
+	if missing == "" {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("CI=true but %s is missing (scripts/provision.sh)", missing)
+	}
+	t.Skipf("integration test needs %s", missing)
+}
+
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// computer is a real botd (with Codex) for a test.
+type computer struct {
+	url, token, home string
+	cmd              *exec.Cmd
+	logs             *syncBuffer
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// startComputer builds and starts botd with Codex pointed at modelURL.
+func startComputer(t testing.TB, modelURL string, displayBase int) *computer {
+	t.Helper()
+	requireIntegration(t, "codex", "Xvfb", "chromium", "x11vnc")
+	dir, err := os.MkdirTemp("", "e2e-")
+	require.NoError(t, err)
+	require.NoError(t, os.Chmod(dir, 0o755))
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	bin := filepath.Join(dir, "botd")
+	out, err := exec.Command("go", "build", "-o", bin, "github.com/open-bot/computer/apps/botd").CombinedOutput()
+	require.NoError(t, err, "build botd: %s", out)
+	extra := filepath.Join(dir, "codex-extra.toml")
+	require.NoError(t, os.WriteFile(extra, []byte(fmt.Sprintf(`[model_providers.mock]
+name = "scripted test model"
+base_url = "%s/v1"
+wire_api = "responses"
+env_key = "OPEN_BOT_MOCK_KEY"
+request_max_retries = 0
+stream_max_retries = 0
+`, modelURL)), 0o600))
+	c := &computer{token: "e2e-token-0123456789abcdef", home: filepath.Join(dir, "home"), logs: &syncBuffer{}}
+	addr := freeAddr(t)
+	c.url = "http://" + addr
+	c.cmd = exec.Command(bin)
+	c.cmd.Env = append(os.Environ(),
+		"BOTD_TOKEN="+c.token, "BOTD_HOME="+c.home, "BOTD_LISTEN="+addr, "CODEX_LISTEN="+freeAddr(t),
+		"SOCKS_LISTEN="+freeAddr(t), fmt.Sprintf("DISPLAY_BASE=%d", displayBase),
+		fmt.Sprintf("VNC_PORT_BASE=%d", 20000+displayBase*10), fmt.Sprintf("VIEW_PORT_BASE=%d", 21000+displayBase*10),
+		"CODEX_CONFIG_EXTRA_FILE="+extra, "CODEX_ENV_PASS=OPEN_BOT_MOCK_KEY", "OPEN_BOT_MOCK_KEY=scripted",
+		"MAX_SCREENS=2",
+	)
+	c.cmd.Stdout, c.cmd.Stderr = c.logs, c.logs
+	require.NoError(t, c.cmd.Start())
+	done := make(chan struct{})
+	go func() { _ = c.cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		_ = c.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			_ = c.cmd.Process.Kill()
+		}
+		if t.Failed() {
+			t.Logf("botd logs:\n%s", tail(c.logs.String(), 60))
+		}
+	})
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		req, _ := http.NewRequest("GET", c.url+"/health", nil)
+		req.Header.Set("Authorization", "Bearer "+c.token)
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			var h struct {
+				OK bool `json:"ok"`
+			}
+			_ = json.NewDecoder(resp.Body).Decode(&h)
+			resp.Body.Close()
+			if h.OK {
+				return c
+			}
+		}
+		require.True(t, time.Now().Before(deadline), "botd not healthy:\n%s", tail(c.logs.String(), 40))
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// startWorker serves the worker's API in-process against c.
+func startWorker(t testing.TB, c *computer) (url, token string) {
+	t.Helper()
+	token = "worker-token-0123456789"
+	h, err := newServer(serveConfig{BotdURL: c.url, BotdToken: c.token, Token: token, Model: "scripted-model", Provider: "mock", Approvals: "decline"}, zerolog.Nop())
+	require.NoError(t, err)
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv.URL, token
+}
+
+func post(t testing.TB, url, token string, body any, out any) int {
+	t.Helper()
+	b, _ := json.Marshal(body)
+	req, _ := http.NewRequest("POST", url, bytes.NewReader(b))
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	if out != nil {
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(out))
+	}
+	return resp.StatusCode
+}
+
+// waitRun follows the run's SSE stream to its end and returns the final
+// snapshot and the event types seen.
+func waitRun(t testing.TB, workerURL, token, id string, timeout time.Duration) (runs.Snapshot, []string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", workerURL+"/v1/runs/"+id+"/events", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
+	var types []string
+	var final runs.Snapshot
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 8<<20)
+	event := ""
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "event: "):
+			event = strings.TrimPrefix(line, "event: ")
+			types = append(types, event)
+		case strings.HasPrefix(line, "data: ") && event == "end":
+			require.NoError(t, json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &final))
+			return final, types
+		}
+	}
+	t.Fatalf("event stream ended without an end event (err %v); events: %v", sc.Err(), types)
+	return final, types
+}
+
+func TestEndToEndTeammateRun(t *testing.T) {
+	// The deterministic page: one big button; clicking it posts a marker.
+	var clicked atomic.Int32
+	page := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/":
+			w.Header().Set("Content-Type", "text/html; charset=utf-8")
+			fmt.Fprint(w, `<!doctype html><title>e2e button</title><body style="margin:0">
+<button id="b" style="position:fixed;left:0;top:0;width:100vw;height:100vh;font-size:64px;background:#2a7;color:#fff;border:0"
+ onclick="fetch('/clicked',{method:'POST'}).then(()=>{this.textContent='clicked'})">Press me</button></body>`)
+		case "/clicked":
+			clicked.Add(1)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer page.Close()
+
+	const bot = "alice"
+	script := func(outs []mockmodel.Output) mockmodel.Step {
+		steps := []mockmodel.Step{
+			{Tool: "computer_observe", Args: map[string]any{}},
+			{Tool: "open_path", Args: map[string]any{"target": page.URL + "/"}},
+			{Tool: "computer_act", Args: map[string]any{"actions": []map[string]any{{"type": "click", "x": 640, "y": 450}, {"type": "wait", "ms": 300}}}},
+			{Tool: "shell", Args: map[string]any{"argv": []string{"sh", "-c", "id -un > bots/" + bot + "/whoami.txt; echo ran"}}},
+			{Tool: "file_write", Args: map[string]any{"path": "bots/" + bot + "/result.txt", "content": "the button was pressed\n"}},
+		}
+		if len(outs) < len(steps) {
+			return steps[len(outs)]
+		}
+		return mockmodel.Step{Message: "Done: pressed the button, ran a command and wrote the file."}
+	}
+	model := mockmodel.New(script)
+	modelSrv := httptest.NewServer(model)
+	defer modelSrv.Close()
+
+	c := startComputer(t, modelSrv.URL, 440)
+	workerURL, wtoken := startWorker(t, c)
+
+	var started runs.Snapshot
+	require.Equal(t, http.StatusCreated, post(t, workerURL+"/v1/runs", wtoken, map[string]string{"botId": bot, "prompt": "Press the button on the test page, then record who you are and write result.txt."}, &started))
+	final, events := waitRun(t, workerURL, wtoken, started.ID, 4*time.Minute)
+
+	require.Equal(t, runs.StatusCompleted, final.Status, "run error: %s; tool calls: %+v; model paths: %v", final.Error, final.ToolCalls, model.Paths())
+	var names []string
+	for _, tc := range final.ToolCalls {
+		names = append(names, tc.Tool)
+		require.True(t, tc.Success, "%s failed: %s", tc.Tool, tc.Output)
+	}
+	require.Equal(t, []string{"computer_observe", "open_path", "computer_act", "shell", "file_write"}, names)
+	require.Equal(t, 1, final.ToolCalls[0].Images, "computer_observe returns the screenshot as an image item")
+	require.Equal(t, 1, final.ToolCalls[2].Images, "computer_act returns the screenshot as an image item")
+	require.Contains(t, events, "tool_call")
+	require.Contains(t, final.Message, "Done")
+
+	require.GreaterOrEqual(t, clicked.Load(), int32(1), "the page's server recorded no click")
+	who, err := os.ReadFile(filepath.Join(c.home, "bot/bots", bot, "whoami.txt"))
+	require.NoError(t, err)
+	require.Equal(t, "bot\n", string(who), "shell runs as the bot user")
+	res, err := os.ReadFile(filepath.Join(c.home, "bot/bots", bot, "result.txt"))
+	require.NoError(t, err)
+	require.Equal(t, "the button was pressed\n", string(res))
+	require.Equal(t, 6, model.Requests())
+}

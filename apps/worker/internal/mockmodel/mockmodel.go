@@ -1,0 +1,116 @@
+// Package mockmodel is a scripted OpenAI-compatible model server for tests:
+// it serves POST /v1/responses as server-sent events, answering each request
+// with the next step of a script chosen from what the conversation holds so
+// far. The model is the only thing open-bot's tests fake.
+package mockmodel
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sync"
+)
+
+// Step is one model reply: a tool call, or a final message.
+type Step struct {
+	Tool    string // function name; empty for a message
+	Args    any    // marshalled as the call's arguments string
+	Message string
+}
+
+// Output is a tool output the conversation carried back to the model.
+type Output struct {
+	CallID string
+	Output json.RawMessage
+}
+
+// Script picks the next step from the tool outputs so far (in order).
+type Script func(outputs []Output) Step
+
+// Server is the model server.
+type Server struct {
+	script Script
+	// mu guards requests and calls.
+	mu       sync.Mutex
+	requests int
+	calls    int
+	paths    []string
+}
+
+// New returns a server following script.
+func New(script Script) *Server { return &Server{script: script} }
+
+// Requests counts /v1/responses requests served.
+func (s *Server) Requests() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.requests
+}
+
+// Paths lists every path requested (to spot unexpected endpoints).
+func (s *Server) Paths() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.paths...)
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	s.paths = append(s.paths, r.Method+" "+r.URL.Path)
+	s.mu.Unlock()
+	if r.Method != http.MethodPost || r.URL.Path != "/v1/responses" {
+		http.NotFound(w, r)
+		return
+	}
+	var req struct {
+		Input []json.RawMessage `json:"input"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	var outs []Output
+	for _, raw := range req.Input {
+		var it struct {
+			Type   string          `json:"type"`
+			CallID string          `json:"call_id"`
+			Output json.RawMessage `json:"output"`
+		}
+		if json.Unmarshal(raw, &it) == nil && it.Type == "function_call_output" {
+			outs = append(outs, Output{CallID: it.CallID, Output: it.Output})
+		}
+	}
+	step := s.script(outs)
+	s.mu.Lock()
+	s.requests++
+	n := s.requests
+	s.calls++
+	callN := s.calls
+	s.mu.Unlock()
+
+	respID := fmt.Sprintf("resp_%d", n)
+	var item map[string]any
+	if step.Tool != "" {
+		args, _ := json.Marshal(step.Args)
+		item = map[string]any{"type": "function_call", "id": fmt.Sprintf("fc_%d", callN), "call_id": fmt.Sprintf("call_%d", callN), "name": step.Tool, "arguments": string(args), "status": "completed"}
+	} else {
+		item = map[string]any{"type": "message", "id": fmt.Sprintf("msg_%d", n), "role": "assistant", "status": "completed",
+			"content": []map[string]any{{"type": "output_text", "text": step.Message, "annotations": []any{}}}}
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.WriteHeader(http.StatusOK)
+	send := func(typ string, v map[string]any) {
+		v["type"] = typ
+		b, _ := json.Marshal(v)
+		fmt.Fprintf(w, "event: %s\ndata: %s\n\n", typ, b)
+	}
+	send("response.created", map[string]any{"response": map[string]any{"id": respID}})
+	send("response.output_item.done", map[string]any{"output_index": 0, "item": item})
+	send("response.completed", map[string]any{"response": map[string]any{"id": respID,
+		"usage": map[string]any{"input_tokens": 10, "input_tokens_details": map[string]any{"cached_tokens": 0},
+			"output_tokens": 5, "output_tokens_details": map[string]any{"reasoning_tokens": 0}, "total_tokens": 15}}})
+	if f, ok := w.(http.Flusher); ok {
+		f.Flush()
+	}
+}
