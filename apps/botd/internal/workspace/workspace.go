@@ -1,0 +1,220 @@
+// Package workspace exports and imports the portable home as a tar stream:
+// GET /workspace/export and PUT /workspace/import.
+//
+// The portable home (DESIGN.md) is, with archive paths relative to
+// $BOTD_HOME:
+//
+//	bot/…                              the workspace, whole
+//	desktop/screens/<id>/chromium/…    each screen's browser profile, minus
+//	                                   transient files (see Transient)
+//	.botd/cookies.json                 the shared cookie jar (sign-ins)
+//
+// Export walks each area through an os.Root and never follows a symlink: a
+// link is archived as a link, and only when it is portable (relative and
+// staying inside its area); others are left out and counted. Files are
+// streamed from open descriptors, so a file swapped for a symlink or FIFO
+// mid-walk can neither leak a file from outside nor hang the export. Before
+// walking, Options.Quiesce is called (browsers flush and pause their
+// profile databases) and its resume func after.
+//
+// Import reads the stream entry by entry (never the whole archive) and
+// refuses, with a 4xx and nothing written outside, any entry that is
+// absolute, holds "..", NUL or invalid UTF-8, lies outside the three areas,
+// is a device, FIFO or other special file, is a symlink or hard link leading
+// outside its area, or would be written through a symlink. Every write goes
+// through an os.Root per area, so even a symlink a bot plants while the
+// import runs cannot carry it outside. Owners come from the entries' user
+// and group names mapped onto this computer's accounts, restricted per area
+// (workspace: bot or desktop, groups bots/bot/desktop; profiles: desktop;
+// cookie jar: root) — numeric ids and root ownership in the workspace are
+// never trusted; setuid, setgid (files) and sticky bits are dropped. Caps on
+// entries and bytes stop tar bombs with a 413. An import that fails midway
+// leaves the entries written before the failure (all inside the areas).
+package workspace
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/open-bot/computer/apps/botd/internal/httpx"
+	"github.com/open-bot/computer/apps/botd/internal/osuser"
+	"github.com/open-bot/computer/pkg/shared"
+)
+
+// Defaults for Options' zero values.
+const (
+	DefaultMaxImportBytes   = 50 << 30
+	DefaultMaxImportEntries = 1_000_000
+)
+
+// Options configures the service.
+type Options struct {
+	// Home is $BOTD_HOME.
+	Home string
+	// Bot and Desktop are the computer's two users.
+	Bot, Desktop osuser.User
+	// Quiesce is called before an export or import so browsers leave their
+	// profiles consistent; resume is called when the transfer ends. Nil means
+	// nothing to quiesce.
+	Quiesce func(ctx context.Context) (resume func(), err error)
+	// AfterImport runs after a successful import (e.g. to reload the cookie
+	// jar so the restored sign-ins take effect). Nil means nothing.
+	AfterImport func(ctx context.Context)
+	// MaxImportBytes caps the sum of the entries' sizes.
+	MaxImportBytes int64
+	// MaxImportEntries caps the number of entries.
+	MaxImportEntries int
+	Log              zerolog.Logger
+}
+
+// Summary counts what a transfer carried.
+type Summary struct {
+	Files    int   `json:"files"`
+	Dirs     int   `json:"dirs"`
+	Symlinks int   `json:"symlinks"`
+	Links    int   `json:"links"`
+	Bytes    int64 `json:"bytes"`
+	// Skipped counts entries left out: transient profile files, special
+	// files, non-portable symlinks, names that are not valid UTF-8.
+	Skipped int `json:"skipped"`
+}
+
+// Service implements the export and import routes.
+type Service struct {
+	o Options
+	// mu guards the portable home during a transfer: one export or import
+	// at a time.
+	mu sync.Mutex
+}
+
+// New returns the service with defaults filled in.
+func New(o Options) *Service {
+	if o.MaxImportBytes <= 0 {
+		o.MaxImportBytes = DefaultMaxImportBytes
+	}
+	if o.MaxImportEntries <= 0 {
+		o.MaxImportEntries = DefaultMaxImportEntries
+	}
+	if o.Quiesce == nil {
+		o.Quiesce = func(context.Context) (func(), error) { return func() {}, nil }
+	}
+	return &Service{o: o}
+}
+
+// Register adds the routes to mux.
+func (s *Service) Register(mux *http.ServeMux) {
+	mux.HandleFunc("GET /workspace/export", s.handleExport)
+	mux.HandleFunc("PUT /workspace/import", s.handleImport)
+}
+
+func (s *Service) workspace() string  { return filepath.Join(s.o.Home, "bot") }
+func (s *Service) screens() string    { return filepath.Join(s.o.Home, "desktop", "screens") }
+func (s *Service) stateDir() string   { return filepath.Join(s.o.Home, ".botd") }
+func (s *Service) cookieName() string { return "cookies.json" }
+
+var errBusy = shared.Errorf(http.StatusConflict, shared.CodeConflict, "an export or import is already running")
+
+// begin takes the transfer lock and quiesces the browsers.
+func (s *Service) begin(ctx context.Context) (end func(), err error) {
+	if !s.mu.TryLock() {
+		return nil, errBusy
+	}
+	resume, err := s.o.Quiesce(ctx)
+	if err != nil {
+		s.mu.Unlock()
+		s.o.Log.Error().Err(err).Msg("quiesce browsers")
+		return nil, shared.Errorf(http.StatusServiceUnavailable, shared.CodeUnavailable, "browsers could not be paused for a consistent copy")
+	}
+	return func() {
+		if resume != nil {
+			resume()
+		}
+		s.mu.Unlock()
+	}, nil
+}
+
+// Export writes the portable home to w as a tar stream.
+func (s *Service) Export(ctx context.Context, w io.Writer) (Summary, error) {
+	end, err := s.begin(ctx)
+	if err != nil {
+		return Summary{}, err
+	}
+	defer end()
+	return s.export(ctx, w)
+}
+
+// Import restores the portable home from a tar stream.
+func (s *Service) Import(ctx context.Context, r io.Reader) (Summary, error) {
+	end, err := s.begin(ctx)
+	if err != nil {
+		return Summary{}, err
+	}
+	sum, err := s.importTar(ctx, r)
+	end()
+	if err == nil && s.o.AfterImport != nil {
+		s.o.AfterImport(ctx)
+	}
+	return sum, err
+}
+
+func (s *Service) handleExport(w http.ResponseWriter, r *http.Request) {
+	end, err := s.begin(r.Context())
+	if err != nil {
+		httpx.WriteErr(w, err)
+		return
+	}
+	defer end()
+	start := time.Now()
+	w.Header().Set("Content-Type", "application/x-tar")
+	w.Header().Set("Content-Disposition", `attachment; filename="workspace.tar"`)
+	w.Header().Set("Cache-Control", "no-store")
+	sum, err := s.export(r.Context(), w)
+	if err != nil {
+		// Headers are gone: abort the stream so the client sees a broken
+		// transfer, never a short archive that looks whole.
+		s.o.Log.Error().Err(err).Msg("workspace export failed")
+		panic(http.ErrAbortHandler)
+	}
+	s.o.Log.Info().Int("files", sum.Files).Int64("bytes", sum.Bytes).Int("skipped", sum.Skipped).
+		Int64("elapsed_ms", time.Since(start).Milliseconds()).Msg("workspace exported")
+}
+
+func (s *Service) handleImport(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	// Headers, PAX records and padding on top of the content cap.
+	limit := s.o.MaxImportBytes + int64(s.o.MaxImportEntries)*4096 + 1<<20
+	body := http.MaxBytesReader(w, r.Body, limit)
+	sum, err := s.Import(r.Context(), body)
+	if err != nil {
+		var ae *shared.APIError
+		if !errors.As(err, &ae) {
+			s.o.Log.Error().Err(err).Msg("workspace import failed")
+		} else {
+			s.o.Log.Warn().Str("code", string(ae.Code)).Msg("workspace import refused")
+		}
+		httpx.WriteErr(w, err)
+		return
+	}
+	s.o.Log.Info().Int("files", sum.Files).Int64("bytes", sum.Bytes).Int("skipped", sum.Skipped).
+		Int64("elapsed_ms", time.Since(start).Milliseconds()).Msg("workspace imported")
+	httpx.WriteJSON(w, http.StatusOK, sum)
+}
+
+// ensureDir creates dir (absolute) when missing, with owner and mode.
+func ensureDir(dir string, uid, gid uint32, mode os.FileMode) error {
+	if _, err := os.Lstat(dir); err == nil {
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	return errors.Join(os.Lchown(dir, int(uid), int(gid)), os.Chmod(dir, mode))
+}
