@@ -15,9 +15,12 @@ import (
 	"github.com/open-bot/computer/apps/botd/internal/agent"
 	"github.com/open-bot/computer/apps/botd/internal/api"
 	"github.com/open-bot/computer/apps/botd/internal/config"
+	"github.com/open-bot/computer/apps/botd/internal/execsvc"
+	"github.com/open-bot/computer/apps/botd/internal/files"
 	"github.com/open-bot/computer/apps/botd/internal/health"
 	"github.com/open-bot/computer/apps/botd/internal/osuser"
 	"github.com/open-bot/computer/apps/botd/internal/supervisor"
+	"github.com/open-bot/computer/apps/botd/internal/workspace"
 	"github.com/open-bot/computer/pkg/shared"
 )
 
@@ -82,6 +85,11 @@ func run(ctx context.Context, cfg config.Config) error {
 
 	srv := api.New(api.Options{Token: cfg.Token, Log: log.With().Str("component", "api").Logger(), Hub: hub, Health: model})
 	srv.Mux().Handle("GET /agent", codex.Relay(log.With().Str("component", "agent").Logger()))
+	files.New(files.Options{Workspace: cfg.Workspace(), Owner: botUser, Log: log.With().Str("component", "files").Logger()}).Register(srv.Mux())
+	execs := execsvc.New(execsvc.Options{User: botUser, Workspace: cfg.Workspace(), Log: log.With().Str("component", "exec").Logger()})
+	defer execs.Close() // kills commands and terminal sessions left running
+	execs.Register(srv.Mux())
+	workspace.New(workspace.Options{Home: cfg.Home, Bot: botUser, Desktop: desktopUser, Log: log.With().Str("component", "workspace").Logger()}).Register(srv.Mux())
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
