@@ -3,33 +3,21 @@ package screen
 import (
 	"context"
 	"errors"
-	"image"
 
-	"github.com/open-bot/computer/apps/botd/internal/osuser"
+	"github.com/open-bot/computer/apps/botd/internal/desktop"
 	"github.com/open-bot/computer/pkg/shared"
 )
 
-// Target is one screen's X display as the desktop package drives it.
-type Target struct {
-	Display    string
-	XAuthority string
-	User       *osuser.User
-	Width      int
-	Height     int
-}
+// Target is one screen's X display as package desktop drives it.
+type Target = desktop.Target
 
-// Frame is one capture.
-type Frame struct {
-	// JPEG is nil when the frame equals the previous hash asked about.
-	JPEG          []byte
-	Width, Height int
-	Pointer       image.Point
-	Hash          uint64
-}
+// Frame is one capture (JPEG nil when unchanged).
+type Frame = desktop.Frame
 
 // Driver is what a screen needs from package desktop: input, capture and
-// cleanup. Do must stop (and kill any helper process) when ctx is
-// cancelled, and wrap ErrDisplayGone when the X server is not there.
+// cleanup. *desktop.Desktop is the real one; unit tests use a fake. Do must
+// stop (and kill any helper process) when ctx is cancelled, and wrap
+// ErrDisplayGone when the X server is not there.
 type Driver interface {
 	Do(ctx context.Context, a shared.Action) error
 	// CaptureIfChanged captures the screen; when its hash equals prevHash
@@ -39,16 +27,11 @@ type Driver interface {
 }
 
 // ErrDisplayGone is what a Driver wraps when the X server died.
-var ErrDisplayGone = errors.New("display gone")
+var ErrDisplayGone = desktop.ErrDisplayGone
 
-// isDisplayGone also recognises the desktop package's own sentinel.
-var displayGoneErrs = []error{ErrDisplayGone}
+func isDisplayGone(err error) bool { return errors.Is(err, ErrDisplayGone) }
 
-func isDisplayGone(err error) bool {
-	for _, e := range displayGoneErrs {
-		if errors.Is(err, e) {
-			return true
-		}
-	}
-	return false
+// defaultDriver is desktop.New with the manager's runner and logger.
+func (m *Manager) defaultDriver(t Target) (Driver, error) {
+	return desktop.New(t, desktop.Options{Runner: m.o.Runner, Log: m.o.Log})
 }

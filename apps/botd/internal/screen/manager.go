@@ -83,7 +83,8 @@ type Options struct {
 	Events Publisher
 	// Changed is called after any change health shows (may be nil).
 	Changed func()
-	// NewDriver makes the input/capture driver of a running screen.
+	// NewDriver makes the input/capture driver of a running screen
+	// (default: desktop.New).
 	NewDriver func(Target) (Driver, error)
 	// Blocked returns what the apply guard blocked on a screen since the
 	// last observation (the browser package supplies it; may be nil).
@@ -156,6 +157,9 @@ func New(o Options) *Manager {
 	}
 	if m.o.slotFree == nil {
 		m.o.slotFree = m.slotFreeOnHost
+	}
+	if m.o.NewDriver == nil {
+		m.o.NewDriver = m.defaultDriver
 	}
 	m.be = o.backend
 	if m.be == nil {
