@@ -19,6 +19,7 @@ import (
 	"github.com/open-bot/computer/apps/botd/internal/files"
 	"github.com/open-bot/computer/apps/botd/internal/health"
 	"github.com/open-bot/computer/apps/botd/internal/osuser"
+	"github.com/open-bot/computer/apps/botd/internal/screen"
 	"github.com/open-bot/computer/apps/botd/internal/supervisor"
 	"github.com/open-bot/computer/apps/botd/internal/workspace"
 	"github.com/open-bot/computer/pkg/shared"
@@ -90,6 +91,15 @@ func run(ctx context.Context, cfg config.Config) error {
 	defer execs.Close() // kills commands and terminal sessions left running
 	execs.Register(srv.Mux())
 	workspace.New(workspace.Options{Home: cfg.Home, Bot: botUser, Desktop: desktopUser, Log: log.With().Str("component", "workspace").Logger()}).Register(srv.Mux())
+	screens := screen.New(screen.Options{
+		Home: cfg.Home, DisplayBase: cfg.DisplayBase, VNCPortBase: cfg.VNCPortBase, ViewPortBase: cfg.ViewPortBase,
+		MaxScreens: cfg.MaxScreens, Idle: cfg.ScreenIdle, Desktop: desktopUser, Supervisor: sup, Log: log,
+		Events: hub, Changed: model.Changed,
+	})
+	sources.Screens = screens.Health
+	model.SetSources(sources)
+	screens.Routes(srv.Mux())
+	go screens.Run(ctx) // sweeps leases and idle screens every 5 s
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -113,6 +123,7 @@ func run(ctx context.Context, cfg config.Config) error {
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_ = hs.Shutdown(sctx)
+	screens.Close(sctx) // browsers first (BeforeStop hooks), then displays
 	sup.StopAll(sctx)
 	hub.Close()
 	log.Info().Str("component", "botd").Msg("stopped")
