@@ -10,7 +10,9 @@
 // like file paths (os.Root); the command itself runs as bot and may go
 // wherever bot may, so cwd is a convenience, not a boundary. The environment
 // is BaseEnv's allow-list (HOME=the workspace, USER, LOGNAME, SHELL, PATH,
-// LANG) plus the caller's additions; nothing of botd's own environment leaks.
+// LANG) plus the caller's additions, which may override those (names must be
+// [A-Za-z_][A-Za-z0-9_]*, values without NUL); nothing of botd's own
+// environment leaks.
 // Each of stdout and stderr keeps its first MaxOutputBytes; the rest is read
 // and dropped (so a flooding command never blocks or grows botd) and
 // truncated is true. The timeout SIGKILLs the command's whole process group.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -107,6 +108,7 @@ func TestTerminal(t *testing.T) {
 
 func TestTerminalCloseEndsShellAndJobs(t *testing.T) {
 	fx := newFixture(t, execsvc.Options{})
+	before := runtime.NumGoroutine()
 	tm := fx.dial(t, "")
 	// A background job (its own process group under job control), a nohup'd
 	// one, and the shell itself.
@@ -123,6 +125,9 @@ func TestTerminalCloseEndsShellAndJobs(t *testing.T) {
 	for _, pid := range pids {
 		require.Eventually(t, func() bool { return !pidAlive(pid) }, 5*time.Second, 20*time.Millisecond, "pid %d survived the socket", pid)
 	}
+	// The terminal's goroutines (pumps, waiter, handler) are gone too.
+	require.Eventually(t, func() bool { return runtime.NumGoroutine() <= before+1 }, 5*time.Second, 20*time.Millisecond,
+		"goroutines: before %d, now %d", before, runtime.NumGoroutine())
 }
 
 func TestTerminalRefusals(t *testing.T) {

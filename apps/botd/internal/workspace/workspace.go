@@ -180,7 +180,11 @@ func (s *Service) handleExport(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		// Headers are gone: abort the stream so the client sees a broken
 		// transfer, never a short archive that looks whole.
-		s.o.Log.Error().Err(err).Msg("workspace export failed")
+		if r.Context().Err() != nil {
+			s.o.Log.Warn().Msg("workspace export aborted: the client went away")
+		} else {
+			s.o.Log.Error().Err(err).Msg("workspace export failed")
+		}
 		panic(http.ErrAbortHandler)
 	}
 	s.o.Log.Info().Int("files", sum.Files).Int64("bytes", sum.Bytes).Int("skipped", sum.Skipped).
