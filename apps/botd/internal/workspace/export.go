@@ -26,22 +26,28 @@ type exporter struct {
 
 // export writes the archive; the caller holds the lock and has quiesced.
 func (s *Service) export(ctx context.Context, w io.Writer) (Summary, error) {
+	home, err := os.OpenRoot(s.o.Home)
+	if err != nil {
+		return Summary{}, err
+	}
+	defer home.Close()
 	e := &exporter{ctx: ctx, tw: tar.NewWriter(w), buf: make([]byte, 1<<20)}
-	if err := e.area(s.workspace(), "bot", false); err != nil {
+	if err := e.area(home, wsDir, "bot", false); err != nil {
 		return e.sum, err
 	}
-	if err := e.profiles(s.screens()); err != nil {
+	if err := e.profiles(home); err != nil {
 		return e.sum, err
 	}
-	if err := e.cookies(s.stateDir(), s.cookieName()); err != nil {
+	if err := e.cookies(home); err != nil {
 		return e.sum, err
 	}
 	return e.sum, e.tw.Close()
 }
 
-// area archives the tree at dir under prefix; a missing dir is empty.
-func (e *exporter) area(dir, prefix string, profile bool) error {
-	root, err := os.OpenRoot(dir)
+// area archives the tree at dir (relative to base) under prefix; a missing
+// dir is empty.
+func (e *exporter) area(base *os.Root, dir, prefix string, profile bool) error {
+	root, err := openArea(base, dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
@@ -53,9 +59,13 @@ func (e *exporter) area(dir, prefix string, profile bool) error {
 }
 
 // profiles archives desktop/screens/<id>/chromium for every screen.
-func (e *exporter) profiles(screens string) error {
-	root, err := os.OpenRoot(screens)
+func (e *exporter) profiles(home *os.Root) error {
+	root, err := openArea(home, screensDir)
 	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if errors.Is(err, errNotArea) {
+		e.sum.Skipped++ // screens/ swapped for a link: no profile travels
 		return nil
 	}
 	if err != nil {
@@ -77,18 +87,11 @@ func (e *exporter) profiles(screens string) error {
 			continue
 		}
 		rel := id + "/chromium"
-		if fi, err := root.Lstat(id); err != nil || !fi.IsDir() {
+		err := e.area(root, rel, screensDir+"/"+rel, true)
+		if errors.Is(err, errNotArea) {
+			e.sum.Skipped++ // a link or file where a profile should be
 			continue
 		}
-		if fi, err := root.Lstat(rel); err != nil || !fi.IsDir() {
-			continue
-		}
-		sub, err := root.OpenRoot(rel)
-		if err != nil {
-			continue // removed meanwhile, or swapped for a link
-		}
-		err = e.walk(sub, ".", "desktop/screens/"+rel, true)
-		sub.Close()
 		if err != nil {
 			return err
 		}
@@ -97,8 +100,8 @@ func (e *exporter) profiles(screens string) error {
 }
 
 // cookies archives .botd/cookies.json when it exists.
-func (e *exporter) cookies(dir, name string) error {
-	root, err := os.OpenRoot(dir)
+func (e *exporter) cookies(home *os.Root) error {
+	root, err := openArea(home, stateDir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
@@ -106,7 +109,7 @@ func (e *exporter) cookies(dir, name string) error {
 		return err
 	}
 	defer root.Close()
-	fi, err := root.Lstat(name)
+	fi, err := root.Lstat(cookieName)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
@@ -117,7 +120,7 @@ func (e *exporter) cookies(dir, name string) error {
 		e.sum.Skipped++
 		return nil
 	}
-	return e.file(root, name, ".botd/"+name)
+	return e.file(root, cookieName, stateDir+"/"+cookieName)
 }
 
 // walk archives rel (inside root) and, for a directory, its contents.

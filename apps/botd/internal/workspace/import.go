@@ -132,6 +132,7 @@ type importer struct {
 	s        *Service
 	ctx      context.Context
 	areas    map[string]*area // key: "bot", "cookies", "profile/<id>"
+	home     *os.Root
 	screens  *os.Root
 	sum      Summary
 	entries  int
@@ -146,11 +147,11 @@ type dirTime struct {
 }
 
 func (s *Service) importTar(ctx context.Context, r io.Reader) (Summary, error) {
-	if err := s.prepare(); err != nil {
-		return Summary{}, err
-	}
 	im := &importer{s: s, ctx: ctx, areas: map[string]*area{}, buf: make([]byte, 1<<20)}
 	defer im.close()
+	if err := im.prepare(); err != nil {
+		return Summary{}, areaError(err)
+	}
 	tr := tar.NewReader(r)
 	for {
 		if err := ctx.Err(); err != nil {
@@ -210,14 +211,30 @@ func readError(err error) error {
 	return err
 }
 
-// prepare makes sure the areas' parent directories exist.
-func (s *Service) prepare() error {
-	d, b := s.o.Desktop, s.o.Bot
-	return errors.Join(
-		ensureDir(s.workspace(), b.UID, osuser.BotsGID, os.ModeSetgid|0o775),
-		ensureDir(s.screens(), d.UID, d.GID, 0o755),
-		ensureDir(s.stateDir(), 0, 0, 0o700),
-	)
+// prepare opens $BOTD_HOME and makes sure the areas' directories exist,
+// refusing any that is a symlink.
+func (im *importer) prepare() error {
+	home, err := os.OpenRoot(im.s.o.Home)
+	if err != nil {
+		return err
+	}
+	im.home = home
+	b, d := im.s.o.Bot, im.s.o.Desktop
+	for _, m := range []struct {
+		dir      string
+		uid, gid int
+		mode     os.FileMode
+	}{
+		{wsDir, int(b.UID), osuser.BotsGID, os.ModeSetgid | 0o775},
+		{"desktop", int(d.UID), int(d.GID), 0o755},
+		{screensDir, int(d.UID), int(d.GID), 0o755},
+		{stateDir, 0, 0, 0o700},
+	} {
+		if err := mkdirOne(home, m.dir, m.uid, m.gid, m.mode); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (im *importer) close() {
@@ -227,6 +244,17 @@ func (im *importer) close() {
 	if im.screens != nil {
 		im.screens.Close()
 	}
+	if im.home != nil {
+		im.home.Close()
+	}
+}
+
+// areaError reports a tampered area directory as a sandbox refusal, not a 500.
+func areaError(err error) error {
+	if errors.Is(err, errNotArea) {
+		return denied("a portable area's directory is a symlink or not a directory")
+	}
+	return err
 }
 
 // area opens (once) the root for t.
@@ -241,13 +269,13 @@ func (im *importer) area(t target) (*area, error) {
 	)
 	switch t.kind {
 	case areaWorkspace:
-		root, err = os.OpenRoot(im.s.workspace())
+		root, err = openArea(im.home, wsDir)
 	case areaCookies:
-		root, err = os.OpenRoot(im.s.stateDir())
+		root, err = openArea(im.home, stateDir)
 	case areaProfile:
 		if im.screens == nil {
-			if im.screens, err = os.OpenRoot(im.s.screens()); err != nil {
-				return nil, err
+			if im.screens, err = openArea(im.home, screensDir); err != nil {
+				return nil, areaError(err)
 			}
 		}
 		d := im.s.o.Desktop
@@ -256,10 +284,10 @@ func (im *importer) area(t target) (*area, error) {
 				return nil, err
 			}
 		}
-		root, err = im.screens.OpenRoot(t.id + "/chromium")
+		root, err = openArea(im.screens, t.id+"/chromium")
 	}
 	if err != nil {
-		return nil, err
+		return nil, areaError(err)
 	}
 	a := &area{root: root, kind: t.kind, known: map[string]bool{".": true}}
 	im.areas[key] = a

@@ -37,8 +37,10 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"fmt"
 	"os"
-	"path/filepath"
+	"path"
+	"strings"
 	"sync"
 	"time"
 
@@ -115,10 +117,13 @@ func (s *Service) Register(mux *http.ServeMux) {
 	mux.HandleFunc("PUT /workspace/import", s.handleImport)
 }
 
-func (s *Service) workspace() string  { return filepath.Join(s.o.Home, "bot") }
-func (s *Service) screens() string    { return filepath.Join(s.o.Home, "desktop", "screens") }
-func (s *Service) stateDir() string   { return filepath.Join(s.o.Home, ".botd") }
-func (s *Service) cookieName() string { return "cookies.json" }
+// The areas' directories, relative to $BOTD_HOME.
+const (
+	wsDir      = "bot"
+	screensDir = "desktop/screens"
+	stateDir   = ".botd"
+	cookieName = "cookies.json"
+)
 
 var errBusy = shared.Errorf(http.StatusConflict, shared.CodeConflict, "an export or import is already running")
 
@@ -212,13 +217,36 @@ func (s *Service) handleImport(w http.ResponseWriter, r *http.Request) {
 	httpx.WriteJSON(w, http.StatusOK, sum)
 }
 
-// ensureDir creates dir (absolute) when missing, with owner and mode.
-func ensureDir(dir string, uid, gid uint32, mode os.FileMode) error {
-	if _, err := os.Lstat(dir); err == nil {
-		return nil
+// openArea opens dir (relative to base) as a root of its own. No component
+// may be a symlink: desktop/ belongs to the desktop user, who could swap
+// screens/ for a link to anywhere, and os.OpenRoot would follow it. The
+// directory opened is checked to be the very one inspected, so a swap
+// between the check and the open is caught too.
+func openArea(base *os.Root, dir string) (*os.Root, error) {
+	var last os.FileInfo
+	cur := ""
+	for _, c := range strings.Split(dir, "/") {
+		cur = path.Join(cur, c)
+		fi, err := base.Lstat(cur)
+		if err != nil {
+			return nil, err
+		}
+		if !fi.IsDir() {
+			return nil, fmt.Errorf("%s is not a real directory (mode %s): %w", cur, fi.Mode().Type(), errNotArea)
+		}
+		last = fi
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
+	r, err := base.OpenRoot(dir)
+	if err != nil {
+		return nil, err
 	}
-	return errors.Join(os.Lchown(dir, int(uid), int(gid)), os.Chmod(dir, mode))
+	fi, err := r.Stat(".")
+	if err != nil || !os.SameFile(fi, last) {
+		r.Close()
+		return nil, fmt.Errorf("%s changed while being opened: %w", dir, errNotArea)
+	}
+	return r, nil
 }
+
+// errNotArea marks an area directory that is a symlink or not a directory.
+var errNotArea = errors.New("not a portable area")

@@ -509,3 +509,36 @@ func TestQuiesceFailureIsClear(t *testing.T) {
 	assert.Equal(t, 503, st, string(b))
 	assert.NotContains(t, string(b), "browser stuck", "internals stay in the log")
 }
+
+// The desktop user owns desktop/: a link planted in place of screens/ or of
+// a profile must neither receive an import nor feed an export.
+func TestTamperedProfileDirs(t *testing.T) {
+	u := lookupUsers(t)
+	c := newComputer(t, u, workspace.Options{})
+	secret := filepath.Join(c.outside, "x", "chromium")
+	require.NoError(t, os.MkdirAll(secret, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(secret, "Login Data"), []byte("outside secret"), 0o600))
+
+	// A profile dir that is a link to outside.
+	require.NoError(t, os.MkdirAll(c.path("desktop/screens/eve"), 0o755))
+	require.NoError(t, os.Symlink(secret, c.path("desktop/screens/eve/chromium")))
+	st, b := c.importTar(t, newTB().file(t, "desktop/screens/eve/chromium/evil", "x").bytes(t))
+	assert.Equal(t, 403, st, string(b))
+	st, arch := c.export(t, true)
+	require.Equal(t, 200, st)
+	assert.NotContains(t, string(arch), "outside secret")
+
+	// screens/ itself swapped for a link.
+	require.NoError(t, os.RemoveAll(c.path("desktop/screens")))
+	require.NoError(t, os.Symlink(c.outside, c.path("desktop/screens")))
+	st, b = c.importTar(t, newTB().file(t, "desktop/screens/x/chromium/evil", "x").bytes(t))
+	assert.Equal(t, 403, st, string(b))
+	st, arch = c.export(t, true)
+	require.Equal(t, 200, st)
+	assert.NotContains(t, string(arch), "outside secret")
+	assert.NotContains(t, names(readTar(t, arch)), "desktop/screens/x/chromium/Login Data")
+
+	ents, err := os.ReadDir(secret)
+	require.NoError(t, err)
+	assert.Len(t, ents, 1, "nothing written outside")
+}
