@@ -35,9 +35,9 @@ package workspace
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
-	"fmt"
 	"os"
 	"path"
 	"strings"
