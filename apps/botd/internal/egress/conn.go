@@ -12,13 +12,21 @@ import (
 
 	socks5 "github.com/armon/go-socks5"
 	"github.com/hashicorp/yamux"
+	"golang.org/x/sys/unix"
 )
 
-// copyBufSize is one copy buffer, as io.Copy's. Each proxied connection
-// holds two while it moves bytes.
-const copyBufSize = 32 * 1024
+// A user-space copy (tunnel mode) starts with a small buffer, as io.Copy's,
+// and moves to a big one once a read fills it: an idle or chatty connection
+// holds 32 KiB a direction, a bulk transfer makes a quarter of the syscalls.
+const (
+	smallBufSize = 32 * 1024
+	bigBufSize   = 256 * 1024
+)
 
-var bufPool = sync.Pool{New: func() any { b := make([]byte, copyBufSize); return &b }}
+var (
+	smallBufs = sync.Pool{New: func() any { b := make([]byte, smallBufSize); return &b }}
+	bigBufs   = sync.Pool{New: func() any { b := make([]byte, bigBufSize); return &b }}
+)
 
 // epoch makes activity stamps monotonic (time.Since keeps the monotonic clock).
 var epoch = time.Now()
@@ -108,8 +116,13 @@ func (pc *proxyConn) dial(_ context.Context, network, addr string) (net.Conn, er
 func (pc *proxyConn) touch() { pc.last.Store(int64(time.Since(epoch))) }
 
 // checkIdle ends the connection after IdleTimeout without a byte either way.
+// Spliced bytes (direct mode) never pass through our hands, so the kernel's
+// own account of the client socket counts too.
 func (pc *proxyConn) checkIdle() {
 	quiet := time.Since(epoch) - time.Duration(pc.last.Load())
+	if kq, ok := kernelQuiet(pc.client); ok && kq < quiet {
+		quiet = kq
+	}
 	pc.mu.Lock()
 	if pc.done {
 		pc.mu.Unlock()
@@ -152,16 +165,40 @@ func (pc *proxyConn) finish() {
 	_ = (&clientConn{Conn: pc.client, pc: pc}).Close()
 }
 
-// pump copies src to dst, stamping activity. A clean EOF returns nil; any
-// other failure marks the connection aborted so both ends get a reset
+// relay moves src to dst until EOF: spliced in the kernel when both are TCP
+// (direct mode), pumped through a buffer otherwise. A clean EOF returns nil;
+// any other failure marks the connection aborted so both ends get a reset
 // rather than a FIN that would pass a cut-off transfer for a complete one.
+func (pc *proxyConn) relay(dst, src net.Conn, lost func() bool) (int64, error) {
+	if d, ok := dst.(*net.TCPConn); ok {
+		if s, ok := src.(*net.TCPConn); ok {
+			pc.touch()
+			n, err := d.ReadFrom(s) // splice(2)
+			pc.touch()
+			if err != nil {
+				pc.aborted.Store(true)
+			}
+			return n, err
+		}
+	}
+	return pc.pump(dst, src, lost)
+}
+
+// pump is relay's user-space path, stamping activity as bytes move.
 func (pc *proxyConn) pump(dst, src net.Conn, lost func() bool) (int64, error) {
-	bp := bufPool.Get().(*[]byte)
-	defer bufPool.Put(bp)
+	pool := &smallBufs
+	bp := pool.Get().(*[]byte)
+	defer func() { pool.Put(bp) }()
 	buf := *bp
 	var n int64
 	for {
 		nr, er := src.Read(buf)
+		if nr == len(buf) && pool == &smallBufs {
+			big := bigBufs.Get().(*[]byte)
+			copy(*big, buf[:nr])
+			smallBufs.Put(bp)
+			pool, bp, buf = &bigBufs, big, *big
+		}
 		if nr > 0 {
 			pc.touch()
 			nw, ew := dst.Write(buf[:nr])
@@ -195,7 +232,7 @@ type clientConn struct {
 // this conn, and bufio hands the copy to WriteTo after its buffered bytes.
 func (c *clientConn) WriteTo(w io.Writer) (int64, error) {
 	if t, ok := w.(*targetConn); ok {
-		return c.pc.pump(t.Conn, c.Conn, nil)
+		return c.pc.relay(t.Conn, c.Conn, nil)
 	}
 	return io.Copy(w, struct{ io.Reader }{c.Conn})
 }
@@ -247,7 +284,7 @@ func (t *targetConn) WriteTo(w io.Writer) (int64, error) {
 		lost = t.stream.Session().IsClosed
 	}
 	if c, ok := w.(*clientConn); ok {
-		return t.pc.pump(c.Conn, t.Conn, lost)
+		return t.pc.relay(c.Conn, t.Conn, lost)
 	}
 	return io.Copy(w, struct{ io.Reader }{t.Conn})
 }
@@ -288,4 +325,27 @@ func (p *Proxy) socksLog() *log.Logger {
 		p.socksLogger = log.New(logWriter{p.log.With().Str("lib", "go-socks5").Logger()}, "", 0)
 	})
 	return p.socksLogger
+}
+
+// kernelQuiet is how long ago the kernel last sent or received data on c,
+// when c is a TCP socket (TCP_INFO's last_data_sent and last_data_recv).
+func kernelQuiet(c net.Conn) (time.Duration, bool) {
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		return 0, false
+	}
+	rc, err := tc.SyscallConn()
+	if err != nil {
+		return 0, false
+	}
+	var (
+		info *unix.TCPInfo
+		gerr error
+	)
+	if err := rc.Control(func(fd uintptr) {
+		info, gerr = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
+	}); err != nil || gerr != nil {
+		return 0, false
+	}
+	return time.Duration(min(info.Last_data_recv, info.Last_data_sent)) * time.Millisecond, true
 }
