@@ -168,6 +168,20 @@ func TestPutGetListDelete(t *testing.T) {
 	_, err = os.Stat(filepath.Join(fx.ws, "bots/alice"))
 	assert.True(t, os.IsNotExist(err))
 
+	// A recursive delete removes links inside, never what they point to.
+	st, _ = fx.do(t, "PUT", "/files", "bots/bob/keep", []byte("k"), true)
+	require.Equal(t, 200, st)
+	require.NoError(t, os.Symlink(fx.outside, filepath.Join(fx.ws, "bots/bob/out")))
+	req, _ = http.NewRequest("DELETE", fx.url+"/files?path=bots/bob&recursive=true", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err = fx.client.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, 200, resp.StatusCode)
+	secret, err := os.ReadFile(filepath.Join(fx.outside, "secret"))
+	require.NoError(t, err)
+	assert.Equal(t, "TOP-SECRET", string(secret))
+
 	// An inner symlink is followed (it stays inside).
 	st, b = fx.do(t, "GET", "/files", "inner", nil, true)
 	assert.Equal(t, 200, st)

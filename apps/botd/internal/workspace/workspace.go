@@ -9,6 +9,9 @@
 //	                                   transient files (see Transient)
 //	.botd/cookies.json                 the shared cookie jar (sign-ins)
 //
+// The export's counts (Summary) arrive as HTTP trailers X-Export-Files,
+// X-Export-Bytes and X-Export-Skipped.
+//
 // Export walks each area through an os.Root and never follows a symlink: a
 // link is archived as a link, and only when it is portable (relative and
 // staying inside its area); others are left out and counted. Files are
@@ -40,6 +43,7 @@ import (
 	"net/http"
 	"os"
 	"path"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -181,6 +185,8 @@ func (s *Service) handleExport(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/x-tar")
 	w.Header().Set("Content-Disposition", `attachment; filename="workspace.tar"`)
 	w.Header().Set("Cache-Control", "no-store")
+	// The counts are known only at the end: HTTP trailers.
+	w.Header().Set("Trailer", "X-Export-Files, X-Export-Bytes, X-Export-Skipped")
 	sum, err := s.export(r.Context(), w)
 	if err != nil {
 		// Headers are gone: abort the stream so the client sees a broken
@@ -192,6 +198,9 @@ func (s *Service) handleExport(w http.ResponseWriter, r *http.Request) {
 		}
 		panic(http.ErrAbortHandler)
 	}
+	w.Header().Set("X-Export-Files", strconv.Itoa(sum.Files))
+	w.Header().Set("X-Export-Bytes", strconv.FormatInt(sum.Bytes, 10))
+	w.Header().Set("X-Export-Skipped", strconv.Itoa(sum.Skipped))
 	s.o.Log.Info().Int("files", sum.Files).Int64("bytes", sum.Bytes).Int("skipped", sum.Skipped).
 		Int64("elapsed_ms", time.Since(start).Milliseconds()).Msg("workspace exported")
 }

@@ -170,6 +170,12 @@ var wantNames = []string{
 
 func (c *computer) export(t testing.TB, auth bool) (int, []byte) {
 	t.Helper()
+	st, b, _ := c.exportTrailer(t, auth)
+	return st, b
+}
+
+func (c *computer) exportTrailer(t testing.TB, auth bool) (int, []byte, http.Header) {
+	t.Helper()
 	req, _ := http.NewRequest("GET", c.url+"/workspace/export", nil)
 	if auth {
 		req.Header.Set("Authorization", "Bearer "+token)
@@ -179,7 +185,7 @@ func (c *computer) export(t testing.TB, auth bool) (int, []byte) {
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
-	return resp.StatusCode, b
+	return resp.StatusCode, b, resp.Trailer
 }
 
 func (c *computer) importTar(t testing.TB, body []byte) (int, []byte) {
@@ -241,8 +247,12 @@ func TestExportImportRoundTrip(t *testing.T) {
 	assert.Equal(t, 401, st)
 	assert.EqualValues(t, 0, src.quiesced.Load())
 
-	st, arch := src.export(t, true)
+	st, arch, trailer := src.exportTrailer(t, true)
 	require.Equal(t, 200, st, string(arch))
+	assert.Equal(t, "12", trailer.Get("X-Export-Files"))
+	// abs, climb, fifo; Cache, Code Cache, GrShaderCache, Crashpad, LOCK,
+	// lockfile, SingletonLock, SingletonSocket.
+	assert.Equal(t, "11", trailer.Get("X-Export-Skipped"))
 	assert.EqualValues(t, 1, src.quiesced.Load(), "browsers quiesced before export")
 	assert.EqualValues(t, 1, src.resumed.Load(), "and resumed after")
 	got := readTar(t, arch)
