@@ -15,6 +15,7 @@ import (
 	"github.com/open-bot/computer/apps/botd/internal/agent"
 	"github.com/open-bot/computer/apps/botd/internal/api"
 	"github.com/open-bot/computer/apps/botd/internal/config"
+	"github.com/open-bot/computer/apps/botd/internal/egress"
 	"github.com/open-bot/computer/apps/botd/internal/execsvc"
 	"github.com/open-bot/computer/apps/botd/internal/files"
 	"github.com/open-bot/computer/apps/botd/internal/health"
@@ -84,8 +85,19 @@ func run(ctx context.Context, cfg config.Config) error {
 	}
 	rcancel()
 
+	// The SOCKS5 egress proxy, after Codex and before listening (its /egress
+	// tunnel route is mounted with the others below).
+	egressProxy, err := egress.New(egress.Options{Addr: cfg.SocksAddr, Mode: cfg.EgressMode, Log: log, Hub: hub, Model: model})
+	if err != nil {
+		return err
+	}
+	defer egressProxy.Close()
+	sources.Egress = egressProxy.Health
+	model.SetSources(sources)
+
 	srv := api.New(api.Options{Token: cfg.Token, Log: log.With().Str("component", "api").Logger(), Hub: hub, Health: model})
 	srv.Mux().Handle("GET /agent", codex.Relay(log.With().Str("component", "agent").Logger()))
+	egressProxy.Register(srv.Mux())
 	files.New(files.Options{Workspace: cfg.Workspace(), Owner: botUser, Log: log.With().Str("component", "files").Logger()}).Register(srv.Mux())
 	execs := execsvc.New(execsvc.Options{User: botUser, Workspace: cfg.Workspace(), Log: log.With().Str("component", "exec").Logger()})
 	defer execs.Close() // kills commands and terminal sessions left running
@@ -125,6 +137,7 @@ func run(ctx context.Context, cfg config.Config) error {
 	_ = hs.Shutdown(sctx)
 	screens.Close(sctx) // browsers first (BeforeStop hooks), then displays
 	sup.StopAll(sctx)
+	_ = egressProxy.Close() // ends proxied connections and the agent's tunnel
 	hub.Close()
 	log.Info().Str("component", "botd").Msg("stopped")
 	return nil
