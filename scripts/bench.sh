@@ -17,6 +17,11 @@ BENCHES=(
   # set above; BENCH_WORKSPACE_MB / BENCH_WORKSPACE_FILES shrink it).
   "./apps/botd/internal/execsvc|BenchmarkExecTrue|500x"
   "./apps/botd/internal/workspace|BenchmarkExportImport|1x"
+  # issue 4: egress throughput through the SOCKS proxy vs straight loopback,
+  # both modes in one run (direct/loopback target >= 0.8), and connection
+  # setup p50 per mode.
+  "./apps/botd/internal/egress|BenchmarkThroughputRatio|1x"
+  "./apps/botd/internal/egress|BenchmarkConnect|500x"
 )
 
 out="$(mktemp)"
