@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"os"
 	"strconv"
 	"time"
 
 	"github.com/coder/websocket"
 	"github.com/creack/pty"
+	"golang.org/x/sys/unix"
 
 	"github.com/open-bot/computer/apps/botd/internal/httpx"
 	"github.com/open-bot/computer/apps/botd/internal/runner"
@@ -67,14 +69,14 @@ func (s *Service) terminal(w http.ResponseWriter, r *http.Request) {
 	defer c.CloseNow()
 	c.SetReadLimit(1 << 20)
 
-	ptmx, tty, err := pty.Open()
+	ptmx, tty, err := openPty()
 	if err != nil {
 		s.o.Log.Error().Err(err).Msg("open pty")
 		c.Close(websocket.StatusInternalError, "cannot open a pty")
 		return
 	}
 	defer ptmx.Close()
-	_ = pty.Setsize(ptmx, &pty.Winsize{Cols: uint16(cols), Rows: uint16(rows)})
+	_ = setSize(ptmx, cols, rows)
 	u := s.o.User
 	p, err := s.o.Runner.Start(runner.Spec{
 		Argv: ShellArgv, User: &u, Dir: dir,
@@ -122,9 +124,25 @@ func (s *Service) terminal(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}()
+	// Input: the socket reader never blocks on the pty (a program that does
+	// not read its input would otherwise keep us from seeing the socket
+	// close); a writer goroutine feeds the pty from a bounded queue.
+	inq := make(chan []byte, 1024)
+	inWriterDone := make(chan struct{})
+	go func() {
+		defer close(inWriterDone)
+		for data := range inq {
+			if _, err := ptmx.Write(data); err != nil {
+				for range inq { // drain until the reader stops
+				}
+				return
+			}
+		}
+	}()
 	inDone := make(chan struct{})
 	go func() {
 		defer close(inDone)
+		defer close(inq)
 		for {
 			typ, data, err := c.Read(ctx)
 			if err != nil {
@@ -138,7 +156,7 @@ func (s *Service) terminal(w http.ResponseWriter, r *http.Request) {
 				switch m.Type {
 				case "resize":
 					if m.Cols >= 1 && m.Cols <= maxTermSize && m.Rows >= 1 && m.Rows <= maxTermSize {
-						_ = pty.Setsize(ptmx, &pty.Winsize{Cols: uint16(m.Cols), Rows: uint16(m.Rows)})
+						_ = setSize(ptmx, m.Cols, m.Rows)
 					}
 					continue
 				case "input":
@@ -147,7 +165,10 @@ func (s *Service) terminal(w http.ResponseWriter, r *http.Request) {
 					continue
 				}
 			}
-			if _, err := ptmx.Write(data); err != nil {
+			select {
+			case inq <- data:
+			default:
+				c.Close(websocket.StatusPolicyViolation, "the terminal is not reading its input")
 				return
 			}
 		}
@@ -175,10 +196,49 @@ func (s *Service) terminal(w http.ResponseWriter, r *http.Request) {
 		log.Info().Msg("terminal closed by client")
 	}
 	cancel()
-	ptmx.Close()
-	select {
-	case <-outDone:
-	case <-time.After(2 * time.Second):
-		log.Warn().Msg("terminal output pump did not stop")
+	ptmx.Close() // a non-blocking descriptor: this unblocks both pumps
+	<-outDone
+	<-inDone
+	<-inWriterDone
+}
+
+// openPty opens a pty pair whose master is non-blocking and in Go's poller,
+// so Close interrupts a pending Read or Write. creack/pty's master is in
+// blocking mode (its ioctls call Fd()), and a Write blocked on a full pty
+// would never return, even after the session is killed.
+func openPty() (master, tty *os.File, err error) {
+	p, tty, err := pty.Open()
+	if err != nil {
+		return nil, nil, err
 	}
+	defer p.Close()
+	fd, err := unix.Dup(int(p.Fd()))
+	if err != nil {
+		tty.Close()
+		return nil, nil, err
+	}
+	unix.CloseOnExec(fd)
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		tty.Close()
+		return nil, nil, err
+	}
+	return os.NewFile(uintptr(fd), "/dev/ptmx"), tty, nil
+}
+
+// setSize sets the window size without Fd(), which would make the
+// descriptor blocking again.
+func setSize(master *os.File, cols, rows int) error {
+	sc, err := master.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var ierr error
+	err = sc.Control(func(fd uintptr) {
+		ierr = unix.IoctlSetWinsize(int(fd), unix.TIOCSWINSZ, &unix.Winsize{Col: uint16(cols), Row: uint16(rows)})
+	})
+	if err != nil {
+		return err
+	}
+	return ierr
 }

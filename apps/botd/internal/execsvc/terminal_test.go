@@ -154,3 +154,26 @@ func TestTerminalRefusals(t *testing.T) {
 	assert.Equal(t, 400, get("cols=0", true))
 	assert.Equal(t, 404, get("cwd=missing", true))
 }
+
+// A program that never reads its input, in raw mode, while the client
+// pastes megabytes: closing the socket still ends everything.
+func TestTerminalUnreadInputThenClose(t *testing.T) {
+	fx := newFixture(t, execsvc.Options{})
+	before := runtime.NumGoroutine()
+	tm := fx.dial(t, "")
+	tm.send("stty raw -echo; sleep 1000 & echo pid=$!; wait\n")
+	m := tm.expect(`pid=(\d+)`)
+	pid, err := strconv.Atoi(m[1])
+	require.NoError(t, err)
+	chunk := strings.Repeat("x", 16<<10)
+	ctx := testenv.Context(t, 10*time.Second)
+	for i := 0; i < 128; i++ {
+		if tm.c.Write(ctx, websocket.MessageBinary, []byte(chunk)) != nil {
+			break
+		}
+	}
+	tm.c.Close(websocket.StatusNormalClosure, "bye")
+	require.Eventually(t, func() bool { return !pidAlive(pid) }, 5*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return runtime.NumGoroutine() <= before+1 }, 5*time.Second, 20*time.Millisecond,
+		"goroutines: before %d, now %d", before, runtime.NumGoroutine())
+}
