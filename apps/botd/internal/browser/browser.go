@@ -36,6 +36,9 @@ var (
 	ErrBadURL = errors.New("not an http or https URL")
 	// ErrPageCrashed means the page's renderer crashed.
 	ErrPageCrashed = errors.New("the page crashed; reload or open another page")
+	// ErrPageLoading means the page in front is still navigating (a slow
+	// site) and cannot be read yet.
+	ErrPageLoading = errors.New("the page is still loading or not responding; try again shortly")
 	// ErrPageUnresponsive means the page did not answer in time (a busy or
 	// hung renderer).
 	ErrPageUnresponsive = errors.New("the page is not responding")
@@ -220,6 +223,8 @@ func (c childEndsCloser) Start(s runner.Spec) (runner.Process, error) {
 // ready waits until the browser answers, has a page and runs the apply
 // guard; then it maximizes the windows.
 func (b *Browser) ready(ctx context.Context) error {
+	t0 := time.Now()
+	defer func() { b.log.Debug().Dur("elapsed", time.Since(t0)).Msg("ready done") }()
 	for {
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		_, err := cdpapi.Call(cctx, b.conn.Browser(), browser.GetVersion, cdpapi.Empty{})
@@ -234,6 +239,7 @@ func (b *Browser) ready(ctx context.Context) error {
 			return ctx.Err()
 		}
 	}
+	b.log.Debug().Dur("elapsed", time.Since(t0)).Msg("answers")
 	if err := b.startGuard(ctx); err != nil {
 		return fmt.Errorf("apply guard: %w", err)
 	}
@@ -254,6 +260,7 @@ func (b *Browser) ready(ctx context.Context) error {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+	b.log.Debug().Dur("elapsed", time.Since(t0)).Msg("has page")
 	b.maximize(ctx, pages)
 	return nil
 }

@@ -352,7 +352,7 @@ type OpenResult struct {
 }
 
 // openCommitWait bounds the wait for a navigation to commit.
-const openCommitWait = 5 * time.Second
+const openCommitWait = 3 * time.Second
 
 // Open navigates the page in front to rawURL (in a new tab when newTab is
 // set or there is no page) and brings it forward. It does not wait for the
@@ -438,4 +438,48 @@ func firstLine(s string) string {
 		return s[:i]
 	}
 	return s
+}
+
+// EvalFront runs a script in the page in front (in the page's own world)
+// and discards its value. For tests and diagnostics.
+func (b *Browser) EvalFront(ctx context.Context, expr string) error {
+	t, err := b.front(ctx)
+	if err != nil {
+		return err
+	}
+	s, err := b.session(ctx, t.TargetID)
+	if err != nil {
+		return err
+	}
+	var v any
+	return b.eval(ctx, s, 0, expr, &v)
+}
+
+// FrontSession is a DevTools session on the page in front, for callers that
+// need a command this package does not wrap.
+func (b *Browser) FrontSession(ctx context.Context) (*cdp.Session, error) {
+	if err := b.alive(); err != nil {
+		return nil, err
+	}
+	t, err := b.front(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return b.session(ctx, t.TargetID)
+}
+
+// AllURLs lists the URLs of every tab, visible or not.
+func (b *Browser) AllURLs(ctx context.Context) ([]string, error) {
+	if err := b.alive(); err != nil {
+		return nil, err
+	}
+	pages, err := b.pageTargets(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, 0, len(pages))
+	for _, p := range pages {
+		out = append(out, p.URL)
+	}
+	return out, nil
 }

@@ -47,7 +47,31 @@ var readScript = `(() => {
   const MAXT = ` + strconv.Itoa(MaxPageText) + `, MAXL = ` + strconv.Itoa(MaxPageLinks) + `;
   const wf = (s) => (typeof s === "string" ? (s.toWellFormed ? s.toWellFormed() : s) : "");
   const root = document.body || document.documentElement;
-  let text = root ? (root.innerText || root.textContent || "") : "";
+  // Walk the text nodes (no layout) and stop early on a huge page. Up to
+  // ~1 MB of text, innerText (the visible text, but it lays the page out)
+  // is used instead.
+  const skip = new Set(["SCRIPT", "STYLE", "NOSCRIPT", "TEMPLATE", "HEAD"]);
+  const parts = [];
+  let raw = 0, n = 0;
+  if (root) {
+    const w = document.createTreeWalker(root, NodeFilter.SHOW_TEXT, {
+      acceptNode: (x) => (x.parentElement && skip.has(x.parentElement.tagName) ? NodeFilter.FILTER_REJECT : NodeFilter.FILTER_ACCEPT),
+    });
+    for (let node = w.nextNode(); node && n <= MAXT; node = w.nextNode()) {
+      const v = node.nodeValue;
+      raw += v.length;
+      const c = v.slice(0, MAXT + 1 - n).replace(/[ \t\r\n]+/g, " ");
+      if (c.trim() === "") continue;
+      parts.push(c);
+      n += c.length;
+    }
+  }
+  let text = "";
+  if (root && n <= MAXT && raw <= 1000000) {
+    text = root.innerText || "";
+  } else {
+    text = parts.join("");
+  }
   const textTruncated = text.length > MAXT;
   text = wf(text.slice(0, MAXT));
   const links = [];
@@ -86,8 +110,21 @@ func (b *Browser) ReadPage(ctx context.Context) (Page, error) {
 	if err != nil {
 		return Page{}, err
 	}
+	// While a navigation is pending, Chromium holds the page's commands
+	// until it commits: a slow site answers "still loading" quickly instead
+	// of timing out.
 	var ctxID runtime.ExecutionContextID
-	if tree, err := cdpapi.Call(ctx, s, page.GetFrameTree, cdpapi.Empty{}); err == nil && tree.FrameTree != nil && tree.FrameTree.Frame != nil {
+	fctx, fcancel := context.WithTimeout(ctx, 3*time.Second)
+	tree, err := cdpapi.Call(fctx, s, page.GetFrameTree, cdpapi.Empty{})
+	fcancel()
+	switch {
+	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
+		return Page{URL: t.URL, Title: t.Title}, ErrPageLoading
+	case err != nil:
+		if b.wrap(err) == ErrNotRunning {
+			return Page{}, ErrNotRunning
+		}
+	case tree.FrameTree != nil && tree.FrameTree.Frame != nil:
 		if w, err := cdpapi.Call(ctx, s, page.CreateIsolatedWorld, page.CreateIsolatedWorldParams{FrameID: tree.FrameTree.Frame.ID, WorldName: "botd-read"}); err == nil {
 			ctxID = w.ExecutionContextID
 		}

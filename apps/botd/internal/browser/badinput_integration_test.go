@@ -1,0 +1,226 @@
+package browser_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	cdpapi "github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/page"
+
+	"github.com/open-bot/computer/apps/botd/internal/browser"
+	"github.com/open-bot/computer/apps/botd/internal/browser/browsertest"
+	"github.com/open-bot/computer/pkg/shared"
+)
+
+func TestTabsComeBackAfterRestart(t *testing.T) {
+	u := browsertest.Require(t)
+	x := browsertest.StartX(t, u)
+	s := newSite(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, `<title>%s</title>kept`, r.URL.Path)
+	}))
+	socks := browsertest.StartSocks(t, s.addr())
+	o := x.Options(t, "restore")
+	o.SocksAddr = socks.Addr
+	ctx := browsertest.Ctx(t, 90*time.Second)
+
+	b, err := browser.Start(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Open(ctx, "http://www.kept.test/one", false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Open(ctx, "http://www.kept.test/two", true); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "both tabs", func() bool { return s.saw("GET www.kept.test/one") && s.saw("GET www.kept.test/two") })
+	time.Sleep(500 * time.Millisecond) // let the session file catch up
+	if err := b.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-b.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("browser did not exit")
+	}
+	if st := b.State(); st != shared.StateStopped {
+		t.Fatalf("state after a graceful close: %s", st)
+	}
+	if _, err := b.ReadPage(ctx); !errors.Is(err, browser.ErrNotRunning) {
+		t.Fatalf("read after close: %v", err)
+	}
+
+	b2 := browsertest.Launch(t, o)
+	var urls []string
+	waitFor(t, 15*time.Second, "restored tabs", func() bool {
+		urls, err = b2.AllURLs(ctx)
+		return err == nil && contains(urls, "http://www.kept.test/one") && contains(urls, "http://www.kept.test/two")
+	})
+	t.Logf("restored: %v", urls)
+}
+
+func TestBadInput(t *testing.T) {
+	u := browsertest.Require(t)
+	x := browsertest.StartX(t, u)
+	hang := make(chan struct{})
+	t.Cleanup(func() { close(hang) })
+	big := strings.Repeat("<p>"+strings.Repeat("0123456789 abcdefghijklmnopqrstuvwxyz ", 27)+"</p>\n", 10<<20/1034)
+	s := newSite(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/never":
+			// Headers and a little body, then nothing: the page never finishes loading.
+			w.Header().Set("Content-Type", "text/html")
+			fmt.Fprint(w, "<title>never</title>still loading")
+			w.(http.Flusher).Flush()
+			select {
+			case <-hang:
+			case <-r.Context().Done():
+			}
+		case "/silent":
+			// No response at all.
+			select {
+			case <-hang:
+			case <-r.Context().Done():
+			}
+		case "/big":
+			w.Header().Set("Content-Type", "text/html")
+			fmt.Fprint(w, "<title>big</title><body>"+big)
+		case "/busy":
+			w.Header().Set("Content-Type", "text/html")
+			fmt.Fprint(w, `<title>busy</title><script>setTimeout(() => { for (;;) {} }, 300)</script>busy`)
+		default:
+			fmt.Fprint(w, "<title>ok</title>ok")
+		}
+	}))
+	socks := browsertest.StartSocks(t, s.addr())
+	o := x.Options(t, "bad")
+	o.SocksAddr = socks.Addr
+	b := browsertest.Launch(t, o)
+	ctx := browsertest.Ctx(t, 120*time.Second)
+
+	t.Run("never finishes loading", func(t *testing.T) {
+		if _, err := b.Open(ctx, "http://www.slow.test/never", false); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 10*time.Second, "partial page", func() bool {
+			p, err := b.ReadPage(ctx)
+			return err == nil && p.Title == "never" && strings.Contains(p.Text, "still loading")
+		})
+		start := time.Now()
+		res, err := b.Open(ctx, "http://www.slow.test/silent", false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("open of a silent server: %+v after %v", res, time.Since(start))
+		if time.Since(start) > 8*time.Second {
+			t.Fatalf("open blocked %v", time.Since(start))
+		}
+		if _, err := b.ReadPage(ctx); err != nil {
+			t.Logf("read while loading: %v", err)
+		}
+	})
+
+	t.Run("10 MB page", func(t *testing.T) {
+		if _, err := b.Open(ctx, "http://www.big.test/big", false); err != nil {
+			t.Fatal(err)
+		}
+		var p browser.Page
+		var err error
+		waitFor(t, 60*time.Second, "big page", func() bool {
+			p, err = b.ReadPage(ctx)
+			return err == nil && p.Title == "big"
+		})
+		if !p.TextTruncated || len([]rune(p.Text)) != browser.MaxPageText {
+			t.Fatalf("big page: %d chars, truncated %v", len([]rune(p.Text)), p.TextTruncated)
+		}
+		start := time.Now()
+		if _, err := b.ReadPage(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("read of a 10 MB page took %v", time.Since(start))
+	})
+
+	t.Run("busy page", func(t *testing.T) {
+		if _, err := b.Open(ctx, "http://www.busy.test/busy", false); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(800 * time.Millisecond)
+		rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		start := time.Now()
+		_, err := b.ReadPage(rctx)
+		t.Logf("read of a hung page: %v after %v", err, time.Since(start))
+		if err == nil {
+			t.Fatal("read of a hung page succeeded")
+		}
+		// The browser itself still answers and can open another tab.
+		if _, err := b.Open(ctx, "http://www.fine.test/", true); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 15*time.Second, "page after a hung one", func() bool {
+			p, err := b.ReadPage(ctx)
+			return err == nil && p.Title == "ok"
+		})
+	})
+
+	t.Run("crashed renderer", func(t *testing.T) {
+		if _, err := b.Open(ctx, "http://www.crash.test/", false); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 10*time.Second, "page", func() bool {
+			p, err := b.ReadPage(ctx)
+			return err == nil && p.Title == "ok"
+		})
+		sess, err := b.FrontSession(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		_, _ = cdpapi.Call(cctx, sess, page.Crash, cdpapi.Empty{})
+		cancel()
+		var rerr error
+		waitFor(t, 15*time.Second, "crash reported", func() bool {
+			_, rerr = b.ReadPage(ctx)
+			return rerr != nil
+		})
+		t.Logf("read of a crashed page: %v", rerr)
+		if _, err := b.Open(ctx, "http://www.fine.test/again", false); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 15*time.Second, "page after a crash", func() bool {
+			p, err := b.ReadPage(ctx)
+			return err == nil && p.Title == "ok"
+		})
+	})
+
+	t.Run("killed from the desktop", func(t *testing.T) {
+		pid := b.Pid()
+		if pid == 0 {
+			t.Fatal("no pid")
+		}
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-b.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatal("Done not closed after the browser was killed")
+		}
+		if _, err := b.ReadPage(ctx); !errors.Is(err, browser.ErrNotRunning) {
+			t.Fatalf("read: %v", err)
+		}
+		if _, err := b.Open(ctx, "http://www.fine.test/", false); !errors.Is(err, browser.ErrNotRunning) {
+			t.Fatalf("open: %v", err)
+		}
+		if _, err := b.Pages(ctx); !errors.Is(err, browser.ErrNotRunning) {
+			t.Fatalf("pages: %v", err)
+		}
+		waitFor(t, 5*time.Second, "crashed state", func() bool { return b.State() == shared.StateCrashed })
+	})
+}
