@@ -28,7 +28,9 @@ const importTempPrefix = ".botd-import-"
 
 const maxNameLen = 4096
 
-var screenID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+// screenID is screen.ValidID's rule (kept here so workspace does not
+// depend on the screen manager).
+var screenID = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
 func validScreenID(id string) bool { return screenID.MatchString(id) }
 
