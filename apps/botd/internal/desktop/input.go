@@ -465,32 +465,43 @@ func (op *inputOp) typeText(text string) error {
 		defer func() { _ = tapCaps(); _ = op.sync() }()
 	}
 	shift, hasShift := kb.have[keysymShiftL]
-	for i, ks := range typingKeysyms(text) {
-		loc, err := kb.locate(op.ctx, op.s, ks)
+	seq := typingKeysyms(text)
+	var app *appSync
+	for i := 0; i < len(seq); {
+		if app == nil {
+			if _, ok := kb.have[seq[i]]; !ok {
+				app = newAppSync(op.ctx, op.s)
+			}
+		}
+		n, err := kb.prepare(op.ctx, op.s, seq[i:], app)
 		if err != nil {
 			return err
 		}
-		evs := make([]fakeEvent, 0, 4)
-		if loc.shift {
-			if !hasShift {
-				return errors.New("no Shift key in the keymap")
+		for _, ks := range seq[i : i+n] {
+			loc := kb.loc(ks)
+			evs := make([]fakeEvent, 0, 4)
+			if loc.shift {
+				if !hasShift {
+					return errors.New("no Shift key in the keymap")
+				}
+				evs = append(evs, fakeEvent{typ: evKeyPress, detail: byte(shift.code)})
 			}
-			evs = append(evs, fakeEvent{typ: evKeyPress, detail: byte(shift.code)})
-		}
-		evs = append(evs, fakeEvent{typ: evKeyPress, detail: byte(loc.code)}, fakeEvent{typ: evKeyRelease, detail: byte(loc.code)})
-		if loc.shift {
-			evs = append(evs, fakeEvent{typ: evKeyRelease, detail: byte(shift.code)})
-		}
-		if err := op.send(evs...); err != nil {
-			return err
-		}
-		if (i+1)%syncEvery == 0 {
-			if err := op.sync(); err != nil {
+			evs = append(evs, fakeEvent{typ: evKeyPress, detail: byte(loc.code)}, fakeEvent{typ: evKeyRelease, detail: byte(loc.code)})
+			if loc.shift {
+				evs = append(evs, fakeEvent{typ: evKeyRelease, detail: byte(shift.code)})
+			}
+			if err := op.send(evs...); err != nil {
 				return err
 			}
-		}
-		if err := sleep(op.ctx, keyGap); err != nil {
-			return err
+			i++
+			if i%syncEvery == 0 {
+				if err := op.sync(); err != nil {
+					return err
+				}
+			}
+			if err := sleep(op.ctx, keyGap); err != nil {
+				return err
+			}
 		}
 	}
 	return op.sync()

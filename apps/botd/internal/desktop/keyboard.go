@@ -3,6 +3,7 @@ package desktop
 import (
 	"context"
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/BurntSushi/xgb"
@@ -21,7 +22,12 @@ import (
 // across actions (typing the same characters again costs nothing), and are
 // given back only after restoreAfter of keyboard silence.
 var (
-	minReuse     = 250 * time.Millisecond
+	minReuse = 250 * time.Millisecond
+	// mapSettle is the pause between remapping keycodes and typing on them
+	// when the application gives no barrier (see barrier.go); pingSettle
+	// the pause after its barrier, for a keymap reload off its event loop.
+	mapSettle    = 150 * time.Millisecond
+	pingSettle   = 30 * time.Millisecond
 	restoreAfter = 3 * time.Second
 	// keyGap is the pause after each typed character; it keeps apps (and
 	// Chromium's UI thread) from receiving thousands of events at once.
@@ -136,46 +142,143 @@ func (k *keyboard) load(ctx context.Context, s *session) error {
 	return nil
 }
 
-// locate returns the key that types ks, borrowing a spare keycode when the
-// keymap has none. It may wait (at most minReuse) for a keycode to be free.
+// locate returns the key that types ks, borrowing a spare keycode (and
+// waiting for applications to see the new mapping) when the keymap has none.
 func (k *keyboard) locate(ctx context.Context, s *session, ks uint32) (keyLoc, error) {
-	if loc, ok := k.have[ks]; ok {
-		return loc, nil
-	}
-	if code, ok := k.byKeysym[ks]; ok {
-		k.borrowed[code].lastUse = time.Now()
-		return keyLoc{code: code}, nil
-	}
-	if len(k.spare) == 0 {
-		return keyLoc{}, fmt.Errorf("no spare keycode to type keysym 0x%x", ks)
-	}
-	// A never-borrowed spare first, else the least recently used.
-	code := -1
-	var oldest time.Time
-	for _, c := range k.spare {
-		b, ok := k.borrowed[c]
-		if !ok {
-			code = c
-			break
-		}
-		if code == -1 || b.lastUse.Before(oldest) {
-			code, oldest = c, b.lastUse
-		}
-	}
-	if b, ok := k.borrowed[code]; ok {
-		if wait := minReuse - time.Since(b.lastUse); wait > 0 {
-			if err := sleep(ctx, wait); err != nil {
-				return keyLoc{}, err
-			}
-		}
-		delete(k.byKeysym, b.keysym)
-	}
-	if err := k.mapCode(ctx, s, code, ks); err != nil {
+	if _, err := k.prepare(ctx, s, []uint32{ks}, nil); err != nil {
 		return keyLoc{}, err
 	}
-	k.borrowed[code] = &borrow{keysym: ks, lastUse: time.Now()}
-	k.byKeysym[ks] = code
-	return keyLoc{code: code}, nil
+	return k.loc(ks), nil
+}
+
+// loc is where ks is now; prepare must have made it typeable.
+func (k *keyboard) loc(ks uint32) keyLoc {
+	if loc, ok := k.have[ks]; ok {
+		return loc
+	}
+	code := k.byKeysym[ks]
+	k.borrowed[code].lastUse = time.Now()
+	return keyLoc{code: code}
+}
+
+// prepare makes the longest prefix of seq typeable that the spare keycodes
+// allow, mapping every missing keysym of it at once, and returns its
+// length (at least 1). Mapping in batches matters: applications (Chromium
+// loads its XKB keymap asynchronously) need time after a remap before a
+// key event on a remapped keycode is read right, so we pay that wait once
+// per batch instead of once per character.
+func (k *keyboard) prepare(ctx context.Context, s *session, seq []uint32, app *appSync) (int, error) {
+	pinned := map[int]bool{} // borrowed keycodes this batch types
+	var missing []uint32
+	n := 0
+	for _, ks := range seq {
+		if _, ok := k.have[ks]; ok {
+			n++
+			continue
+		}
+		if code, ok := k.byKeysym[ks]; ok {
+			pinned[code] = true
+			n++
+			continue
+		}
+		dup := false
+		for _, m := range missing {
+			dup = dup || m == ks
+		}
+		if !dup {
+			if len(missing)+len(pinned) >= len(k.spare) {
+				break
+			}
+			missing = append(missing, ks)
+		}
+		n++
+	}
+	if n == 0 {
+		return 0, fmt.Errorf("no spare keycode to type keysym 0x%x", seq[0])
+	}
+	if len(missing) == 0 {
+		return n, nil
+	}
+	// Free keycodes: never borrowed first, then least recently used.
+	var free []int
+	for _, c := range k.spare {
+		if _, ok := k.borrowed[c]; !ok {
+			free = append(free, c)
+		}
+	}
+	var used []int
+	for _, c := range k.spare {
+		if _, ok := k.borrowed[c]; ok && !pinned[c] {
+			used = append(used, c)
+		}
+	}
+	sort.Slice(used, func(i, j int) bool { return k.borrowed[used[i]].lastUse.Before(k.borrowed[used[j]].lastUse) })
+	free = append(free, used...)
+	// A keycode typed a moment ago may not have been read yet: wait until
+	// the application has handled those key events.
+	var latest time.Time
+	for i := range missing {
+		if b, ok := k.borrowed[free[i]]; ok && b.lastUse.After(latest) {
+			latest = b.lastUse
+		}
+	}
+	if !latest.IsZero() && !app.barrier(ctx, s) {
+		if err := sleep(ctx, minReuse-time.Since(latest)); err != nil {
+			return 0, err
+		}
+	}
+	for i, ks := range missing {
+		code := free[i]
+		if b, ok := k.borrowed[code]; ok {
+			delete(k.byKeysym, b.keysym)
+			delete(k.borrowed, code)
+		}
+		if err := k.mapCode(ctx, s, code, ks); err != nil {
+			return 0, err
+		}
+		k.borrowed[code] = &borrow{keysym: ks, lastUse: time.Now()}
+		k.byKeysym[ks] = code
+	}
+	// Then until it has seen the MappingNotify (and reloaded its keymap).
+	settle := mapSettle
+	if app.barrier(ctx, s) {
+		settle = pingSettle
+	}
+	if err := sleep(ctx, settle); err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+// appSync is the barrier of the application being typed into, found once
+// per type action; nil or broken means fixed pauses.
+type appSync struct {
+	pt     pingTarget
+	ok     bool
+	failed bool
+}
+
+// newAppSync finds the focused application's ping target.
+func newAppSync(ctx context.Context, s *session) *appSync {
+	pt, err := findPingTarget(ctx, s)
+	if err != nil {
+		return &appSync{}
+	}
+	return &appSync{pt: pt, ok: true}
+}
+
+// barrier reports whether the application confirmed it is caught up.
+func (a *appSync) barrier(ctx context.Context, s *session) bool {
+	if a == nil || !a.ok || a.failed {
+		return false
+	}
+	if err := a.pt.barrier(ctx, s); err != nil {
+		// One missed pong and we stop asking: a hung application would
+		// otherwise cost pingTimeout per batch.
+		a.failed = true
+		return false
+	}
+	return true
 }
 
 // mapCode puts ks in every column of code, so no modifier changes it.

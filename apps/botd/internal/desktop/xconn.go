@@ -192,6 +192,7 @@ type xconn struct {
 	// screen geometry and depth of screen 0.
 	width, height int
 	depth         byte
+	pongs         pongWaiters
 }
 
 // dialX connects to the target's display with its cookie. It fails with
@@ -247,14 +248,9 @@ func dialX(ctx context.Context, display, xauth string, drain bool) (*xconn, erro
 		// Nobody else reads xgb's event queue; without a drain, 500
 		// MappingNotify events (one per remap while typing) fill it and
 		// xgb's reader blocks for good.
-		go func() {
-			for drain {
-				ev, xerr := r.c.WaitForEvent()
-				if ev == nil && xerr == nil {
-					return
-				}
-			}
-		}()
+		if drain {
+			go x.drain()
+		}
 		return x, nil
 	case <-sc.dead:
 		raw.Close()
@@ -267,6 +263,59 @@ func dialX(ctx context.Context, display, xauth string, drain bool) (*xconn, erro
 		sc.markDead(ctx.Err())
 		raw.Close()
 		return nil, fmt.Errorf("connect %s: %w", display, ctx.Err())
+	}
+}
+
+// drain reads xgb's event queue until the connection ends, handing
+// ClientMessage events (pongs) to whoever waits for them.
+func (x *xconn) drain() {
+	for {
+		ev, xerr := x.c.WaitForEvent()
+		if ev == nil && xerr == nil {
+			return
+		}
+		if cm, ok := ev.(xproto.ClientMessageEvent); ok && cm.Format == 32 && len(cm.Data.Data32) >= 2 {
+			x.pongs.deliver(cm.Data.Data32[1])
+		}
+	}
+}
+
+// pongWaiters routes _NET_WM_PING replies by their token.
+type pongWaiters struct {
+	// mu guards next and waiting.
+	mu      sync.Mutex
+	next    uint32
+	waiting map[uint32]chan struct{}
+}
+
+// add registers a new token and the channel closed when its pong arrives.
+func (p *pongWaiters) add() (uint32, chan struct{}) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.waiting == nil {
+		p.waiting = map[uint32]chan struct{}{}
+		// Far from the small X server timestamps of a window manager's
+		// own pings, which arrive on the root window too.
+		p.next = 0xb0000000
+	}
+	p.next++
+	ch := make(chan struct{})
+	p.waiting[p.next] = ch
+	return p.next, ch
+}
+
+func (p *pongWaiters) forget(token uint32) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.waiting, token)
+}
+
+func (p *pongWaiters) deliver(token uint32) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if ch, ok := p.waiting[token]; ok {
+		close(ch)
+		delete(p.waiting, token)
 	}
 }
 
