@@ -8,6 +8,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"image"
+	"image/color"
+	"image/png"
 	"io"
 	"net"
 	"net/http"
@@ -31,12 +34,15 @@ import (
 	"github.com/open-bot/computer/apps/botd/internal/testenv"
 )
 
-// Integration tests use displays :260+ and ports 36900+ (x11vnc) and
-// 37080+ (view/control) so packages testing in parallel never collide.
+// Integration tests use displays :260+ and ports 31500+ (x11vnc) and
+// 31600+ (view/control) so packages testing in parallel never collide; the
+// ports stay below Linux's ephemeral range (32768+), where a client
+// socket's TIME_WAIT would keep a listener from binding. Each test takes
+// its own block of 4 slots (newIT's n).
 const (
 	itDisplayBase  = 260
-	itVNCPortBase  = 36900
-	itViewPortBase = 37080
+	itVNCPortBase  = 31500
+	itViewPortBase = 31600
 	testToken      = "test-token-0123456789abcdef"
 )
 
@@ -54,9 +60,11 @@ type itEnv struct {
 	log     *bytes.Buffer
 }
 
-// newIT starts an API on 127.0.0.1 with screens on display itDisplayBase+off.
-func newIT(t testing.TB, off int) *itEnv {
+// newIT starts an API on 127.0.0.1 with screens on displays
+// itDisplayBase+4n.. (block n of 4 slots).
+func newIT(t testing.TB, n int) *itEnv {
 	t.Helper()
+	off := 4 * n
 	testenv.RequireRoot(t)
 	testenv.RequireTools(t, desktopTools...)
 	testenv.RequireUsers(t)
@@ -435,4 +443,63 @@ func closeStatus(c *rfbClient, within time.Duration) (websocket.StatusCode, stri
 		return st, "", nil
 	}
 	return -1, "", err
+}
+
+// fullFrame asks for the whole screen and reads updates until they cover
+// it (x11vnc may split one answer into several updates).
+func (c *rfbClient) fullFrame(timeout time.Duration) ([]rect, error) {
+	if err := c.request(false, 0, 0, c.W, c.H); err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(timeout)
+	var all []rect
+	area := 0
+	for area < c.W*c.H {
+		rects, err := c.readUpdate(time.Until(deadline))
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range rects {
+			area += r.W * r.H
+		}
+		all = append(all, rects...)
+	}
+	return all, nil
+}
+
+// framePNG draws rects (BGRX little-endian raw pixels) into a PNG file.
+func framePNG(t testing.TB, w, h int, rects []rect, path string) {
+	t.Helper()
+	img := image.NewRGBA(image.Rect(0, 0, w, h))
+	for _, r := range rects {
+		for y := 0; y < r.H; y++ {
+			for x := 0; x < r.W; x++ {
+				i := 4 * (y*r.W + x)
+				img.Set(r.X+x, r.Y+y, color.RGBA{R: r.Pix[i+2], G: r.Pix[i+1], B: r.Pix[i], A: 255})
+			}
+		}
+	}
+	f, err := os.Create(path)
+	require.NoError(t, err)
+	defer f.Close()
+	require.NoError(t, png.Encode(f, img))
+}
+
+// drawnFrame waits (up to timeout) for a full frame that shows a drawn
+// desktop: right after a start, XFCE may not have painted yet.
+func (c *rfbClient) drawnFrame(timeout time.Duration) ([]rect, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		rects, err := c.fullFrame(time.Until(deadline))
+		if err != nil {
+			return nil, err
+		}
+		if variance(rects) > 10 {
+			return rects, nil
+		}
+		if time.Now().After(deadline) {
+			return rects, fmt.Errorf("the desktop was not drawn within %v (variance %.1f)", timeout, variance(rects))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
