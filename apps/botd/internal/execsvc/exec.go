@@ -12,17 +12,24 @@
 // is BaseEnv's allow-list (HOME=the workspace, USER, LOGNAME, SHELL, PATH,
 // LANG) plus the caller's additions, which may override those (names must be
 // [A-Za-z_][A-Za-z0-9_]*, values without NUL); nothing of botd's own
-// environment leaks.
-// Each of stdout and stderr keeps its first MaxOutputBytes; the rest is read
-// and dropped (so a flooding command never blocks or grows botd) and
-// truncated is true. The timeout SIGKILLs the command's whole process group.
-// The command is not tied to the HTTP request: a caller that goes away does
-// not kill it, its timeout does. When the command exits, background children
-// it left in its group may keep running; their output is no longer read.
+// environment leaks. Each of stdout and stderr keeps its first
+// MaxOutputBytes; the rest is read and dropped (so a flooding command never
+// blocks or grows botd) and truncated is true. Output travels as JSON
+// strings: bytes that are not UTF-8 become U+FFFD. The timeout SIGKILLs the
+// command's whole process group (timedOut, exitCode -1). A program that
+// cannot be found is exit code 127, one that cannot be executed 126. The
+// command is not tied to the HTTP request: a caller that goes away does not
+// kill it, its timeout does. When the command exits, background children it
+// left in its group may keep running; their output is no longer read. At
+// most MaxConcurrent commands run at once (503 beyond), and Close (botd's
+// shutdown) kills them all.
 //
 // # ws /terminal?cwd=&cols=&rows=
 //
-// A login bash as bot on a new pty, in its own session. Messages:
+// A login bash as bot on a new pty, in its own session, started in cwd
+// (workspace-relative, default the workspace) with the window cols×rows
+// (default 80×24, each 1..1000). Browsers authenticate with ?token=. A bad
+// cwd or size is refused before the upgrade, as a JSON error. Messages:
 //
 //	client → botd, binary: bytes typed into the terminal.
 //	client → botd, text:   JSON {"type":"input","data":"…"} (same as binary)
@@ -31,10 +38,12 @@
 //	botd → client, text:   {"type":"exit","exitCode":N} once the shell ended,
 //	                       then a normal close.
 //
-// When the socket closes (or the shell exits) every process left in the
-// shell's session is killed — background jobs included, since bash puts them
-// in their own process groups within the session. Only a process that left
-// the session (setsid) survives.
+// Input is queued (at most 1024 messages of at most 1 MiB) while the
+// program on the terminal is not reading; beyond that botd closes the socket
+// with 1008 (policy violation). When the socket closes (or the shell exits)
+// every process left in the shell's session is killed — background jobs
+// included, since bash puts them in their own process groups within the
+// session. Only a process that left the session (setsid) survives.
 package execsvc
 
 import (
