@@ -1,0 +1,133 @@
+package cookies_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/open-bot/computer/apps/botd/internal/browser"
+	"github.com/open-bot/computer/apps/botd/internal/browser/browsertest"
+	"github.com/open-bot/computer/apps/botd/internal/cookies"
+)
+
+func hasCookie(t *testing.T, ctx context.Context, b *browser.Browser, name, value string) bool {
+	t.Helper()
+	cs, err := b.GetCookies(ctx)
+	if err != nil {
+		return false
+	}
+	for _, c := range cs {
+		if c.Name == name && c.Domain == "www.signin.test" && (value == "" || c.Value == value) {
+			return true
+		}
+	}
+	return false
+}
+
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for time.Since(start) < d {
+		if cond() {
+			return time.Since(start)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("timed out after %v waiting for %s", d, what)
+	return 0
+}
+
+// TestSignInsAcrossRealBrowsers: a sign-in on screen A appears on screen B
+// within 5 s, a sign-out on A removes it on B, and a restart (a new
+// CookieSync loading the jar) keeps it for a browser started later.
+func TestSignInsAcrossRealBrowsers(t *testing.T) {
+	u := browsertest.Require(t)
+	x := browsertest.StartX(t, u)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/login":
+			http.SetCookie(w, &http.Cookie{Name: "session", Value: "signed-in-" + r.URL.Query().Get("u"), Path: "/", HttpOnly: true, MaxAge: 3600, SameSite: http.SameSiteLaxMode})
+		case "/logout":
+			http.SetCookie(w, &http.Cookie{Name: "session", Value: "", Path: "/", MaxAge: -1})
+		}
+		fmt.Fprintf(w, "<title>%s</title>ok", r.URL.Path)
+	}))
+	t.Cleanup(srv.Close)
+	socks := browsertest.StartSocks(t, strings.TrimPrefix(srv.URL, "http://"))
+	jarPath := filepath.Join(x.Dir, ".botd", "cookies.json")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	sync, err := cookies.Load(cookies.Options{Path: jarPath})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	go sync.Run(runCtx)
+
+	oa, ob := x.Options(t, "a"), x.Options(t, "b")
+	oa.SocksAddr, ob.SocksAddr = socks.Addr, socks.Addr
+	a := browsertest.Launch(t, oa)
+	b := browsertest.Launch(t, ob)
+	if err := sync.Add(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if err := sync.Add(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err := a.Open(ctx, "http://www.signin.test/login?u=ann", false); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the sign-in on A", func() bool { return hasCookie(t, ctx, a, "session", "signed-in-ann") })
+	took := waitFor(t, 5*time.Second, "the sign-in to reach B", func() bool { return hasCookie(t, ctx, b, "session", "signed-in-ann") })
+	t.Logf("sign-in reached B after %v", took)
+
+	// B uses it: the server sees the cookie from B.
+	if _, err := b.Open(ctx, "http://www.signin.test/whoami", false); err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err := a.Open(ctx, "http://www.signin.test/logout", false); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the sign-out on A", func() bool { return !hasCookie(t, ctx, a, "session", "") })
+	took = waitFor(t, 5*time.Second, "the sign-out to reach B", func() bool { return !hasCookie(t, ctx, b, "session", "") })
+	t.Logf("sign-out reached B after %v", took)
+	// And it stays signed out (no stale copy comes back).
+	time.Sleep(2500 * time.Millisecond)
+	if hasCookie(t, ctx, a, "session", "") || hasCookie(t, ctx, b, "session", "") {
+		t.Fatal("a signed-out cookie came back")
+	}
+
+	// Sign in again on B, then "restart botd": a new CookieSync loads the
+	// jar, and a browser started later (a fresh profile) begins signed in.
+	if _, err := b.Open(ctx, "http://www.signin.test/login?u=bob", false); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the sign-in to reach A", func() bool { return hasCookie(t, ctx, a, "session", "signed-in-bob") })
+	stopRun()
+	// The jar on disk holds it now (written by the round that saw it).
+	sync2, err := cookies.Load(cookies.Options{Path: jarPath})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sync2.Len() == 0 {
+		t.Fatal("the reloaded jar is empty")
+	}
+	oc := x.Options(t, "c")
+	oc.SocksAddr = socks.Addr
+	c := browsertest.Launch(t, oc)
+	if err := sync2.Add(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	if !hasCookie(t, ctx, c, "session", "signed-in-bob") {
+		t.Fatal("a browser started after the restart is not signed in")
+	}
+}
