@@ -217,6 +217,7 @@ func (a *agent) session(ctx context.Context) (time.Duration, error) {
 	a.log.Info().Msg("egress tunnel connected")
 	stop := context.AfterFunc(ctx, func() { _ = sess.Close() })
 	defer stop()
+	ss := &sessionState{relays: map[uint32]*relayState{}}
 	var wg sync.WaitGroup
 	for {
 		st, err := sess.AcceptStream()
@@ -226,7 +227,7 @@ func (a *agent) session(ctx context.Context) (time.Duration, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			a.serveStream(sctx, st)
+			a.serveStream(sctx, ss, st)
 		}()
 	}
 	_ = sess.Close()

@@ -91,7 +91,6 @@ func TestReadHeader(t *testing.T) {
 		"empty":         {},
 		"short":         {1, 0},
 		"wrong version": append([]byte{2}, header("a:1")[1:]...),
-		"zero length":   {1, 0, 0},
 		"too long":      {1, 0xff, 0xff},
 		"no port":       header("example.com"),
 		"truncated":     header("example.com:443")[:8],
@@ -99,6 +98,12 @@ func TestReadHeader(t *testing.T) {
 		if _, err := readHeader(bytes.NewReader(in)); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
+	}
+}
+
+func TestReadHeaderControl(t *testing.T) {
+	if _, err := readHeader(bytes.NewReader([]byte{1, 0, 0})); !errors.Is(err, errControl) {
+		t.Fatalf("a zero-length header is the control stream, got %v", err)
 	}
 }
 

@@ -19,11 +19,61 @@ var bufPool = sync.Pool{New: func() any { b := make([]byte, copyBufSize); return
 // epoch makes activity stamps monotonic.
 var epoch = time.Now()
 
+// resetWait bounds how long a stream we reset waits for botd's close.
+const resetWait = 5 * time.Second
+
+// sessionState is what one session's streams share: the control stream and
+// the relay of each open stream id.
+type sessionState struct {
+	// mu guards ctrl and relays.
+	mu     sync.Mutex
+	ctrl   *yamux.Stream
+	relays map[uint32]*relayState
+}
+
+// sendReset asks botd to reset stream id; false if it cannot be asked (no
+// control stream yet, or the session is gone).
+func (ss *sessionState) sendReset(id uint32) bool {
+	ss.mu.Lock()
+	ctrl := ss.ctrl
+	ss.mu.Unlock()
+	if ctrl == nil {
+		return false
+	}
+	_ = ctrl.SetWriteDeadline(time.Now().Add(resetWait))
+	return writeReset(ctrl, id) == nil
+}
+
+// serveControl reads botd's reset requests until the session ends.
+func (ss *sessionState) serveControl(st *yamux.Stream) {
+	_ = st.SetDeadline(time.Time{})
+	ss.mu.Lock()
+	ss.ctrl = st
+	ss.mu.Unlock()
+	for {
+		id, err := readReset(st)
+		if err != nil {
+			abortStream(st)
+			return
+		}
+		ss.mu.Lock()
+		r := ss.relays[id]
+		ss.mu.Unlock()
+		if r != nil {
+			r.abort(true)
+		}
+	}
+}
+
 // serveStream reads the target from the header, dials it here, answers with
 // a status byte and relays until both sides are done.
-func (a *agent) serveStream(ctx context.Context, st *yamux.Stream) {
+func (a *agent) serveStream(ctx context.Context, ss *sessionState, st *yamux.Stream) {
 	_ = st.SetDeadline(time.Now().Add(a.o.HeaderTimeout))
 	addr, err := readHeader(st)
+	if errors.Is(err, errControl) {
+		ss.serveControl(st)
+		return
+	}
 	if err != nil {
 		if errors.Is(err, errBadHeader) {
 			_, _ = st.Write([]byte{statusBadReq})
@@ -55,7 +105,7 @@ func (a *agent) serveStream(ctx context.Context, st *yamux.Stream) {
 		return
 	}
 	_ = st.SetWriteDeadline(time.Time{})
-	relay(st, target, a.o.IdleTimeout)
+	relay(ss, st, target, a.o.IdleTimeout)
 }
 
 // abortStream ends a stream both ways: yamux's Close is only a half-close,
@@ -67,10 +117,19 @@ func abortStream(st *yamux.Stream) {
 
 // relay copies both ways with half-close: an EOF from one side becomes a
 // FIN on the other. A broken side (or the tunnel lost under the stream)
-// aborts both, with a reset to the target. No bytes either way for idle
-// aborts too.
-func relay(st *yamux.Stream, target net.Conn, idle time.Duration) {
-	r := &relayState{st: st, target: target}
+// aborts both: a reset to the target, and one asked of botd for its
+// client. No bytes either way for idle aborts too.
+func relay(ss *sessionState, st *yamux.Stream, target net.Conn, idle time.Duration) {
+	r := &relayState{ss: ss, st: st, target: target}
+	id := st.StreamID()
+	ss.mu.Lock()
+	ss.relays[id] = r
+	ss.mu.Unlock()
+	defer func() {
+		ss.mu.Lock()
+		delete(ss.relays, id)
+		ss.mu.Unlock()
+	}()
 	r.touch()
 	timer := time.AfterFunc(idle, func() { r.checkIdle(idle) })
 	r.timer.Store(timer)
@@ -81,24 +140,33 @@ func relay(st *yamux.Stream, target net.Conn, idle time.Duration) {
 		if err := r.pump(st, target, nil); err == nil {
 			_ = st.Close() // target said EOF: FIN to botd
 		} else {
-			r.abort()
+			r.abort(false)
 		}
 	}()
 	if err := r.pump(target, st, st.Session().IsClosed); err == nil {
-		if cw, ok := target.(interface{ CloseWrite() error }); ok {
+		if r.aborted.Load() {
+			// botd closed after our reset request: nothing to pass on.
+		} else if cw, ok := target.(interface{ CloseWrite() error }); ok {
 			_ = cw.CloseWrite()
 		}
 	} else {
-		r.abort()
+		r.abort(false)
 	}
 	wg.Wait()
 	r.done.Store(true)
 	timer.Stop()
 	_ = target.Close()
+	if r.asked.Load() {
+		// We asked botd to reset: wait (bounded) for its close, so our FIN
+		// cannot overtake the reset.
+		_, _ = io.Copy(io.Discard, st)
+	}
 	abortStream(st)
 }
 
 type relayState struct {
+	ss      *sessionState
+	asked   atomic.Bool // botd was asked to reset the stream
 	st      *yamux.Stream
 	target  net.Conn
 	last    atomic.Int64
@@ -118,10 +186,13 @@ func (r *relayState) checkIdle(idle time.Duration) {
 		r.timer.Load().Reset(left)
 		return
 	}
-	r.abort()
+	r.abort(false)
 }
 
-func (r *relayState) abort() {
+// abort resets the target. remote is true when botd asked for it; then the
+// stream just closes. Otherwise botd is asked to reset its client too, and
+// the stream stays open (reads bounded by resetWait) until botd closes it.
+func (r *relayState) abort(remote bool) {
 	if r.aborted.Swap(true) {
 		return
 	}
@@ -129,6 +200,12 @@ func (r *relayState) abort() {
 		_ = tc.SetLinger(0)
 	}
 	_ = r.target.Close()
+	if !remote && r.ss.sendReset(r.st.StreamID()) {
+		r.asked.Store(true)
+		_ = r.st.SetWriteDeadline(time.Now())
+		_ = r.st.SetReadDeadline(time.Now().Add(resetWait))
+		return
+	}
 	abortStream(r.st)
 }
 

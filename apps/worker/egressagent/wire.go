@@ -18,6 +18,12 @@ import (
 //
 // After statusOK the stream carries the connection's bytes both ways; a
 // yamux FIN is a TCP half-close.
+//
+// The first stream botd opens is the control stream (a header with length
+// 0). Either side writes a stream's id on it (uint32, big endian) to reset
+// that stream: the receiver resets its own TCP side and closes the stream;
+// the sender waits for that close before closing its end, so a FIN never
+// overtakes the reset (yamux v0.1.2 cannot reset one stream itself).
 const (
 	wireVersion    = 1
 	maxAddrLen     = 1024
@@ -33,6 +39,9 @@ const (
 
 var errBadHeader = errors.New("bad stream header")
 
+// errControl is readHeader's answer for the control stream.
+var errControl = errors.New("control stream")
+
 // readHeader reads the target address botd asks for.
 func readHeader(r io.Reader) (string, error) {
 	var h [3]byte
@@ -40,7 +49,10 @@ func readHeader(r io.Reader) (string, error) {
 		return "", err
 	}
 	n := int(binary.BigEndian.Uint16(h[1:3]))
-	if h[0] != wireVersion || n == 0 || n > maxAddrLen {
+	if h[0] == wireVersion && n == 0 {
+		return "", errControl
+	}
+	if h[0] != wireVersion || n > maxAddrLen {
 		return "", errBadHeader
 	}
 	b := make([]byte, n)
@@ -72,4 +84,21 @@ func dialStatus(err error) byte {
 	default:
 		return statusFailure
 	}
+}
+
+// writeReset asks the peer to reset stream id.
+func writeReset(w io.Writer, id uint32) error {
+	var b [4]byte
+	binary.BigEndian.PutUint32(b[:], id)
+	_, err := w.Write(b[:])
+	return err
+}
+
+// readReset reads the next reset request.
+func readReset(r io.Reader) (uint32, error) {
+	var b [4]byte
+	if _, err := io.ReadFull(r, b[:]); err != nil {
+		return 0, err
+	}
+	return binary.BigEndian.Uint32(b[:]), nil
 }

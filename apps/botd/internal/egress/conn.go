@@ -43,6 +43,8 @@ type proxyConn struct {
 	// last is the time of the last byte moved, in ns since epoch.
 	last    atomic.Int64
 	aborted atomic.Bool
+	// remoteReset is set when the agent reset the stream (no reset back).
+	remoteReset atomic.Bool
 
 	// mu guards target, idle and done.
 	mu     sync.Mutex
@@ -88,8 +90,13 @@ func (pc *proxyConn) dial(_ context.Context, network, addr string) (net.Conn, er
 		c   net.Conn
 		err error
 	)
+	var (
+		st *yamux.Stream
+		as *agentSession
+	)
 	if pc.p.tun != nil {
-		c, err = pc.p.tun.dial(ctx, addr)
+		st, as, err = pc.p.tun.dial(ctx, addr)
+		c = st
 	} else {
 		c, err = pc.p.opts.Dial(ctx, network, addr)
 	}
@@ -97,9 +104,9 @@ func (pc *proxyConn) dial(_ context.Context, network, addr string) (net.Conn, er
 		pc.p.log.Debug().Str("target", addr).Err(err).Msg("dial failed")
 		return nil, err
 	}
-	tc := &targetConn{Conn: c, pc: pc}
-	if s, ok := c.(*yamux.Stream); ok {
-		tc.stream = s
+	tc := &targetConn{Conn: c, pc: pc, stream: st, sess: as}
+	if as != nil {
+		as.register(st.StreamID(), pc)
 	}
 	pc.mu.Lock()
 	defer pc.mu.Unlock()
@@ -266,6 +273,8 @@ type targetConn struct {
 	net.Conn
 	pc     *proxyConn
 	stream *yamux.Stream // nil in direct mode
+	sess   *agentSession // the stream's session; nil in direct mode
+	once   sync.Once     // closes the stream once
 }
 
 // LocalAddr is always a *net.TCPAddr: go-socks5 type-asserts it for its
@@ -305,11 +314,13 @@ func (t *targetConn) CloseWrite() error {
 }
 
 // Close ends both ways. A yamux stream's Close is only a half-close, so the
-// deadline is what wakes a read still waiting on it.
+// deadline is what wakes a read still waiting on it. An aborted stream is
+// reset through the control stream first (wire.go), and its FIN waits for
+// the agent's, so the agent's target sees a reset, never a clean end.
 func (t *targetConn) Close() error {
 	if t.stream != nil {
-		_ = t.stream.SetDeadline(time.Now())
-		return t.stream.Close()
+		t.once.Do(t.closeStream)
+		return nil
 	}
 	if t.pc.aborted.Load() {
 		if tc, ok := t.Conn.(*net.TCPConn); ok {
@@ -317,6 +328,17 @@ func (t *targetConn) Close() error {
 		}
 	}
 	return t.Conn.Close()
+}
+
+func (t *targetConn) closeStream() {
+	defer t.sess.unregister(t.stream.StreamID())
+	if t.pc.aborted.Load() && !t.pc.remoteReset.Load() && t.sess.sendReset(t.stream.StreamID()) {
+		_ = t.stream.SetWriteDeadline(time.Now())
+		_ = t.stream.SetReadDeadline(time.Now().Add(resetWait))
+		_, _ = io.Copy(io.Discard, struct{ io.Reader }{t.stream})
+	}
+	_ = t.stream.SetDeadline(time.Now())
+	_ = t.stream.Close()
 }
 
 // socksLog routes go-socks5's log.Logger lines to zerolog at debug level.

@@ -50,9 +50,12 @@
 // deadlines, and yamux gives each stream its own flow-control window, so one
 // slow or stuck target never blocks the others.
 //
-// # Known limit
+// # Resets over the tunnel
 //
-// yamux v0.1.2 cannot reset a single stream: in tunnel mode a target's
-// reset reaches the client as a clean close (direct mode passes it on). A
-// lost tunnel does reach clients as a reset.
+// yamux v0.1.2 cannot reset a single stream, so the first stream of each
+// session is a control stream on which either side names a stream to reset
+// (wire.go). A target's reset reaches the client as a reset, as in direct
+// mode, and a client that hangs up mid-download frees the agent's target
+// connection at once instead of leaving it to yamux's close timeout. A lost
+// tunnel reaches every client on it as a reset.
 package egress

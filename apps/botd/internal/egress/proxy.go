@@ -206,11 +206,11 @@ func (p *Proxy) Close() error {
 
 	p.cancel()
 	err := p.ln.Close()
+	if p.tun != nil {
+		p.tun.closeAll() // first: a reset then has no agent to wait for
+	}
 	for _, c := range conns {
 		c.abort()
-	}
-	if p.tun != nil {
-		p.tun.closeAll()
 	}
 	p.wg.Wait()
 	p.notify()

@@ -38,12 +38,55 @@ type tunnel struct {
 	all map[*agentSession]struct{}
 }
 
+// resetWait bounds how long a stream we reset waits for the peer's close.
+const resetWait = 5 * time.Second
+
 // agentSession is one /egress websocket and the yamux session over it.
 type agentSession struct {
 	sess   *yamux.Session
+	ctrl   *yamux.Stream // the control stream (wire.go)
 	remote string
 	// online is true while the agent answers pings; guarded by tunnel.mu.
 	online bool
+
+	// mu guards conns: the proxied connection of each open stream id.
+	mu    sync.Mutex
+	conns map[uint32]*proxyConn
+}
+
+// sendReset asks the agent to reset stream id; false if it cannot be asked.
+func (as *agentSession) sendReset(id uint32) bool {
+	_ = as.ctrl.SetWriteDeadline(time.Now().Add(resetWait))
+	return writeReset(as.ctrl, id) == nil
+}
+
+func (as *agentSession) register(id uint32, pc *proxyConn) {
+	as.mu.Lock()
+	as.conns[id] = pc
+	as.mu.Unlock()
+}
+
+func (as *agentSession) unregister(id uint32) {
+	as.mu.Lock()
+	delete(as.conns, id)
+	as.mu.Unlock()
+}
+
+// readResets serves the agent's reset requests until the session ends.
+func (as *agentSession) readResets() {
+	for {
+		id, err := readReset(as.ctrl)
+		if err != nil {
+			return
+		}
+		as.mu.Lock()
+		pc := as.conns[id]
+		as.mu.Unlock()
+		if pc != nil {
+			pc.remoteReset.Store(true)
+			pc.abort()
+		}
+	}
 }
 
 func newTunnel(p *Proxy) *tunnel {
@@ -92,10 +135,25 @@ func (p *Proxy) ServeTunnel(w http.ResponseWriter, r *http.Request) {
 		p.tun.log.Error().Err(err).Msg("yamux session")
 		return
 	}
-	as := &agentSession{sess: sess, remote: r.RemoteAddr}
+	ctrl, err := sess.OpenStream()
+	if err == nil {
+		err = writeControlHeader(ctrl)
+	}
+	if err != nil {
+		_ = sess.Close()
+		p.tun.log.Warn().Err(err).Msg("egress tunnel control stream")
+		return
+	}
+	as := &agentSession{sess: sess, ctrl: ctrl, remote: r.RemoteAddr, conns: map[uint32]*proxyConn{}}
+	resets := make(chan struct{})
+	go func() {
+		defer close(resets)
+		as.readResets()
+	}()
 	p.tun.attach(as)
 	p.tun.watch(ctx, as)
 	p.tun.detach(as)
+	<-resets
 }
 
 // enter counts a tunnel handler in wg unless the proxy is closing.
@@ -205,7 +263,7 @@ func (t *tunnel) closeAll() {
 // dial opens a stream to the agent, names the target and waits for the
 // agent's answer, so the SOCKS reply tells the client the real outcome. With
 // no agent it refuses (and says so in the log): never a silent direct dial.
-func (t *tunnel) dial(ctx context.Context, addr string) (net.Conn, error) {
+func (t *tunnel) dial(ctx context.Context, addr string) (*yamux.Stream, *agentSession, error) {
 	t.mu.Lock()
 	as := t.cur
 	t.mu.Unlock()
@@ -213,11 +271,11 @@ func (t *tunnel) dial(ctx context.Context, addr string) (net.Conn, error) {
 		if n := t.p.noAgent.hit(); n > 0 {
 			t.log.Warn().Int("refused", n).Msg("tunnel mode and no egress agent connected: refusing connections (no fallback to direct)")
 		}
-		return nil, errNoAgent
+		return nil, nil, errNoAgent
 	}
 	st, err := as.sess.OpenStream()
 	if err != nil {
-		return nil, fmt.Errorf("open tunnel stream: %w", err)
+		return nil, nil, fmt.Errorf("open tunnel stream: %w", err)
 	}
 	if dl, ok := ctx.Deadline(); ok {
 		_ = st.SetDeadline(dl)
@@ -233,10 +291,10 @@ func (t *tunnel) dial(ctx context.Context, addr string) (net.Conn, error) {
 	if err != nil {
 		_ = st.SetDeadline(time.Now())
 		_ = st.Close()
-		return nil, err
+		return nil, nil, err
 	}
 	_ = st.SetDeadline(time.Time{})
-	return st, nil
+	return st, as, nil
 }
 
 // wsConn closes its websocket at once: NetConn's Close waits for the peer's

@@ -250,10 +250,9 @@ func resetServer(t testing.TB) net.Listener {
 	return ln
 }
 
-// A target's reset reaches the client as an error in direct mode; a clean
-// close (TestConcurrent200's half-closes) stays clean. In tunnel mode the
-// connection ends promptly, but as a clean close: yamux v0.1.2 has no way to
-// reset one stream (see doc.go).
+// A target's reset reaches the client as an error, in both modes (through
+// the control stream in tunnel mode); a clean close (TestConcurrent200's
+// half-closes) stays clean.
 func TestTargetResetReachesClient(t *testing.T) {
 	for _, mode := range []string{ModeDirect, ModeTunnel} {
 		t.Run(mode, func(t *testing.T) {
@@ -276,9 +275,41 @@ func TestTargetResetReachesClient(t *testing.T) {
 			if errors.As(err, &ne) && ne.Timeout() {
 				t.Fatal("the connection outlived its target's reset")
 			}
-			if mode == ModeDirect && err == nil {
+			if err == nil {
 				t.Fatalf("clean EOF after %q; want the reset passed on", got)
 			}
 		})
 	}
+}
+
+// streams is how many yamux streams the current agent session holds.
+func (s *tunnelSetup) streams() int {
+	s.p.tun.mu.Lock()
+	defer s.p.tun.mu.Unlock()
+	if s.p.tun.cur == nil {
+		return -1
+	}
+	return s.p.tun.cur.sess.NumStreams()
+}
+
+// A client that resets mid-download frees the agent's target connection at
+// once (not after yamux's close timeout), and no stream lingers.
+func TestClientResetFreesTheAgentsTarget(t *testing.T) {
+	leakCheck(t)
+	s := newTunnelSetup(t, Options{}, nil)
+	fh := newFirehose(t)
+	_, port := splitPort(t, fh.ln.Addr().String())
+	for i := 0; i < 5; i++ {
+		c, err := socksConnect(s.p.Addr().String(), "127.0.0.1", port)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(c, make([]byte, 256*1024)); err != nil {
+			t.Fatal(err)
+		}
+		_ = c.(*net.TCPConn).SetLinger(0)
+		c.Close()
+	}
+	waitFor(t, 3*time.Second, "the agent's target connections to end", func() bool { return fh.active.Load() == 0 })
+	waitFor(t, 3*time.Second, "only the control stream left", func() bool { return s.streams() == 1 })
 }

@@ -17,6 +17,13 @@ import (
 //
 // After a status of statusOK the stream carries the connection's bytes both
 // ways; a yamux FIN is a TCP half-close.
+//
+// yamux v0.1.2 cannot reset one stream, so the first stream botd opens is a
+// control stream (a header with length 0). Either side writes a stream's id
+// on it (uint32, big endian) to reset that stream: the receiver resets its
+// own TCP side and closes the stream; the sender waits for that close
+// before closing its end, so a FIN can never overtake the reset and pass a
+// cut-off transfer for a complete one.
 const (
 	wireVersion    = 1
 	maxAddrLen     = 1024
@@ -66,4 +73,27 @@ func readStatus(r io.Reader) error {
 	default:
 		return fmt.Errorf("egress agent: dial failed (status %d)", b[0])
 	}
+}
+
+// writeControlHeader opens the control stream.
+func writeControlHeader(w io.Writer) error {
+	_, err := w.Write([]byte{wireVersion, 0, 0})
+	return err
+}
+
+// writeReset asks the peer to reset stream id.
+func writeReset(w io.Writer, id uint32) error {
+	var b [4]byte
+	binary.BigEndian.PutUint32(b[:], id)
+	_, err := w.Write(b[:])
+	return err
+}
+
+// readReset reads the next reset request.
+func readReset(r io.Reader) (uint32, error) {
+	var b [4]byte
+	if _, err := io.ReadFull(r, b[:]); err != nil {
+		return 0, err
+	}
+	return binary.BigEndian.Uint32(b[:]), nil
 }
