@@ -16,22 +16,27 @@
 // link is archived as a link, and only when it is portable (relative and
 // staying inside its area); others are left out and counted. Files are
 // streamed from open descriptors, so a file swapped for a symlink or FIFO
-// mid-walk can neither leak a file from outside nor hang the export. Before
-// walking, Options.Quiesce is called (browsers flush and pause their
-// profile databases) and its resume func after.
+// mid-walk can neither leak a file from outside nor hang the export. An area
+// directory that is itself a symlink (desktop owns desktop/, so it could
+// swap screens/) is never entered. Before an export or import,
+// Options.Quiesce is called (browsers flush and pause their profile
+// databases) and its resume func after; one transfer runs at a time (409).
 //
 // Import reads the stream entry by entry (never the whole archive) and
-// refuses, with a 4xx and nothing written outside, any entry that is
-// absolute, holds "..", NUL or invalid UTF-8, lies outside the three areas,
-// is a device, FIFO or other special file, is a symlink or hard link leading
-// outside its area, or would be written through a symlink. Every write goes
-// through an os.Root per area, so even a symlink a bot plants while the
-// import runs cannot carry it outside. Owners come from the entries' user
-// and group names mapped onto this computer's accounts, restricted per area
-// (workspace: bot or desktop, groups bots/bot/desktop; profiles: desktop;
-// cookie jar: root) — numeric ids and root ownership in the workspace are
-// never trusted; setuid, setgid (files) and sticky bits are dropped. Caps on
-// entries and bytes stop tar bombs with a 413. An import that fails midway
+// refuses any entry that is absolute, holds "..", lies outside the three
+// areas, is a symlink or hard link leading outside its area, or would be
+// written through a symlink (403 FS_SANDBOX_DENIED); that holds NUL or
+// invalid UTF-8, is a device, FIFO or other special file, or is a corrupt or
+// truncated archive (400); or that exceeds the caps on entries and bytes — a
+// tar bomb (413). The name and link checks give clear errors; the boundary
+// itself is the os.Root per area through which every write goes, so even a
+// symlink a bot plants while the import runs cannot carry it outside.
+// Owners come from the entries' user and group names mapped onto this
+// computer's accounts, restricted per area (workspace: bot or desktop,
+// groups bots/bot/desktop; profiles: desktop; cookie jar: root 0600):
+// numeric ids are never used and nothing in the workspace becomes root's.
+// Setuid is always dropped, setgid and sticky on files. Transient profile
+// files in an archive are skipped, as on export. An import that fails midway
 // leaves the entries written before the failure (all inside the areas).
 package workspace
 
