@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"golang.org/x/sys/unix"
 )
 
 // Dir is one directory botd owns, with its exact owner and mode.
@@ -17,9 +19,16 @@ type Dir struct {
 
 // PrepareDirs creates each directory (parents as root 0755 when missing) and
 // forces owner and mode, so a restart repairs drift. Order matters: parents
-// first.
+// first. botd runs as root, so a symlink in its place (the bot user could
+// plant one in its workspace) is never followed: it is removed and the
+// directory made anew. Any other non-directory is refused.
 func PrepareDirs(dirs []Dir) error {
 	for _, d := range dirs {
+		if fi, err := os.Lstat(d.Path); err == nil && fi.Mode()&os.ModeSymlink != 0 {
+			if err := os.Remove(d.Path); err != nil {
+				return fmt.Errorf("prepare %s: remove planted symlink: %w", d.Path, err)
+			}
+		}
 		if err := os.MkdirAll(d.Path, 0o755); err != nil {
 			return fmt.Errorf("prepare %s: %w", d.Path, err)
 		}
@@ -27,12 +36,22 @@ func PrepareDirs(dirs []Dir) error {
 		if d.GID != 0 {
 			gid = d.GID
 		}
-		if err := os.Lchown(d.Path, int(d.Owner.UID), int(gid)); err != nil {
-			return fmt.Errorf("chown %s: %w", d.Path, err)
+		fd, err := unix.Open(d.Path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("prepare %s: not a plain directory: %w", d.Path, err)
 		}
-		// os.Chmod maps ModeSetgid to S_ISGID.
-		if err := os.Chmod(d.Path, d.Mode); err != nil {
-			return fmt.Errorf("chmod %s: %w", d.Path, err)
+		mode := uint32(d.Mode.Perm())
+		if d.Mode&os.ModeSetgid != 0 {
+			mode |= unix.S_ISGID
+		}
+		err = unix.Fchown(fd, int(d.Owner.UID), int(gid))
+		if err == nil {
+			// chown clears setgid, so the mode comes second.
+			err = unix.Fchmod(fd, mode)
+		}
+		unix.Close(fd)
+		if err != nil {
+			return fmt.Errorf("prepare %s: %w", d.Path, err)
 		}
 	}
 	return nil
