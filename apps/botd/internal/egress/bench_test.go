@@ -5,6 +5,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -102,6 +103,7 @@ func BenchmarkThroughputRatio(b *testing.B) {
 	const total = 64 << 20
 	const rounds = 10
 	best := map[string]time.Duration{}
+	cpu := map[string]time.Duration{} // least CPU (user+system, whole process) per run
 	ratios := map[string][]float64{}
 	for i := 0; i < b.N; i++ {
 		for round := 0; round < rounds; round++ {
@@ -111,12 +113,17 @@ func BenchmarkThroughputRatio(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
+				cpu0 := processCPU()
 				start := time.Now()
 				send(b, c, total)
 				took[name] = time.Since(start)
+				used := processCPU() - cpu0
 				c.Close()
 				if best[name] == 0 || took[name] < best[name] {
 					best[name] = took[name]
+				}
+				if cpu[name] == 0 || used < cpu[name] {
+					cpu[name] = used
 				}
 			}
 			for _, name := range []string{"direct", "tunnel"} {
@@ -131,7 +138,18 @@ func BenchmarkThroughputRatio(b *testing.B) {
 	b.ReportMetric(mbps(best["tunnel"]), "tunnel-MB/s")
 	b.ReportMetric(median(ratios["direct"]), "direct/loopback")
 	b.ReportMetric(median(ratios["tunnel"]), "tunnel/loopback")
+	// CPU per byte is what a busy machine cannot blur.
+	for _, name := range []string{"loopback", "direct", "tunnel"} {
+		b.ReportMetric(float64(cpu[name].Nanoseconds())/total, name+"-cpu-ns/B")
+	}
 	b.ReportMetric(0, "ns/op")
+}
+
+// processCPU is the user and system CPU time this process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkConnect is connection setup: dial, SOCKS handshake, CONNECT (by
