@@ -120,6 +120,10 @@ if (takeBtn) {
   });
 }
 
+// Connect at once (the common case is a running screen); the state tells
+// the rest, and a refused connection only leads back to refresh.
+viewer.running = true;
+connect();
 render();
 refresh();
 setInterval(refresh, 2000);
