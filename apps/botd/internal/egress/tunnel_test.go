@@ -2,10 +2,12 @@ package egress
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/coder/websocket"
 
 	"github.com/open-bot/computer/apps/botd/internal/testenv"
 )
@@ -312,4 +316,26 @@ func TestClientResetFreesTheAgentsTarget(t *testing.T) {
 	}
 	waitFor(t, 3*time.Second, "the agent's target connections to end", func() bool { return fh.active.Load() == 0 })
 	waitFor(t, 3*time.Second, "only the control stream left", func() bool { return s.streams() == 1 })
+}
+
+// An agent whose websocket is up but who answers nothing (a laptop gone to
+// sleep behind a live NAT) is connected but not online, and is dropped
+// after two missed pings.
+func TestSilentAgentIsNotOnlineAndIsDropped(t *testing.T) {
+	p := newProxy(t, Options{Mode: ModeTunnel, PingInterval: 100 * time.Millisecond, PingTimeout: 150 * time.Millisecond})
+	ts := botdServer(t, p, nil, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ws, _, err := websocket.Dial(ctx, ts.URL+"/egress", &websocket.DialOptions{
+		HTTPHeader: http.Header{"Authorization": {"Bearer " + testToken}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.CloseNow() // never read: pings go unanswered
+	waitFor(t, 5*time.Second, "tunnel connected", func() bool { return p.Health().TunnelConnected })
+	if p.Health().AgentOnline {
+		t.Fatal("a silent agent counts as online")
+	}
+	waitFor(t, 5*time.Second, "the silent agent dropped", func() bool { return !p.Health().TunnelConnected })
 }
