@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -14,7 +15,9 @@ import (
 
 	"github.com/open-bot/computer/apps/botd/internal/agent"
 	"github.com/open-bot/computer/apps/botd/internal/api"
+	"github.com/open-bot/computer/apps/botd/internal/browser"
 	"github.com/open-bot/computer/apps/botd/internal/config"
+	"github.com/open-bot/computer/apps/botd/internal/cookies"
 	"github.com/open-bot/computer/apps/botd/internal/egress"
 	"github.com/open-bot/computer/apps/botd/internal/execsvc"
 	"github.com/open-bot/computer/apps/botd/internal/files"
@@ -42,6 +45,13 @@ func run(ctx context.Context, cfg config.Config) error {
 		return err
 	}
 	if err := osuser.PrepareDirs(osuser.Layout(cfg.Home, desktopUser, botUser)); err != nil {
+		return err
+	}
+	// Chromium's sandbox needs user namespaces for desktop; without them every
+	// browser starts with --no-sandbox (a warning is logged). Then the jar.
+	sandbox := browser.ProbeSandbox(ctx, nil, &desktopUser, log)
+	jar, err := cookies.Load(cookies.Options{Path: filepath.Join(cfg.StateDir(), "cookies.json"), Log: &log})
+	if err != nil {
 		return err
 	}
 
@@ -103,14 +113,22 @@ func run(ctx context.Context, cfg config.Config) error {
 	defer execs.Close() // kills commands and terminal sessions left running
 	execs.Register(srv.Mux())
 	workspace.New(workspace.Options{Home: cfg.Home, Bot: botUser, Desktop: desktopUser, Log: log.With().Str("component", "workspace").Logger()}).Register(srv.Mux())
+	browsers := browser.NewScreens(browser.ScreensOptions{
+		SocksAddr: cfg.SocksAddr, NoSandbox: sandbox.NoSandbox(), ApplyGuardExtraDomains: cfg.ApplyGuardExtraDomains,
+		Desktop: desktopUser, Workspace: cfg.Workspace(), Cookies: jar, Events: hub, Changed: model.Changed, Log: log,
+	})
 	screens := screen.New(screen.Options{
 		Home: cfg.Home, DisplayBase: cfg.DisplayBase, VNCPortBase: cfg.VNCPortBase, ViewPortBase: cfg.ViewPortBase,
 		MaxScreens: cfg.MaxScreens, Idle: cfg.ScreenIdle, Desktop: desktopUser, Supervisor: sup, Log: log,
-		Events: hub, Changed: model.Changed,
+		Events: hub, Changed: model.Changed, Blocked: browsers.Blocked, BrowserState: browsers.State,
 	})
 	sources.Screens = screens.Health
 	model.SetSources(sources)
 	screens.Routes(srv.Mux())
+	// A browser per screen on demand, stopped first when its screen stops;
+	// /open, /browser/page, /browser/pages, /type-secret. CookieSync every 2 s.
+	browsers.Attach(screens, srv.Mux())
+	go jar.Run(ctx)
 	go screens.Run(ctx) // sweeps leases and idle screens every 5 s
 
 	ln, err := net.Listen("tcp", cfg.Listen)
@@ -136,6 +154,7 @@ func run(ctx context.Context, cfg config.Config) error {
 	defer cancel()
 	_ = hs.Shutdown(sctx)
 	screens.Close(sctx) // browsers first (BeforeStop hooks), then displays
+	browsers.Close(sctx)
 	sup.StopAll(sctx)
 	_ = egressProxy.Close() // ends proxied connections and the agent's tunnel
 	hub.Close()
