@@ -183,7 +183,10 @@ func TestIntegrationViewerPage(t *testing.T) {
 	opened = time.Now()
 	require.Eventually(t, func() bool { st = h.bar(ctx, t, cs); return st.Connected }, 20*time.Second, 50*time.Millisecond)
 	require.Eventually(t, func() bool { return eval(ctx, cs, canvasVariance, &v) == nil && v > 10 }, 20*time.Second, 25*time.Millisecond, "canvas variance %.1f", v)
-	t.Logf("second viewer link (browser already running) → first frame drawn: %v", time.Since(opened).Round(time.Millisecond))
+	var marks struct{ Now, Connected, Nav float64 }
+	require.NoError(t, eval(ctx, cs, `({Now: performance.now(), Connected: window.viewer.connectedAt || 0, Nav: performance.getEntriesByType('navigation')[0].domContentLoadedEventEnd})`, &marks))
+	t.Logf("second viewer link (browser already running) → first frame drawn: %v (page: DOM ready %.0f ms, RFB connected %.0f ms, drawn by %.0f ms)",
+		time.Since(opened).Round(time.Millisecond), marks.Nav, marks.Connected, marks.Now)
 	require.Equal(t, pageState{Status: "watching", Connected: true, Take: true, Screen: "pg"}, st)
 	require.NoError(t, eval(ctx, cs, `(document.getElementById('take').click(), true)`, new(bool)))
 	require.Eventually(t, func() bool { st = h.bar(ctx, t, cs); return st.InControl }, 10*time.Second, 50*time.Millisecond)

@@ -44,7 +44,7 @@ function connect() {
   const r = new RFB(el('screen'), url, { shared: true, wsProtocols: ['binary'] });
   r.scaleViewport = true;
   r.viewOnly = !viewer.inControl;
-  r.addEventListener('connect', () => { viewer.connected = true; viewer.connects++; render(); });
+  r.addEventListener('connect', () => { viewer.connectedAt = performance.now(); viewer.connected = true; viewer.connects++; render(); });
   r.addEventListener('disconnect', () => {
     viewer.connected = false;
     if (rfb === r) rfb = null;
