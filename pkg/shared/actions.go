@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -107,11 +108,19 @@ var allowed = map[string]map[string]bool{
 	ActionWait:        {"ms": true},
 }
 
-func (a Action) present() map[string]bool {
-	return map[string]bool{
-		"x": a.X != nil, "y": a.Y != nil, "button": a.Button != "", "path": a.Path != nil,
-		"keys": a.Keys != nil, "scroll_x": a.ScrollX != nil, "scroll_y": a.ScrollY != nil,
-		"text": a.Text != nil, "ms": a.Ms != nil,
+// fieldSet is one optional field and whether a carries it.
+type fieldSet struct {
+	name string
+	set  bool
+}
+
+// present lists the optional fields in schema order, so the error for an
+// action with several stray fields always names the same one.
+func (a Action) present() []fieldSet {
+	return []fieldSet{
+		{"x", a.X != nil}, {"y", a.Y != nil}, {"button", a.Button != ""}, {"path", a.Path != nil},
+		{"keys", a.Keys != nil}, {"scroll_x", a.ScrollX != nil}, {"scroll_y", a.ScrollY != nil},
+		{"text", a.Text != nil}, {"ms", a.Ms != nil},
 	}
 }
 
@@ -120,9 +129,9 @@ func (a Action) validate(w, h int) *ActionError {
 	if !ok {
 		return &ActionError{Field: "type", Msg: fmt.Sprintf("unknown action type %q (want one of click, double_click, drag, keypress, move, screenshot, scroll, type, wait)", a.Type)}
 	}
-	for f, set := range a.present() {
-		if set && !fields[f] {
-			return &ActionError{Field: f, Msg: fmt.Sprintf("not allowed on %s", a.Type)}
+	for _, f := range a.present() {
+		if f.set && !fields[f.name] {
+			return &ActionError{Field: f.name, Msg: fmt.Sprintf("not allowed on %s", a.Type)}
 		}
 	}
 	inside := func(field string, v, max int) *ActionError {
@@ -157,9 +166,12 @@ func (a Action) validate(w, h int) *ActionError {
 		if err := needXY(); err != nil {
 			return err
 		}
-		for f, v := range map[string]*int{"scroll_x": a.ScrollX, "scroll_y": a.ScrollY} {
-			if v != nil && (*v > MaxScrollPixels || *v < -MaxScrollPixels) {
-				return &ActionError{Field: f, Msg: fmt.Sprintf("at most %d pixels", MaxScrollPixels)}
+		for _, f := range []struct {
+			name string
+			v    *int
+		}{{"scroll_x", a.ScrollX}, {"scroll_y", a.ScrollY}} {
+			if f.v != nil && (*f.v > MaxScrollPixels || *f.v < -MaxScrollPixels) {
+				return &ActionError{Field: f.name, Msg: fmt.Sprintf("at most %d pixels", MaxScrollPixels)}
 			}
 		}
 		if (a.ScrollX == nil || *a.ScrollX == 0) && (a.ScrollY == nil || *a.ScrollY == 0) {
@@ -231,7 +243,7 @@ var keyNames = map[string]string{
 func KeyName(k string) (string, bool) {
 	if utf8.RuneCountInString(k) == 1 {
 		r, _ := utf8.DecodeRuneInString(k)
-		if r > 0x20 && r != 0x7f && r != utf8.RuneError {
+		if r > 0x20 && r != utf8.RuneError && !unicode.IsControl(r) {
 			return k, true
 		}
 		if r == ' ' {
