@@ -88,15 +88,15 @@ func (pc *proxyConn) dial(_ context.Context, network, addr string) (net.Conn, er
 	defer cancel()
 	var (
 		c   net.Conn
+		st  *yamux.Stream
+		as  *agentSession
 		err error
 	)
-	var (
-		st *yamux.Stream
-		as *agentSession
-	)
 	if pc.p.tun != nil {
-		st, as, err = pc.p.tun.dial(ctx, addr)
-		c = st
+		if st, as, err = pc.p.tun.dial(ctx, addr); err == nil {
+			c = st
+			as.register(st.StreamID(), pc)
+		}
 	} else {
 		c, err = pc.p.opts.Dial(ctx, network, addr)
 	}
@@ -105,18 +105,18 @@ func (pc *proxyConn) dial(_ context.Context, network, addr string) (net.Conn, er
 		return nil, err
 	}
 	tc := &targetConn{Conn: c, pc: pc, stream: st, sess: as}
-	if as != nil {
-		as.register(st.StreamID(), pc)
-	}
 	pc.mu.Lock()
-	defer pc.mu.Unlock()
 	if pc.done || pc.aborted.Load() {
-		tc.Close()
+		// The client went away while we dialled. Close may wait on the
+		// agent (a reset), so never under mu.
+		pc.mu.Unlock()
+		_ = tc.Close()
 		return nil, net.ErrClosed
 	}
 	pc.target = tc
 	pc.touch()
 	pc.idle = time.AfterFunc(pc.p.opts.IdleTimeout, pc.checkIdle)
+	pc.mu.Unlock()
 	return tc, nil
 }
 
