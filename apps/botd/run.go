@@ -25,6 +25,7 @@ import (
 	"github.com/open-bot/computer/apps/botd/internal/osuser"
 	"github.com/open-bot/computer/apps/botd/internal/screen"
 	"github.com/open-bot/computer/apps/botd/internal/supervisor"
+	"github.com/open-bot/computer/apps/botd/internal/vnc"
 	"github.com/open-bot/computer/apps/botd/internal/workspace"
 	"github.com/open-bot/computer/pkg/shared"
 )
@@ -128,6 +129,14 @@ func run(ctx context.Context, cfg config.Config) error {
 	// A browser per screen on demand, stopped first when its screen stops;
 	// /open, /browser/page, /browser/pages, /type-secret. CookieSync every 2 s.
 	browsers.Attach(screens, srv.Mux())
+	// Human takeover: each screen's x11vnc over ws /screens/{id}/vnc and its
+	// own view/control ports (on the API's host), signed viewer links, the
+	// noVNC viewer page. Viewers close when their screen stops.
+	listenHost, _, _ := net.SplitHostPort(cfg.Listen)
+	viewers := vnc.New(vnc.Options{Screens: screens, Token: cfg.Token, Authorized: srv.Authorized, ListenHost: listenHost, Log: log})
+	defer viewers.Close()
+	viewers.Routes(srv.Mux())
+	srv.AllowSelfAuth(viewers.SelfAuth)
 	go jar.Run(ctx)
 	go screens.Run(ctx) // sweeps leases and idle screens every 5 s
 
