@@ -131,8 +131,11 @@ func relay(ss *sessionState, st *yamux.Stream, target net.Conn, idle time.Durati
 		ss.mu.Unlock()
 	}()
 	r.touch()
-	timer := time.AfterFunc(idle, func() { r.checkIdle(idle) })
+	// Armed only once stored, so checkIdle always finds it.
+	timer := time.AfterFunc(time.Hour, func() { r.checkIdle(idle) })
+	timer.Stop()
 	r.timer.Store(timer)
+	timer.Reset(idle)
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
