@@ -285,3 +285,40 @@ func TestRunRejectsBadOptions(t *testing.T) {
 		t.Fatal("bad URL accepted")
 	}
 }
+
+func TestAgentIdleTimeout(t *testing.T) {
+	ts, sessions := fakeBotd(t, "tok-0123456789abcdef")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			accepted <- c
+		}
+	}()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		_ = Run(ctx, Options{BotdURL: ts.URL, Token: "tok-0123456789abcdef", AllowLoopback: true, IdleTimeout: 200 * time.Millisecond})
+	}()
+	sess := <-sessions
+	defer sess.Close()
+	st, status := openTo(t, sess, ln.Addr().String())
+	if status != statusOK {
+		t.Fatalf("status %d", status)
+	}
+	target := <-accepted
+	defer target.Close()
+	// Nothing moves: the agent resets its target and ends the stream.
+	_ = target.SetReadDeadline(time.Now().Add(3 * time.Second))
+	if _, err := target.Read(make([]byte, 1)); !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("target read after idle: %v, want a reset", err)
+	}
+	_ = st.SetReadDeadline(time.Now().Add(3 * time.Second))
+	if _, err := io.ReadAll(st); err != nil {
+		t.Fatalf("stream after idle: %v", err)
+	}
+}
