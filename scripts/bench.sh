@@ -22,6 +22,17 @@ BENCHES=(
   # setup p50 per mode.
   "./apps/botd/internal/egress|BenchmarkThroughputRatio|1x"
   "./apps/botd/internal/egress|BenchmarkConnect|500x"
+  # issue 8: viewer link to the first full frame (through the relay), relay
+  # vs direct x11vnc latency of a frame update, x11vnc CPU per idle screen
+  # with one viewer (target < 2% of a core).
+  "./apps/botd/internal/vnc|^BenchmarkVNC|1x"
+  # issue 3 (desktop): native capture (MIT-SHM + XFixes cursor + libjpeg-turbo)
+  # p50/p99 vs a `scrot -p -q 72` process p50, alternating on the same Xvfb
+  # frame (an XFCE wallpaper; a busy ~200 kB frame); unchanged-frame capture
+  # p50 (target <= 5 ms); exact Unicode typing into mousepad, chars/s (>= 50).
+  "./apps/botd/internal/desktop|^BenchmarkCaptureVsScrot$|200x"
+  "./apps/botd/internal/desktop|^BenchmarkCaptureUnchanged$|500x"
+  "./apps/botd/internal/desktop|^BenchmarkTypeExact$|3x"
 )
 
 out="$(mktemp)"

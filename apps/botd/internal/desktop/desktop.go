@@ -33,8 +33,9 @@ type Target struct {
 
 // Options are the dependencies of a Desktop; nil/zero values get defaults.
 type Options struct {
-	// Runner starts helper processes (none on the hot path today; kept so
-	// input can fall back to xdotool as Target.User).
+	// Runner starts helper processes. Input and capture need none: both go
+	// through botd's own X connection (XTEST, MIT-SHM), measured faster and
+	// abortable between any two events.
 	Runner runner.Runner
 	Log    zerolog.Logger
 }
@@ -154,7 +155,16 @@ func (d *Desktop) Close() error {
 
 	// Give back the keycodes typing borrowed while the server still lives.
 	d.inMu.Lock()
-	if x != nil && !x.isDead() {
+	if x != nil && !x.isDead() && len(d.kb.borrowed) > 0 {
+		// Keys typed a moment ago may still be unread: reverting their
+		// keycodes now would change what they type.
+		var latest time.Time
+		for _, b := range d.kb.borrowed {
+			if b.lastUse.After(latest) {
+				latest = b.lastUse
+			}
+		}
+		time.Sleep(minReuse - time.Since(latest))
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		_ = d.kb.restore(ctx, x)
 		cancel()

@@ -37,7 +37,7 @@ func TestMixedTextIsLong(t *testing.T) {
 
 // topWindow waits for a mapped top-level window whose WM_NAME contains
 // name and returns its geometry.
-func topWindow(t *testing.T, x *testX, name string, timeout time.Duration) (xproto.Window, int, int, int, int) {
+func topWindow(t testing.TB, x *testX, name string, timeout time.Duration) (xproto.Window, int, int, int, int) {
 	t.Helper()
 	ctx := testenv.Context(t, timeout+5*time.Second)
 	xc, err := dialX(ctx, x.display, x.xauth, true)
@@ -158,6 +158,7 @@ func TestTypeChromium(t *testing.T) {
 		}
 	}
 	require.NoError(t, d.Do(ctx, shared.Action{Type: "keypress", Keys: []string{"ctrl", "a"}}))
+	requirePingTarget(t, d)
 
 	text := mixedText
 	start := time.Now()
@@ -202,6 +203,7 @@ func TestTypeMousepad(t *testing.T) {
 	_, wx, wy, ww, wh := topWindow(t, x, "typed.txt", 30*time.Second)
 	require.NoError(t, d.Do(ctx, shared.Action{Type: "click", X: ip(wx + ww/2), Y: ip(wy + wh/2)}))
 	time.Sleep(300 * time.Millisecond)
+	requirePingTarget(t, d)
 
 	text := mixedText
 	start := time.Now()
@@ -221,4 +223,16 @@ func TestTypeMousepad(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Fatalf("mousepad file differs: %s\ngot:  %q\nwant: %q", firstDiff(string(got), text), got, text)
+}
+
+// requirePingTarget checks that the focused application answers
+// _NET_WM_PING, so typing synchronizes with it instead of guessing pauses.
+func requirePingTarget(t *testing.T, d *Desktop) {
+	t.Helper()
+	ctx := testenv.Context(t, 10*time.Second)
+	s, err := d.session(ctx)
+	require.NoError(t, err)
+	pt, err := findPingTarget(ctx, s)
+	require.NoError(t, err)
+	require.NoError(t, pt.barrier(ctx, s))
 }
