@@ -28,7 +28,7 @@ func readClosed(t *testing.T, c net.Conn, within time.Duration) []byte {
 
 func TestBadInputIsRefusedCleanly(t *testing.T) {
 	leakCheck(t)
-	p := newProxy(t, Options{HandshakeTimeout: 300 * time.Millisecond})
+	p := newProxy(t, Options{HandshakeTimeout: 500 * time.Millisecond})
 	echo := echoServer(t)
 	_, port := splitPort(t, echo.Addr().String())
 	ph, pl := byte(port>>8), byte(port)
@@ -82,7 +82,7 @@ func TestBadInputIsRefusedCleanly(t *testing.T) {
 }
 
 func TestHandshakeDeadlineDoesNotCutAnEstablishedConnection(t *testing.T) {
-	p := newProxy(t, Options{HandshakeTimeout: 200 * time.Millisecond})
+	p := newProxy(t, Options{HandshakeTimeout: 500 * time.Millisecond})
 	echo := echoServer(t)
 	_, port := splitPort(t, echo.Addr().String())
 	c, err := socksConnect(p.Addr().String(), "127.0.0.1", port)
@@ -90,7 +90,7 @@ func TestHandshakeDeadlineDoesNotCutAnEstablishedConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	time.Sleep(400 * time.Millisecond)
+	time.Sleep(800 * time.Millisecond)
 	echoRoundTrip(t, c, []byte("still here"))
 }
 
@@ -112,7 +112,7 @@ func echoRoundTrip(t testing.TB, c net.Conn, msg []byte) {
 
 func TestIdleTimeout(t *testing.T) {
 	leakCheck(t)
-	idle := 300 * time.Millisecond
+	idle := 500 * time.Millisecond
 	p := newProxy(t, Options{IdleTimeout: idle})
 	echo := echoServer(t)
 	_, port := splitPort(t, echo.Addr().String())
@@ -130,10 +130,10 @@ func TestIdleTimeout(t *testing.T) {
 	start := time.Now()
 	for time.Since(start) < 3*idle {
 		echoRoundTrip(t, busy, []byte("ping"))
-		time.Sleep(idle / 4)
+		time.Sleep(idle / 5)
 	}
 	// The busy one lived through three idle periods; the quiet one is gone.
-	readClosed(t, quiet, time.Second)
+	readClosed(t, quiet, 2*time.Second)
 }
 
 func TestConnectionCap(t *testing.T) {

@@ -322,7 +322,7 @@ func TestClientResetFreesTheAgentsTarget(t *testing.T) {
 // sleep behind a live NAT) is connected but not online, and is dropped
 // after two missed pings.
 func TestSilentAgentIsNotOnlineAndIsDropped(t *testing.T) {
-	p := newProxy(t, Options{Mode: ModeTunnel, PingInterval: 100 * time.Millisecond, PingTimeout: 150 * time.Millisecond})
+	p := newProxy(t, Options{Mode: ModeTunnel, PingInterval: 200 * time.Millisecond, PingTimeout: 300 * time.Millisecond})
 	ts := botdServer(t, p, nil, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
