@@ -56,6 +56,7 @@ func newIT(t testing.TB, max int, base int) *itEnv {
 	require.NoError(t, osuser.PrepareDirs(osuser.Layout(home, d, b)))
 	log := zerolog.Nop()
 	if os.Getenv("SCREEN_TEST_LOG") != "" {
+		zerolog.TimeFieldFormat = time.RFC3339Nano
 		log = zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: "15:04:05.000", NoColor: true}).With().Timestamp().Logger()
 	}
 	m := New(Options{Home: home, DisplayBase: base, VNCPortBase: itVNCPortBase + (base - itDisplayBase),

@@ -141,9 +141,10 @@ func (b *procBackend) start(ctx context.Context, s *Screen, slot int) (st stack,
 	}
 	sup := m.o.Supervisor
 
-	// 1. X. It is the screen: when it dies the screen has crashed, so it is
-	// never restarted behind our back (the next Ensure starts a new stack
-	// with a new cookie).
+	// X and the session bus first, side by side (the bus needs no display).
+	// X is the screen: when it dies the screen has crashed, so it is never
+	// restarted behind our back (the next Ensure starts a new stack with a
+	// new cookie).
 	ps.xvfb, err = sup.Start(spec("xvfb", supervisor.RestartNever,
 		[]string{"Xvfb", ":" + strconv.Itoa(disp), "-screen", "0", fmt.Sprintf("%dx%dx24", Width, Height),
 			"-auth", xauth, "-nolisten", "tcp", "-noreset"},
@@ -151,11 +152,6 @@ func (b *procBackend) start(ctx context.Context, s *Screen, slot int) (st stack,
 	if err != nil {
 		return nil, fmt.Errorf("start xvfb: %w", err)
 	}
-	if err := ps.xvfb.WaitRunning(ctx); err != nil {
-		return nil, fmt.Errorf("xvfb: %w", err)
-	}
-
-	// 2. The session bus, then the XFCE pieces and x11vnc side by side.
 	bus := filepath.Join(runDir, "bus")
 	dbus, err := sup.Start(spec("dbus", supervisor.RestartAlways,
 		[]string{"dbus-daemon", "--session", "--nofork", "--nopidfile", "--address=unix:path=" + bus},
@@ -164,33 +160,54 @@ func (b *procBackend) start(ctx context.Context, s *Screen, slot int) (st stack,
 		return nil, fmt.Errorf("start dbus: %w", err)
 	}
 	ps.session = append(ps.session, dbus)
+	if err := ps.xvfb.WaitRunning(ctx); err != nil {
+		return nil, fmt.Errorf("xvfb: %w", err)
+	}
 	if err := dbus.WaitRunning(ctx); err != nil {
 		return nil, fmt.Errorf("dbus: %w", err)
 	}
+
+	// Then the window manager and x11vnc; the screen is running once both
+	// answer. The panel and the desktop start after the window manager is
+	// up (they would only compete with it for the CPU) and are not waited
+	// for: they draw within moments, and settle covers the first frame.
 	vncAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(m.vncPort(slot)))
-	for _, p := range []struct {
+	type procDef struct {
 		name  string
 		argv  []string
 		ready func(context.Context) error
-	}{
+	}
+	startAll := func(defs []procDef) error {
+		var started []*supervisor.Proc
+		for _, d := range defs {
+			proc, err := sup.Start(spec(d.name, supervisor.RestartAlways, d.argv, d.ready))
+			if err != nil {
+				return fmt.Errorf("start %s: %w", d.name, err)
+			}
+			ps.session = append(ps.session, proc)
+			started = append(started, proc)
+		}
+		for _, p := range started {
+			if err := p.WaitRunning(ctx); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := startAll([]procDef{
 		{"xfwm4", []string{"xfwm4", "--compositor=off"}, func(ctx context.Context) error { return pollX(ctx, disp, cookie, true) }},
-		{"xfce4-panel", []string{"xfce4-panel"}, nil},
-		{"xfdesktop", []string{"xfdesktop"}, nil},
 		{"x11vnc", []string{"x11vnc", "-display", ":" + strconv.Itoa(disp), "-auth", xauth,
 			"-localhost", "-shared", "-forever", "-threads", "-rfbport", strconv.Itoa(m.vncPort(slot)),
 			"-nopw", "-quiet", "-noxdamage"},
 			func(ctx context.Context) error { return pollDial(ctx, "tcp", vncAddr, isRFB) }},
-	} {
-		proc, err := sup.Start(spec(p.name, supervisor.RestartAlways, p.argv, p.ready))
-		if err != nil {
-			return nil, fmt.Errorf("start %s: %w", p.name, err)
-		}
-		ps.session = append(ps.session, proc)
+	}); err != nil {
+		return nil, err
 	}
-	for _, p := range ps.session {
-		if err := p.WaitRunning(ctx); err != nil {
-			return nil, err
-		}
+	if err := startAll([]procDef{
+		{"xfce4-panel", []string{"xfce4-panel"}, nil},
+		{"xfdesktop", []string{"xfdesktop"}, nil},
+	}); err != nil {
+		return nil, err
 	}
 	if m.o.NewDriver != nil {
 		ps.drv, err = m.o.NewDriver(Target{Display: ":" + strconv.Itoa(disp), XAuthority: xauth, User: &u, Width: Width, Height: Height})
