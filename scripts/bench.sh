@@ -12,6 +12,10 @@ export BENCH_BIG="${BENCH_BIG:-1}"
 # Each line: package, benchmark regexp, benchtime. Add yours here.
 BENCHES=(
   "./apps/botd|BenchmarkBotd|1x"
+  # issue 3 (screens): ensure -> running p50/p90 (target <= 2 s), one click
+  # through /act to its observation p50/p99 (target <= settle + 40 ms), and
+  # the RSS/PSS of one idle screen's processes.
+  "./apps/botd/internal/screen|BenchmarkScreen|1x"
   # issue 6: /exec round trip for `true` (p50_ms), and export/import
   # throughput of a generated 1 GiB / 10,000-file workspace (needs BENCH_BIG=1,
   # set above; BENCH_WORKSPACE_MB / BENCH_WORKSPACE_FILES shrink it).
