@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand"
 	"net/http"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -132,6 +133,7 @@ func TestIntegrationTwentyViewers(t *testing.T) {
 	e := newIT(t, 2)
 	e.start(t, "many")
 	view := e.mint(t, "many", ModeView, "", 120)
+	baseline := runtime.NumGoroutine()
 	const n = 20
 	clients := make([]*rfbClient, n)
 	var wg sync.WaitGroup
@@ -166,6 +168,9 @@ func TestIntegrationTwentyViewers(t *testing.T) {
 		c.Close()
 	}
 	require.Eventually(t, func() bool { in, _ := e.m.Info("many"); return in.Watchers == 0 && e.v.Viewers("many") == 0 }, 10*time.Second, 50*time.Millisecond)
+	// Every relay goroutine (and the clients') is gone.
+	require.Eventually(t, func() bool { return runtime.NumGoroutine() <= baseline+2 }, 10*time.Second, 50*time.Millisecond,
+		"goroutines: %d, baseline %d", runtime.NumGoroutine(), baseline)
 }
 
 func TestIntegrationStoppedScreen(t *testing.T) {

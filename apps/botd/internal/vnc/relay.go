@@ -68,8 +68,7 @@ func (r *relay) run() {
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		_, err := io.Copy(nc, r.up)
-		if err == nil || errIs(err, io.EOF) {
+		if _, err := io.Copy(nc, r.up); err == nil {
 			r.close(CodeVNCClosed, "the screen's VNC server closed the connection")
 			return
 		}
@@ -98,28 +97,23 @@ func (r *relay) run() {
 // and framebuffer requests always; input only while control is held;
 // reconfiguration never. A protocol error ends it before the bad unit is
 // forwarded.
-func (r *relay) fromClient(nc net.Conn) error {
-	cs := newClientStream(nc)
+func (r *relay) fromClient(from io.Reader) error {
+	cs := newClientStream(from)
 	w := bufio.NewWriterSize(r.up, 16<<10)
 	for {
 		unit, cl, err := cs.next()
 		if err != nil {
 			return err
 		}
-		switch cl {
-		case pass:
-		case input:
-			if r.mode != ModeControl || !r.inControl(true) {
-				continue
+		forward := cl == pass || (cl == input && r.mode == ModeControl && r.inControl(true))
+		if forward {
+			if _, err := w.Write(unit); err != nil {
+				return err
 			}
-		case drop:
-			continue
 		}
-		if _, err := w.Write(unit); err != nil {
-			return err
-		}
-		// Batch what already arrived; flush as soon as the viewer pauses.
-		if cs.buffered() == 0 {
+		// Batch what already arrived; flush as soon as the viewer pauses
+		// (also after a dropped unit, or what came before it would wait).
+		if cs.buffered() == 0 && w.Buffered() > 0 {
 			if err := w.Flush(); err != nil {
 				return err
 			}

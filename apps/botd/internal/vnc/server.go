@@ -15,7 +15,6 @@ package vnc
 
 import (
 	"context"
-	"errors"
 	"net"
 	"net/http"
 	"strconv"
@@ -330,14 +329,4 @@ func (s *Server) serveViewer(w http.ResponseWriter, r *http.Request, id string, 
 	s.log.Debug().Str("screen", id).Str("mode", string(mode)).Msg("viewer connected")
 	rl.run()
 	s.log.Debug().Str("screen", id).Str("mode", string(mode)).Msg("viewer left")
-}
-
-// errIs reports whether err is one of targets.
-func errIs(err error, targets ...error) bool {
-	for _, t := range targets {
-		if errors.Is(err, t) {
-			return true
-		}
-	}
-	return false
 }
