@@ -98,28 +98,8 @@ func (a *agent) serveStream(ctx context.Context, ss *sessionState, st *yamux.Str
 		_ = st.SetDeadline(time.Now())
 		return
 	}
-	_ = st.SetWriteDeadline(time.Now().Add(a.o.HeaderTimeout))
-	if _, err := st.Write([]byte{statusOK}); err != nil {
-		_ = target.Close()
-		abortStream(st)
-		return
-	}
-	_ = st.SetWriteDeadline(time.Time{})
-	relay(ss, st, target, a.o.IdleTimeout)
-}
-
-// abortStream ends a stream both ways: yamux's Close is only a half-close,
-// so the deadline wakes anything still waiting on it.
-func abortStream(st *yamux.Stream) {
-	_ = st.SetDeadline(time.Now())
-	_ = st.Close()
-}
-
-// relay copies both ways with half-close: an EOF from one side becomes a
-// FIN on the other. A broken side (or the tunnel lost under the stream)
-// aborts both: a reset to the target, and one asked of botd for its
-// client. No bytes either way for idle aborts too.
-func relay(ss *sessionState, st *yamux.Stream, target net.Conn, idle time.Duration) {
+	// Registered before botd hears "ok", so a reset botd sends at once
+	// finds the relay.
 	r := &relayState{ss: ss, st: st, target: target}
 	id := st.StreamID()
 	ss.mu.Lock()
@@ -130,6 +110,29 @@ func relay(ss *sessionState, st *yamux.Stream, target net.Conn, idle time.Durati
 		delete(ss.relays, id)
 		ss.mu.Unlock()
 	}()
+	_ = st.SetWriteDeadline(time.Now().Add(a.o.HeaderTimeout))
+	if _, err := st.Write([]byte{statusOK}); err != nil {
+		_ = target.Close()
+		abortStream(st)
+		return
+	}
+	_ = st.SetWriteDeadline(time.Time{})
+	r.run(a.o.IdleTimeout)
+}
+
+// abortStream ends a stream both ways: yamux's Close is only a half-close,
+// so the deadline wakes anything still waiting on it.
+func abortStream(st *yamux.Stream) {
+	_ = st.SetDeadline(time.Now())
+	_ = st.Close()
+}
+
+// run copies both ways with half-close: an EOF from one side becomes a
+// FIN on the other. A broken side (or the tunnel lost under the stream)
+// aborts both: a reset to the target, and one asked of botd for its
+// client. No bytes either way for idle aborts too.
+func (r *relayState) run(idle time.Duration) {
+	st, target := r.st, r.target
 	r.touch()
 	// Armed only once stored, so checkIdle always finds it.
 	timer := time.AfterFunc(time.Hour, func() { r.checkIdle(idle) })
