@@ -295,3 +295,15 @@ func TestCancelAbortsTyping(t *testing.T) {
 	}
 	require.False(t, errors.Is(err, ErrDisplayGone))
 }
+
+// TestDisplayGoneMidTyping: Xvfb dies while a long type action runs.
+func TestDisplayGoneMidTyping(t *testing.T) {
+	x := startX(t)
+	d := newDesktop(t, x)
+	ctx := testenv.Context(t, 30*time.Second)
+	text := strings.Repeat("typing 日本語 😀 ", 300)
+	go func() { time.Sleep(200 * time.Millisecond); x.kill() }()
+	err := d.Do(ctx, shared.Action{Type: "type", Text: &text})
+	require.ErrorIs(t, err, ErrDisplayGone)
+	require.NoError(t, d.Close())
+}

@@ -4,6 +4,7 @@ package desktop
 
 import (
 	"bytes"
+	"errors"
 	"image"
 	"image/jpeg"
 )
@@ -20,6 +21,9 @@ type goEncoder struct {
 func newEncoder() encoder { return &goEncoder{} }
 
 func (e *goEncoder) encode(pix []byte, w, h, stride, quality int) ([]byte, error) {
+	if w <= 0 || h <= 0 || stride < w*4 || len(pix) < stride*(h-1)+w*4 {
+		return nil, errors.New("short buffer")
+	}
 	if e.img == nil || e.img.Rect.Dx() != w || e.img.Rect.Dy() != h {
 		e.img = image.NewRGBA(image.Rect(0, 0, w, h))
 	}

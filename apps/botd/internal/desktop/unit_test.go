@@ -1,0 +1,207 @@
+package desktop
+
+import (
+	"bytes"
+	"encoding/binary"
+	"image"
+	"image/jpeg"
+	"reflect"
+	"testing"
+
+	"github.com/BurntSushi/xgb/xfixes"
+
+	"github.com/open-bot/computer/pkg/shared"
+)
+
+// xauthEntry encodes one Xauthority record.
+func xauthEntry(family uint16, addr, disp, name string, data []byte) []byte {
+	var b bytes.Buffer
+	_ = binary.Write(&b, binary.BigEndian, family)
+	for _, s := range [][]byte{[]byte(addr), []byte(disp), []byte(name), data} {
+		_ = binary.Write(&b, binary.BigEndian, uint16(len(s)))
+		b.Write(s)
+	}
+	return b.Bytes()
+}
+
+func TestParseCookie(t *testing.T) {
+	c1 := bytes.Repeat([]byte{1}, 16)
+	c2 := bytes.Repeat([]byte{2}, 16)
+	c3 := bytes.Repeat([]byte{3}, 16)
+	const magic = "MIT-MAGIC-COOKIE-1"
+	tests := []struct {
+		name string
+		file []byte
+		num  int
+		want []byte
+	}{
+		{"family wild, no display", xauthEntry(0xffff, "", "", magic, c1), 10, c1},
+		{"exact display wins over wild", append(xauthEntry(0xffff, "", "", magic, c1), xauthEntry(256, "host", "10", magic, c2)...), 10, c2},
+		{"other display skipped", append(xauthEntry(256, "host", "11", magic, c2), xauthEntry(256, "host", "10", magic, c3)...), 10, c3},
+		{"other auth skipped", append(xauthEntry(0xffff, "", "", "XDM-AUTHORIZATION-1", c2), xauthEntry(0xffff, "", "", magic, c1)...), 10, c1},
+		{"only another display", xauthEntry(256, "host", "11", magic, c2), 10, nil},
+		{"empty file", nil, 10, nil},
+		{"truncated", xauthEntry(0xffff, "", "", magic, c1)[:20], 10, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := parseCookie(tc.file, tc.num)
+			if tc.want == nil {
+				if err == nil {
+					t.Fatalf("want error, got %x", got)
+				}
+				return
+			}
+			if err != nil || !bytes.Equal(got, tc.want) {
+				t.Fatalf("got %x, %v; want %x", got, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestSetupRequest(t *testing.T) {
+	cookie := bytes.Repeat([]byte{0xab}, 16)
+	b := setupRequest(cookie)
+	if b[0] != 'l' || binary.LittleEndian.Uint16(b[2:]) != 11 {
+		t.Fatalf("header %x", b[:12])
+	}
+	nl, dl := int(binary.LittleEndian.Uint16(b[6:])), int(binary.LittleEndian.Uint16(b[8:]))
+	if nl != 18 || dl != 16 || len(b) != 12+20+16 {
+		t.Fatalf("lengths %d %d total %d", nl, dl, len(b))
+	}
+	if string(b[12:30]) != "MIT-MAGIC-COOKIE-1" || !bytes.Equal(b[32:48], cookie) {
+		t.Fatalf("body %q", b[12:])
+	}
+	if n := setupRequest(nil); len(n) != 12 || binary.LittleEndian.Uint16(n[6:]) != 0 {
+		t.Fatalf("no-auth setup %x", n)
+	}
+}
+
+func TestDisplayNumber(t *testing.T) {
+	for in, want := range map[string]int{":0": 0, ":10": 10, ":160.0": 160} {
+		if got, err := displayNumber(in); err != nil || got != want {
+			t.Errorf("%q: %d %v", in, got, err)
+		}
+	}
+	for _, bad := range []string{"", "10", "host:10", ":x", ":-1"} {
+		if _, err := displayNumber(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+func TestWheelClicks(t *testing.T) {
+	for px, want := range map[int]int{0: 0, 1: 1, -1: 1, 49: 1, 100: 1, 149: 1, 150: 2, 250: 3, -300: 3, 20000: 200} {
+		if got := wheelClicks(px); got != want {
+			t.Errorf("wheelClicks(%d) = %d, want %d", px, got, want)
+		}
+	}
+}
+
+func TestSteps(t *testing.T) {
+	tests := []struct {
+		a, b shared.Point
+		want []shared.Point
+	}{
+		{shared.Point{X: 0, Y: 0}, shared.Point{X: 0, Y: 0}, []shared.Point{{X: 0, Y: 0}}},
+		{shared.Point{X: 10, Y: 10}, shared.Point{X: 42, Y: 10}, []shared.Point{{X: 26, Y: 10}, {X: 42, Y: 10}}},
+		{shared.Point{X: 0, Y: 0}, shared.Point{X: 5, Y: 5}, []shared.Point{{X: 5, Y: 5}}},
+		{shared.Point{X: 40, Y: 0}, shared.Point{X: 0, Y: 0}, []shared.Point{{X: 27, Y: 0}, {X: 13, Y: 0}, {X: 0, Y: 0}}},
+	}
+	for _, tc := range tests {
+		if got := steps(tc.a, tc.b, 16); !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("steps(%v, %v) = %v, want %v", tc.a, tc.b, got, tc.want)
+		}
+	}
+}
+
+func TestTypingKeysyms(t *testing.T) {
+	got := typingKeysyms("aÉ€\r\n\t\x00\u0085日😀\r")
+	want := []uint32{'a', 0xc9, 0x010020ac, keysymReturn, keysymTab, 0x01000000 | '日', 0x01000000 | 0x1f600, keysymReturn}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %x, want %x", got, want)
+	}
+}
+
+func TestKeyKeysym(t *testing.T) {
+	for name, want := range map[string]uint32{
+		"ctrl": 0xffe3, "Enter": 0xff0d, "f5": 0xffc2, "PageDown": 0xff56, "a": 'a', "A": 'A', "é": 0xe9, "日": 0x01000000 | '日', "space": ' ',
+	} {
+		if got, err := keyKeysym(name); err != nil || got != want {
+			t.Errorf("keyKeysym(%q) = %x, %v; want %x", name, got, err, want)
+		}
+	}
+	if _, err := keyKeysym("hyperdrive"); err == nil {
+		t.Error("unknown key accepted")
+	}
+	// Every name shared.KeyName produces has a keysym.
+	for _, name := range []string{"ctrl", "shift", "alt", "meta", "enter", "tab", "escape", "backspace", "delete", "insert",
+		"space", "up", "down", "left", "right", "pageup", "pagedown", "home", "end", "capslock", "f1", "f12"} {
+		if _, err := keyKeysym(name); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
+func TestDrawCursor(t *testing.T) {
+	const w, h = 4, 3
+	pix := make([]byte, w*h*4)
+	for i := range pix {
+		pix[i] = 100
+	}
+	cur := &xfixes.GetCursorImageReply{X: 1, Y: 1, Width: 2, Height: 2, Xhot: 1, Yhot: 1, CursorImage: []uint32{
+		0xff0000ff, // opaque blue at (0,0)
+		0x00000000, // transparent at (1,0)
+		0x80800000, // half red (premultiplied) at (0,1)
+		0xffffffff, // white at (1,1)
+	}}
+	drawCursor(pix, w, h, cur)
+	px := func(x, y int) [3]byte { o := (y*w + x) * 4; return [3]byte{pix[o], pix[o+1], pix[o+2]} }
+	if got := px(0, 0); got != [3]byte{255, 0, 0} { // BGR: blue
+		t.Errorf("opaque: %v", got)
+	}
+	if got := px(1, 0); got != [3]byte{100, 100, 100} {
+		t.Errorf("transparent: %v", got)
+	}
+	if got := px(0, 1); got != [3]byte{50, 50, 178} {
+		t.Errorf("half: %v", got)
+	}
+	if got := px(1, 1); got != [3]byte{255, 255, 255} {
+		t.Errorf("white: %v", got)
+	}
+	// Clipped at the edges: no panic, nothing outside touched.
+	cur.X, cur.Y = 0, 0
+	drawCursor(pix, w, h, cur)
+	cur.X, cur.Y = w+5, h+5
+	drawCursor(pix, w, h, cur)
+}
+
+func TestEncoder(t *testing.T) {
+	const w, h = 64, 48
+	pix := make([]byte, w*h*4)
+	for i := 0; i < len(pix); i += 4 {
+		pix[i], pix[i+1], pix[i+2] = 0, 0, 255 // red in BGRX
+	}
+	enc := newEncoder()
+	defer enc.close()
+	for i := 0; i < 2; i++ { // the second run reuses the buffers
+		b, err := enc.encode(pix, w, h, w*4, JPEGQuality)
+		if err != nil {
+			t.Fatal(err)
+		}
+		img, err := jpeg.Decode(bytes.NewReader(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if img.Bounds() != image.Rect(0, 0, w, h) {
+			t.Fatalf("bounds %v", img.Bounds())
+		}
+		r, g, bl, _ := img.At(10, 10).RGBA()
+		if r>>8 < 230 || g>>8 > 30 || bl>>8 > 30 {
+			t.Fatalf("%s: colour %d %d %d, want red", EncoderName, r>>8, g>>8, bl>>8)
+		}
+	}
+	if _, err := enc.encode(pix[:10], w, h, w*4, JPEGQuality); err == nil {
+		t.Fatal("short buffer accepted")
+	}
+}
