@@ -259,8 +259,11 @@ func (s *Screen) Observe(ctx context.Context) (*Observation, error) {
 		s.lastHash, s.lastLease = f.Hash, sess.leaseID
 		s.inMu.Unlock()
 	}
-	if s.m.o.Blocked != nil {
-		if b := s.m.o.Blocked(s.ID); b != nil {
+	s.m.hooksMu.Lock()
+	blocked := s.m.blocked
+	s.m.hooksMu.Unlock()
+	if blocked != nil {
+		if b := blocked(s.ID); b != nil {
 			obs.Blocked = b
 		}
 	}

@@ -23,6 +23,9 @@ type Driver interface {
 	// CaptureIfChanged captures the screen; when its hash equals prevHash
 	// it may skip encoding and report changed=false.
 	CaptureIfChanged(ctx context.Context, prevHash uint64) (f Frame, changed bool, err error)
+	// TypeSecret types secret like a type action, never putting it in an
+	// argv, a log or an error.
+	TypeSecret(ctx context.Context, secret string) error
 	Close() error
 }
 

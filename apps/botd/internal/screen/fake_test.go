@@ -166,6 +166,13 @@ func (d *fakeDriver) CaptureIfChanged(ctx context.Context, prev uint64) (Frame, 
 
 func (d *fakeDriver) Close() error { return nil }
 
+func (d *fakeDriver) TypeSecret(ctx context.Context, secret string) error {
+	d.mu.Lock()
+	d.did = append(d.did, "secret")
+	d.mu.Unlock()
+	return nil
+}
+
 // recorder collects published events.
 type recorder struct {
 	// mu guards evs.

@@ -70,11 +70,14 @@ func (m *Manager) List() []Info {
 // Health is the Screens source of the health model.
 func (m *Manager) Health() []shared.ScreenHealth {
 	list := m.List()
+	m.hooksMu.Lock()
+	browser := m.browserState
+	m.hooksMu.Unlock()
 	out := make([]shared.ScreenHealth, 0, len(list))
 	for _, in := range list {
 		h := shared.ScreenHealth{ID: in.ID, State: in.State, Browser: shared.StateStopped, Lease: in.Lease}
-		if m.o.BrowserState != nil {
-			h.Browser = m.o.BrowserState(in.ID)
+		if browser != nil {
+			h.Browser = browser(in.ID)
 		}
 		out = append(out, h)
 	}

@@ -107,14 +107,19 @@ type Manager struct {
 	leases *lease.Table
 	be     backend
 
-	// hooksMu guards onStart and beforeStop.
-	hooksMu    sync.Mutex
-	onStart    []func(ctx context.Context, s *Screen) error
-	beforeStop []func(ctx context.Context, s *Screen)
+	// hooksMu guards onStart, beforeStop, blocked and browserState.
+	hooksMu      sync.Mutex
+	onStart      []func(ctx context.Context, s *Screen) error
+	beforeStop   []func(ctx context.Context, s *Screen)
+	blocked      func(id string) []any
+	browserState func(id string) shared.ProcessState
 
 	// launchMu guards launchers.
 	launchMu  sync.Mutex
 	launchers map[string]Launcher
+
+	// bg counts background starts (takeover wakes the screen).
+	bg sync.WaitGroup
 
 	// mu guards screens, closed and every Screen's lifecycle fields (see
 	// Screen).
@@ -166,7 +171,41 @@ func New(o Options) *Manager {
 		m.be = &procBackend{m: m}
 	}
 	m.leases = lease.New(lease.Options{Now: o.Clock.Now, OnChange: m.leaseChanged})
+	m.blocked, m.browserState = o.Blocked, o.BrowserState
+	m.registerProfiles()
 	return m
+}
+
+// registerProfiles makes every screen with a profile on disk known (as
+// stopped), so after a botd restart GET /screens lists them and their
+// teammates' next action starts them again.
+func (m *Manager) registerProfiles() {
+	ents, err := os.ReadDir(filepath.Join(m.DesktopHome(), "screens"))
+	if err != nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, e := range ents {
+		if e.IsDir() && ValidID(e.Name()) == nil && m.screens[e.Name()] == nil {
+			m.newScreenLocked(e.Name())
+		}
+	}
+}
+
+// SetBlocked sets the source of an observation's "blocked" list (the
+// browser package's apply guard).
+func (m *Manager) SetBlocked(fn func(id string) []any) {
+	m.hooksMu.Lock()
+	defer m.hooksMu.Unlock()
+	m.blocked = fn
+}
+
+// SetBrowserState sets how health learns a screen's browser state.
+func (m *Manager) SetBrowserState(fn func(id string) shared.ProcessState) {
+	m.hooksMu.Lock()
+	defer m.hooksMu.Unlock()
+	m.browserState = fn
 }
 
 // Leases is the lease table (for the routes and for tests).

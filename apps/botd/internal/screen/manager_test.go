@@ -463,3 +463,14 @@ func TestValidID(t *testing.T) {
 		require.Equal(t, ok, ValidID(id) == nil, "%q", id)
 	}
 }
+
+func TestProfilesOnDiskAreKnownAfterRestart(t *testing.T) {
+	home := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(home, "desktop", "screens", "old-bot", "chromium"), 0o755))
+	require.NoError(t, os.MkdirAll(filepath.Join(home, "desktop", "screens", "bad.id"), 0o755))
+	m := New(Options{Home: home, backend: &fakeBackend{}, slotFree: func(int) bool { return true }})
+	require.NotNil(t, m.Get("old-bot"))
+	require.Nil(t, m.Get("bad.id"))
+	in, _ := m.Info("old-bot")
+	require.Equal(t, shared.StateStopped, in.State)
+}

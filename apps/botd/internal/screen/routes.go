@@ -120,7 +120,9 @@ func (m *Manager) handleLease(w http.ResponseWriter, r *http.Request) {
 	if l.Kind == lease.User {
 		// Taking over wakes the screen so the human sees it; botd owns the
 		// start, not this request.
+		m.bg.Add(1)
 		go func() {
+			defer m.bg.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), StartTimeout)
 			defer cancel()
 			if _, err := m.Ensure(ctx, id); err != nil {

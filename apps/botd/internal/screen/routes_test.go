@@ -126,6 +126,7 @@ func TestRoutes(t *testing.T) {
 	r = call(t, mux, "POST", "/screens/a/lease", map[string]any{"kind": "user", "holder": "ann"})
 	require.Equal(t, 200, r.status)
 	userLease := r.body["leaseId"].(string)
+	f.m.bg.Wait() // the takeover's wake-up start
 	r = call(t, mux, "POST", "/screens/a/act", map[string]any{"leaseId": leaseID, "actions": []any{map[string]any{"type": "screenshot"}}})
 	require.Equal(t, 409, r.status)
 	require.Equal(t, "user_has_control", r.code())
