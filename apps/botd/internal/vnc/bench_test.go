@@ -180,3 +180,34 @@ func cpuTicks(b testing.TB, pid int) int64 {
 	st, _ := strconv.ParseInt(f[12], 10, 64)
 	return u + st
 }
+
+// BenchmarkVNCViewerPageFirstFrame: the viewer link opened in real
+// headless Chromium (already running) until noVNC's canvas shows the
+// desktop: page, noVNC's modules, RFB over the relay, the first frame
+// decoded and drawn.
+func BenchmarkVNCViewerPageFirstFrame(b *testing.B) {
+	e, _ := benchScreen(b, "bpg")
+	h := startHeadless(b)
+	ctx := testenv.Context(b, 5*time.Minute)
+	// Warm the browser (first-run costs are not the viewer's).
+	s := h.open(ctx, b, e.ts.URL+e.mint(b, "bpg", ModeView, "", 60).ViewPath)
+	var v float64
+	require.Eventually(b, func() bool { return eval(ctx, s, canvasVariance, &v) == nil && v > 10 }, 30*time.Second, 10*time.Millisecond)
+	require.NoError(b, h.closeLast(ctx))
+	const samples = 5
+	for i := 0; i < b.N; i++ {
+		var d []time.Duration
+		for j := 0; j < samples; j++ {
+			link := e.mint(b, "bpg", ModeView, "", 60)
+			start := time.Now()
+			s := h.open(ctx, b, e.ts.URL+link.ViewPath)
+			require.Eventually(b, func() bool { return eval(ctx, s, canvasVariance, &v) == nil && v > 10 }, 30*time.Second, 10*time.Millisecond)
+			d = append(d, time.Since(start))
+			var marks struct{ Now, Connected, Ready float64 }
+			require.NoError(b, eval(ctx, s, `({Now: performance.now(), Connected: window.viewer.connectedAt || 0, Ready: performance.getEntriesByType('navigation')[0].domContentLoadedEventEnd})`, &marks))
+			b.Logf("sample %d: %v (in the page: DOM ready %.0f ms, RFB connected %.0f ms, drawn by %.0f ms)", j, d[j].Round(time.Millisecond), marks.Ready, marks.Connected, marks.Now)
+			require.NoError(b, h.closeLast(ctx))
+		}
+		b.ReportMetric(ms(median(d)), "page-first-frame-ms")
+	}
+}

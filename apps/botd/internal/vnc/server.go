@@ -77,6 +77,9 @@ type Server struct {
 	signer  *Signer
 	screens *screen.Manager
 
+	preloadOnce sync.Once
+	preloadList []string
+
 	// mu guards conns, ports and closed.
 	mu     sync.Mutex
 	conns  map[string]map[*relay]struct{}

@@ -5,6 +5,7 @@ import (
 	"embed"
 	"html/template"
 	"io"
+	"io/fs"
 	"mime"
 	"net/http"
 	"net/url"
@@ -119,7 +120,7 @@ func (s *Server) handleView(w http.ResponseWriter, r *http.Request) {
 	}
 	securePage(w)
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	_ = pageTmpl.Execute(w, map[string]any{"Screen": id, "Mode": string(c.Mode), "Holder": c.Holder})
+	_ = pageTmpl.Execute(w, map[string]any{"Screen": id, "Mode": string(c.Mode), "Holder": c.Holder, "Preload": s.preload()})
 }
 
 // ViewerState is what the viewer page's bar shows.
@@ -205,6 +206,22 @@ func (s *Server) handleGive(w http.ResponseWriter, r *http.Request) {
 	}
 	s.log.Info().Str("screen", id).Str("holder", c.Holder).Msg("viewer released control")
 	httpx.WriteJSON(w, http.StatusOK, map[string]any{"released": true})
+}
+
+// preload lists noVNC's modules for <link rel="modulepreload">: the page
+// then fetches them in parallel instead of one import level at a time.
+func (s *Server) preload() []string {
+	s.preloadOnce.Do(func() {
+		for _, dir := range []string{"core", "vendor/pako/lib/zlib", "vendor/pako/lib/utils"} {
+			_ = fs.WalkDir(os.DirFS(s.o.NoVNCDir), dir, func(p string, d fs.DirEntry, err error) error {
+				if err == nil && !d.IsDir() && path.Ext(p) == ".js" {
+					s.preloadList = append(s.preloadList, "/viewer/novnc/"+p)
+				}
+				return nil
+			})
+		}
+	})
+	return s.preloadList
 }
 
 // handleStatic serves the page's own script and style (embedded) and

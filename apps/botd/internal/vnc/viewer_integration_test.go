@@ -27,8 +27,9 @@ import (
 
 // headless is a real headless Chromium on the DevTools pipe, for tests.
 type headless struct {
-	conn *cdp.Conn
-	cmd  *exec.Cmd
+	conn    *cdp.Conn
+	cmd     *exec.Cmd
+	targets []target.ID
 }
 
 func startHeadless(t testing.TB) *headless {
@@ -65,7 +66,16 @@ func (h *headless) open(ctx context.Context, t testing.TB, url string) *cdp.Sess
 	require.NoError(t, err)
 	s, err := h.conn.Attach(ctx, created.TargetID)
 	require.NoError(t, err)
+	h.targets = append(h.targets, created.TargetID)
 	return s
+}
+
+// closeLast closes the page open made last.
+func (h *headless) closeLast(ctx context.Context) error {
+	id := h.targets[len(h.targets)-1]
+	h.targets = h.targets[:len(h.targets)-1]
+	_, err := cdpapi.Call(ctx, h.conn.Browser(), target.CloseTarget, target.CloseTargetParams{TargetID: id})
+	return err
 }
 
 // eval evaluates expr and decodes its value into out.
