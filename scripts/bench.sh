@@ -37,6 +37,16 @@ BENCHES=(
   "./apps/botd/internal/desktop|^BenchmarkCaptureVsScrot$|200x"
   "./apps/botd/internal/desktop|^BenchmarkCaptureUnchanged$|500x"
   "./apps/botd/internal/desktop|^BenchmarkTypeExact$|3x"
+  # issue 5 (browser): cold start to first page ready (launch Chromium over
+  # the DevTools pipe on a private Xvfb, open a local page via SOCKS, read
+  # it) p50/p90 (aim <= 1.5 s); read-page p50 on a ~1 MB page; one
+  # CookieSync round with 4 browsers x 500 cookies, steady state (aim
+  # <= 50 ms, 0 writes/op): merge + jar I/O on in-memory stores, and with 4
+  # real Chromium processes.
+  "./apps/botd/internal/browser|^BenchmarkColdStart$|10x"
+  "./apps/botd/internal/browser|^BenchmarkReadPage1MB$|30x"
+  "./apps/botd/internal/cookies|^BenchmarkSyncRound$|50x"
+  "./apps/botd/internal/cookies|^BenchmarkSyncRoundRealBrowsers$|30x"
 )
 
 out="$(mktemp)"

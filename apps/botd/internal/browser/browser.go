@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sync"
@@ -69,6 +70,8 @@ type Options struct {
 	ExtraArgs []string
 	// Env is added to the child's environment.
 	Env []string
+	// Stderr receives Chromium's own log (nil: discarded).
+	Stderr io.Writer
 	// ApplyGuardExtraDomains extends the guarded portals.
 	ApplyGuardExtraDomains []string
 	// UserHolds reports whether a person holds the screen (then the apply
@@ -178,7 +181,7 @@ func Start(ctx context.Context, o Options) (*Browser, error) {
 	})
 	b.proc, err = b.sup.Start(supervisor.Spec{
 		Name:         "chromium:" + o.ID,
-		Cmd:          runner.Spec{Argv: argv, User: o.User, Env: env, ExtraFiles: []*os.File{cmdR, outW}},
+		Cmd:          runner.Spec{Argv: argv, User: o.User, Env: env, ExtraFiles: []*os.File{cmdR, outW}, Stderr: o.Stderr},
 		Restart:      supervisor.RestartNever,
 		ReadyTimeout: o.ReadyTimeout,
 		Ready: func(rctx context.Context) error {

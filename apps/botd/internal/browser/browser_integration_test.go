@@ -24,7 +24,9 @@ type site struct {
 	hits []string
 }
 
-func newSite(t *testing.T, h http.Handler) *site {
+func newSite(t *testing.T, h http.Handler) *site { return newSiteB(t, h) }
+
+func newSiteB(t testing.TB, h http.Handler) *site {
 	s := &site{}
 	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()

@@ -6,9 +6,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/network"
 
 	"github.com/open-bot/computer/apps/botd/internal/browser"
 	"github.com/open-bot/computer/apps/botd/internal/browser/browsertest"
@@ -130,4 +134,62 @@ func TestSignInsAcrossRealBrowsers(t *testing.T) {
 	if !hasCookie(t, ctx, c, "session", "signed-in-bob") {
 		t.Fatal("a browser started after the restart is not signed in")
 	}
+}
+
+// BenchmarkSyncRoundRealBrowsers is one CookieSync round with 4 real
+// browsers × 500 cookies each, in the steady state (nothing changed: four
+// Storage.getCookies over the pipes and the merge; no disk write).
+func BenchmarkSyncRoundRealBrowsers(b *testing.B) {
+	u := browsertest.Require(b)
+	x := browsertest.StartX(b, u)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	jar, err := cookies.Load(cookies.Options{Path: filepath.Join(x.Dir, ".botd", "cookies.json")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	exp := float64(time.Now().Add(24 * time.Hour).Unix())
+	for i := range 4 {
+		br := browsertest.Launch(b, x.Options(b, fmt.Sprintf("bench%d", i)))
+		var ps []*network.CookieParam
+		for j := range 500 {
+			// 125 sites × 4 cookies; a quarter of them only in this browser.
+			name := fmt.Sprintf("c%d", j)
+			if j%4 == 0 {
+				name = fmt.Sprintf("only%d-%d", i, j)
+			}
+			ps = append(ps, &network.CookieParam{Name: name, Value: strings.Repeat("v", 40), Domain: fmt.Sprintf(".site%d.test", j%125), Path: "/", Expires: cdp.TimeSinceEpoch(exp), Secure: true, HTTPOnly: true, SameSite: network.CookieSameSiteLax})
+		}
+		if err := br.SetCookies(ctx, ps); err != nil {
+			b.Fatal(err)
+		}
+		if err := jar.Add(ctx, br); err != nil {
+			b.Fatal(err)
+		}
+	}
+	// Let every browser converge on the merged jar.
+	for range 3 {
+		if err := jar.Sync(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	w0 := jar.Writes()
+	var ds []time.Duration
+	b.ResetTimer()
+	for range b.N {
+		start := time.Now()
+		if err := jar.Sync(ctx); err != nil {
+			b.Fatal(err)
+		}
+		ds = append(ds, time.Since(start))
+	}
+	b.StopTimer()
+	if jar.Writes() != w0 {
+		b.Fatalf("unchanged rounds wrote the jar %d times", jar.Writes()-w0)
+	}
+	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+	b.ReportMetric(float64(ds[len(ds)/2].Microseconds())/1000, "p50_ms")
+	b.ReportMetric(float64(ds[len(ds)*9/10].Microseconds())/1000, "p90_ms")
+	b.ReportMetric(float64(jar.Len()), "jar_cookies")
+	b.ReportMetric(0, "writes/op")
 }

@@ -1,0 +1,126 @@
+package browser_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/open-bot/computer/apps/botd/internal/browser"
+	"github.com/open-bot/computer/apps/botd/internal/browser/browsertest"
+)
+
+// percentiles reports p50 and p90 of ds in milliseconds.
+func percentiles(b *testing.B, ds []time.Duration) {
+	if len(ds) == 0 {
+		return
+	}
+	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	b.ReportMetric(ms(ds[len(ds)/2]), "p50_ms")
+	b.ReportMetric(ms(ds[len(ds)*9/10]), "p90_ms")
+}
+
+func benchSite(b *testing.B, body string) *site {
+	return newSiteB(b, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		fmt.Fprint(w, body)
+	}))
+}
+
+// BenchmarkColdStart is a browser's cold start to its first page ready:
+// launch Chromium on a screen (an existing profile, as a screen's browser
+// has), open a local page through the SOCKS proxy, and read it.
+func BenchmarkColdStart(b *testing.B) {
+	u := browsertest.Require(b)
+	x := browsertest.StartX(b, u)
+	s := benchSite(b, `<title>ready</title><body>ready</body>`)
+	socks := browsertest.StartSocks(b, s.addr())
+	o := x.Options(b, "cold")
+	o.SocksAddr = socks.Addr
+	// Create the profile once, as an existing screen has one.
+	warm := browsertest.Launch(b, o)
+	_ = warm.Close(context.Background())
+	<-warm.Done()
+
+	var ds []time.Duration
+	b.ResetTimer()
+	for range b.N {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		start := time.Now()
+		br, err := browser.Start(ctx, o)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := br.Open(ctx, "http://www.ready.test/", false); err != nil {
+			b.Fatal(err)
+		}
+		for {
+			p, err := br.ReadPage(ctx)
+			if err == nil && p.Title == "ready" {
+				break
+			}
+			if ctx.Err() != nil {
+				b.Fatal("page never ready")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		ds = append(ds, time.Since(start))
+		b.StopTimer()
+		_ = br.Close(ctx)
+		<-br.Done()
+		cancel()
+		b.StartTimer()
+	}
+	b.StopTimer()
+	percentiles(b, ds)
+}
+
+// BenchmarkReadPage1MB reads the front page when it holds ~1 MB of text
+// and 1,000 links (capped to 120,000 characters and 300 links).
+func BenchmarkReadPage1MB(b *testing.B) {
+	u := browsertest.Require(b)
+	x := browsertest.StartX(b, u)
+	var sb strings.Builder
+	sb.WriteString("<title>big</title><body>")
+	for i := 0; sb.Len() < 1<<20; i++ {
+		fmt.Fprintf(&sb, `<p>Paragraph %d: the quick brown fox jumps over the lazy dog, naïve café 日本語. <a href="/l/%d">link %d</a></p>`, i, i%1000, i)
+	}
+	s := benchSite(b, sb.String())
+	socks := browsertest.StartSocks(b, s.addr())
+	o := x.Options(b, "read1mb")
+	o.SocksAddr = socks.Addr
+	br := browsertest.Launch(b, o)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if _, err := br.Open(ctx, "http://www.big.test/", false); err != nil {
+		b.Fatal(err)
+	}
+	for {
+		p, err := br.ReadPage(ctx)
+		if err == nil && p.Title == "big" {
+			if !p.TextTruncated || len(p.Links) != browser.MaxPageLinks {
+				b.Fatalf("caps not hit: %d links, truncated %v", len(p.Links), p.TextTruncated)
+			}
+			break
+		}
+		if ctx.Err() != nil {
+			b.Fatal("page never readable")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	var ds []time.Duration
+	b.ResetTimer()
+	for range b.N {
+		start := time.Now()
+		if _, err := br.ReadPage(ctx); err != nil {
+			b.Fatal(err)
+		}
+		ds = append(ds, time.Since(start))
+	}
+	b.StopTimer()
+	percentiles(b, ds)
+}
