@@ -284,7 +284,7 @@ func BenchmarkTypeExact(b *testing.B) {
 		b.Fatal(err)
 	}
 	_ = os.Chown(path, int(x.user.UID), int(x.user.GID))
-	x.startApp(b, []string{"mousepad", "--disable-server", path}, "XDG_CONFIG_HOME="+x.dir+"/config", "XDG_CACHE_HOME="+x.dir+"/cache")
+	x.startApp(b, []string{"mousepad", "--disable-server", path}, "XDG_CONFIG_HOME="+x.dir+"/config", "XDG_CACHE_HOME="+x.dir+"/cache", "XDG_DATA_HOME="+x.dir+"/data")
 	_, wx, wy, ww, wh := topWindow(b, x, "bench.txt", 30*time.Second)
 	if err := d.Do(ctx, shared.Action{Type: "click", X: ip(wx + ww/2), Y: ip(wy + wh/2)}); err != nil {
 		b.Fatal(err)

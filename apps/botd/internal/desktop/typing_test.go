@@ -53,8 +53,21 @@ func topWindow(t testing.TB, x *testX, name string, timeout time.Duration) (xpro
 			if err != nil || attr.MapState != xproto.MapStateViewable {
 				continue
 			}
-			p, err := xproto.GetProperty(c, false, w, xproto.AtomWmName, xproto.GetPropertyTypeAny, 0, 256).Reply()
-			if err != nil || !strings.Contains(string(p.Value), name) {
+			// Under a window manager the name is on the client inside the
+			// frame.
+			named := func(w xproto.Window) bool {
+				p, err := xproto.GetProperty(c, false, w, xproto.AtomWmName, xproto.GetPropertyTypeAny, 0, 256).Reply()
+				return err == nil && strings.Contains(string(p.Value), name)
+			}
+			found := named(w)
+			if sub, err := xproto.QueryTree(c, w).Reply(); err == nil && !found {
+				for _, ch := range sub.Children {
+					if found = named(ch); found {
+						break
+					}
+				}
+			}
+			if !found {
 				continue
 			}
 			g, err := xproto.GetGeometry(c, xproto.Drawable(w)).Reply()
@@ -85,9 +98,21 @@ func firstDiff(got, want string) string {
 // window on Xvfb; the page posts the textarea's value back to us. The page
 // inserts a tab for the Tab key (in a plain textarea Tab moves the focus).
 func TestTypeChromium(t *testing.T) {
+	t.Run("bare", func(t *testing.T) { typeChromium(t, false) })
+	t.Run("xfwm4", func(t *testing.T) { typeChromium(t, true) })
+}
+
+func typeChromium(t *testing.T, wm bool) {
 	requireX(t)
 	testenv.RequireTools(t, "chromium")
+	if wm {
+		testenv.RequireTools(t, "xfwm4")
+	}
 	x := startX(t)
+	if wm {
+		x.startApp(t, []string{"xfwm4", "--compositor=off"}, "XDG_CONFIG_HOME="+x.dir+"/config", "XDG_CACHE_HOME="+x.dir+"/cache")
+		waitWM(t, x)
+	}
 	d := newDesktop(t, x)
 	ctx := testenv.Context(t, 120*time.Second)
 
@@ -188,18 +213,31 @@ fetch('/ready', {method: 'POST'});
 </script></body></html>`
 
 // TestTypeMousepad types mixedText into mousepad (GTK), saves with ctrl+s
-// and compares the file byte for byte.
+// and compares the file byte for byte; once bare, once under xfwm4 (the
+// focus then belongs to a reparented client window).
 func TestTypeMousepad(t *testing.T) {
+	t.Run("bare", func(t *testing.T) { typeMousepad(t, false) })
+	t.Run("xfwm4", func(t *testing.T) { typeMousepad(t, true) })
+}
+
+func typeMousepad(t *testing.T, wm bool) {
 	requireX(t)
 	testenv.RequireTools(t, "mousepad")
+	if wm {
+		testenv.RequireTools(t, "xfwm4")
+	}
 	x := startX(t)
+	if wm {
+		x.startApp(t, []string{"xfwm4", "--compositor=off"}, "XDG_CONFIG_HOME="+x.dir+"/config", "XDG_CACHE_HOME="+x.dir+"/cache")
+		waitWM(t, x)
+	}
 	d := newDesktop(t, x)
 	ctx := testenv.Context(t, 120*time.Second)
 
 	path := filepath.Join(x.dir, "typed.txt")
 	require.NoError(t, os.WriteFile(path, nil, 0o644))
 	require.NoError(t, os.Chown(path, int(x.user.UID), int(x.user.GID)))
-	x.startApp(t, []string{"mousepad", "--disable-server", path}, "XDG_CONFIG_HOME="+x.dir+"/config", "XDG_CACHE_HOME="+x.dir+"/cache")
+	x.startApp(t, []string{"mousepad", "--disable-server", path}, "XDG_CONFIG_HOME="+x.dir+"/config", "XDG_CACHE_HOME="+x.dir+"/cache", "XDG_DATA_HOME="+x.dir+"/data")
 	_, wx, wy, ww, wh := topWindow(t, x, "typed.txt", 30*time.Second)
 	require.NoError(t, d.Do(ctx, shared.Action{Type: "click", X: ip(wx + ww/2), Y: ip(wy + wh/2)}))
 	time.Sleep(300 * time.Millisecond)
@@ -235,4 +273,25 @@ func requirePingTarget(t *testing.T, d *Desktop) {
 	pt, err := findPingTarget(ctx, s)
 	require.NoError(t, err)
 	require.NoError(t, pt.barrier(ctx, s))
+}
+
+// waitWM waits until a window manager owns the screen (WM_S0).
+func waitWM(t testing.TB, x *testX) {
+	t.Helper()
+	ctx := testenv.Context(t, 30*time.Second)
+	xc, err := dialX(ctx, x.display, x.xauth, true)
+	require.NoError(t, err)
+	defer xc.close()
+	a, err := xproto.InternAtom(xc.c, false, 5, "WM_S0").Reply()
+	require.NoError(t, err)
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		o, err := xproto.GetSelectionOwner(xc.c, a.Atom).Reply()
+		require.NoError(t, err)
+		if o.Owner != 0 {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatal("no window manager on the display")
 }
