@@ -194,8 +194,11 @@ func (b *procBackend) start(ctx context.Context, s *Screen, slot int) (st stack,
 		}
 		return nil
 	}
+	// --vblank=off: xfwm4 otherwise loads Mesa to find a vblank source,
+	// which on a busy 2-core machine more than doubled the cold start (and
+	// an Xvfb screen has no vblank to sync to).
 	if err := startAll([]procDef{
-		{"xfwm4", []string{"xfwm4", "--compositor=off"}, func(ctx context.Context) error { return pollX(ctx, disp, cookie, true) }},
+		{"xfwm4", []string{"xfwm4", "--compositor=off", "--vblank=off"}, func(ctx context.Context) error { return pollX(ctx, disp, cookie, true) }},
 		{"x11vnc", []string{"x11vnc", "-display", ":" + strconv.Itoa(disp), "-auth", xauth,
 			"-localhost", "-shared", "-forever", "-threads", "-rfbport", strconv.Itoa(m.vncPort(slot)),
 			"-nopw", "-quiet", "-noxdamage"},
