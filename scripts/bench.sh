@@ -37,6 +37,8 @@ BENCHES=(
   "./apps/botd/internal/desktop|^BenchmarkCaptureVsScrot$|200x"
   "./apps/botd/internal/desktop|^BenchmarkCaptureUnchanged$|500x"
   "./apps/botd/internal/desktop|^BenchmarkTypeExact$|3x"
+  # why input is XTEST: a click on botd's own X connection vs an xdotool process.
+  "./apps/botd/internal/desktop|^BenchmarkClickVsXdotool$|100x"
   # issue 5 (browser): cold start to first page ready (launch Chromium over
   # the DevTools pipe on a private Xvfb, open a local page via SOCKS, read
   # it) p50/p90 (aim <= 1.5 s); read-page p50 on a ~1 MB page; one

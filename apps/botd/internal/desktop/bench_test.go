@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -309,4 +310,39 @@ func BenchmarkTypeExact(b *testing.B) {
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(n*b.N)/total.Seconds(), "chars/s")
+}
+
+// BenchmarkClickVsXdotool compares a click through XTEST on botd's own
+// connection with a `xdotool mousemove X Y click 1` process as the desktop
+// user (the alternative the design allows), alternating.
+func BenchmarkClickVsXdotool(b *testing.B) {
+	requireX(b)
+	testenv.RequireTools(b, "xdotool")
+	x := startX(b)
+	d := newDesktop(b, x)
+	ctx := testenv.Context(b, 10*time.Minute)
+	u := x.user
+	var ours, xdo []time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		px, py := 100+i%500, 100+i%300
+		start := time.Now()
+		if err := d.Do(ctx, shared.Action{Type: "click", X: ip(px), Y: ip(py)}); err != nil {
+			b.Fatal(err)
+		}
+		ours = append(ours, time.Since(start))
+		start = time.Now()
+		p, err := runner.Exec{}.Start(runner.Spec{Argv: []string{"xdotool", "mousemove", strconv.Itoa(px), strconv.Itoa(py), "click", "1"}, User: &u, Env: x.env(), Dir: x.dir})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if code, err := p.Wait(); err != nil || code != 0 {
+			b.Fatalf("xdotool: exit %d %v", code, err)
+		}
+		xdo = append(xdo, time.Since(start))
+	}
+	b.StopTimer()
+	reportLatency(b, "xtest_click", ours)
+	slices.Sort(xdo)
+	b.ReportMetric(percentile(xdo, 0.5), "xdotool_click_p50_ms")
 }
