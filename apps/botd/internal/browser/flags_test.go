@@ -105,10 +105,22 @@ func TestChromiumDSnippet(t *testing.T) {
 				t.Errorf("%s %v:\n got %q\nwant %q", shell, args, got, w)
 			}
 		}
-		// Without the variable the snippet changes nothing.
+		// Without the variable, the session's args file is used.
+		rt := t.TempDir()
+		if err := os.WriteFile(filepath.Join(rt, ArgsFile), []byte(ChromiumArgsEnv(o)+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
 		cmd := exec.Command(shell, "-c", wrapperLogic, "chromium", "https://x.test/")
-		cmd.Env = []string{"SNIPPET=" + snippet}
+		cmd.Dir = dir
+		cmd.Env = []string{"SNIPPET=" + snippet, "XDG_RUNTIME_DIR=" + rt, "PATH=/usr/bin:/bin"}
 		out, err := cmd.CombinedOutput()
+		if w := append([]string{"https://x.test/"}, ScreenFlags(o)...); err != nil || string(out) != strings.Join(w, "\n")+"\n" {
+			t.Errorf("%s with the args file: %q %v", shell, out, err)
+		}
+		// Without either the snippet changes nothing.
+		cmd = exec.Command(shell, "-c", wrapperLogic, "chromium", "https://x.test/")
+		cmd.Env = []string{"SNIPPET=" + snippet}
+		out, err = cmd.CombinedOutput()
 		if err != nil || string(out) != "https://x.test/\n" {
 			t.Errorf("%s without the variable: %q %v", shell, out, err)
 		}

@@ -483,3 +483,38 @@ func (b *Browser) AllURLs(ctx context.Context) ([]string, error) {
 	}
 	return out, nil
 }
+
+// Window is one browser window's placement.
+type Window struct {
+	Left   int64  `json:"left"`
+	Top    int64  `json:"top"`
+	Width  int64  `json:"width"`
+	Height int64  `json:"height"`
+	State  string `json:"state"`
+}
+
+// Windows lists the windows holding the browser's tabs.
+func (b *Browser) Windows(ctx context.Context) ([]Window, error) {
+	pages, err := b.pageTargets(ctx)
+	if err != nil {
+		return nil, err
+	}
+	seen := map[browser.WindowID]bool{}
+	var out []Window
+	for _, p := range pages {
+		w, err := cdpapi.Call(ctx, b.conn.Browser(), browser.GetWindowForTarget, browser.GetWindowForTargetParams{TargetID: p.TargetID})
+		if err != nil || seen[w.WindowID] || w.Bounds == nil {
+			continue
+		}
+		seen[w.WindowID] = true
+		win := Window{Width: w.Bounds.Width, Height: w.Bounds.Height, State: string(w.Bounds.WindowState)}
+		if w.Bounds.Left != nil {
+			win.Left = *w.Bounds.Left
+		}
+		if w.Bounds.Top != nil {
+			win.Top = *w.Bounds.Top
+		}
+		out = append(out, win)
+	}
+	return out, nil
+}

@@ -100,6 +100,23 @@ func (bs *Screens) Attach(sm *screen.Manager, mux *http.ServeMux) {
 	bs.sm = sm
 	bs.mu.Unlock()
 	sm.BeforeStop(func(ctx context.Context, s *screen.Screen) { bs.stop(ctx, s.ID) })
+	sm.OnStart(func(ctx context.Context, s *screen.Screen) error {
+		// Start hooks run just before the screen counts as running, and its
+		// session environment is only known then: write the file right after.
+		go func() {
+			deadline := time.Now().Add(screen.StartTimeout)
+			for time.Now().Before(deadline) {
+				if _, ok := sm.Env(s.ID); ok {
+					if err := bs.writeArgsFile(sm, s.ID); err != nil {
+						bs.log.Warn().Str("screen", s.ID).Err(err).Msg("chromium args file")
+					}
+					return
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}()
+		return nil
+	})
 	sm.SetLauncher("browser", func(ctx context.Context, s *screen.Screen) (int, error) {
 		b, err := bs.Browser(ctx, s.ID)
 		if err != nil {
@@ -221,7 +238,9 @@ func (bs *Screens) start(sm *screen.Manager, id string, op *startOp) {
 	// Keep only what the browser needs from the session's environment.
 	var keep []string
 	for _, e := range env {
-		for _, p := range []string{"DBUS_SESSION_BUS_ADDRESS=", "XDG_RUNTIME_DIR=", "XDG_CURRENT_DESKTOP=", "XDG_SESSION_TYPE=", "NO_AT_BRIDGE="} {
+		// Not XDG_RUNTIME_DIR: the wrapper would then add the screen's flags
+		// from the args file a second time.
+		for _, p := range []string{"DBUS_SESSION_BUS_ADDRESS=", "XDG_CURRENT_DESKTOP=", "XDG_SESSION_TYPE=", "NO_AT_BRIDGE="} {
 			if strings.HasPrefix(e, p) {
 				keep = append(keep, e)
 			}
@@ -277,6 +296,49 @@ func (bs *Screens) start(sm *screen.Manager, id string, op *startOp) {
 			bs.o.Cookies.Remove(b)
 		}
 	}()
+}
+
+// ArgsFile is the name, in a screen session's XDG_RUNTIME_DIR, of the file
+// holding the value of OPEN_BOT_CHROMIUM_ARGS, which
+// /etc/chromium.d/open-bot reads when the variable is not set: a Chromium
+// started from the screen's menu gets the screen's flags.
+const ArgsFile = "open-bot-chromium-args"
+
+// flagsFor are screen id's Chromium flags.
+func (bs *Screens) flagsFor(sm *screen.Manager, id string) FlagOptions {
+	return FlagOptions{SocksAddr: bs.o.SocksAddr, ProfileDir: filepath.Join(sm.ProfileDir(id), "chromium"), Width: screen.Width, Height: screen.Height, NoSandbox: bs.o.NoSandbox}
+}
+
+// writeArgsFile writes the screen's shell-quoted flags into its session's
+// runtime directory (desktop-owned, 0700) as the desktop user's file.
+func (bs *Screens) writeArgsFile(sm *screen.Manager, id string) error {
+	env, ok := sm.Env(id)
+	if !ok {
+		return nil
+	}
+	dir := ""
+	for _, e := range env {
+		if v, ok := strings.CutPrefix(e, "XDG_RUNTIME_DIR="); ok {
+			dir = v
+		}
+	}
+	if dir == "" {
+		return nil
+	}
+	path := filepath.Join(dir, ArgsFile)
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(ChromiumArgsEnv(bs.flagsFor(sm, id))+"\n"), 0o644); err != nil {
+		return fmt.Errorf("chromium args file: %w", err)
+	}
+	if err := os.Chown(tmp, int(bs.o.Desktop.UID), int(bs.o.Desktop.GID)); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("chromium args file: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("chromium args file: %w", err)
+	}
+	return nil
 }
 
 // stop closes screen id's browser gracefully (it saves its tabs); a start

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -23,6 +24,7 @@ import (
 	"github.com/open-bot/computer/apps/botd/internal/browser/browsertest"
 	"github.com/open-bot/computer/apps/botd/internal/cookies"
 	"github.com/open-bot/computer/apps/botd/internal/osuser"
+	"github.com/open-bot/computer/apps/botd/internal/runner"
 	"github.com/open-bot/computer/apps/botd/internal/screen"
 	"github.com/open-bot/computer/apps/botd/internal/testenv"
 )
@@ -164,6 +166,17 @@ func TestScreensRoutes(t *testing.T) {
 	if bs.State("bt1") != "running" {
 		t.Fatalf("browser state %s", bs.State("bt1"))
 	}
+	{
+		b, err := bs.Browser(ctx, "bt1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		wins, err := b.Windows(ctx)
+		if err != nil || len(wins) != 1 || (wins[0].State != "maximized" && wins[0].Width < 1280) {
+			t.Fatalf("windows %+v %v", wins, err)
+		}
+		t.Logf("window after start: %+v", wins[0])
+	}
 	// Bad targets.
 	if code := call(t, srv, "POST", "/screens/bt1/open", map[string]any{"leaseId": l.LeaseID, "target": "/etc/passwd"}, nil); code != http.StatusForbidden {
 		t.Fatalf("absolute path: %d", code)
@@ -249,4 +262,52 @@ func TestScreensRoutes(t *testing.T) {
 		return err == nil && contains(urls, "http://www.bank.test/login") && contains(urls, "http://www.site.test/second")
 	})
 	t.Logf("tabs after the screen restarted: %v", urls)
+
+	// A browser started from the screen's own menu gets the screen's flags
+	// (through /etc/chromium.d/open-bot and the session's args file); when
+	// botd needs its browser, it closes that one and its tabs come back.
+	if _, err := os.Stat("/etc/chromium.d/open-bot"); err != nil {
+		testenv.Unavailable(t, "/etc/chromium.d/open-bot not installed (run scripts/provision.sh)")
+	}
+	env, ok := sm.Env("bt1")
+	if !ok {
+		t.Fatal("no session env")
+	}
+	var rt string
+	for _, e := range env {
+		if v, ok := strings.CutPrefix(e, "XDG_RUNTIME_DIR="); ok {
+			rt = v
+		}
+	}
+	args, err := os.ReadFile(filepath.Join(rt, browser.ArgsFile))
+	if err != nil || !strings.Contains(string(args), "'--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1'") || !strings.Contains(string(args), "--proxy-server=socks5://"+socks.Addr) {
+		t.Fatalf("args file %q %v", args, err)
+	}
+	if err := b2.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-b2.Done()
+	menu, err := runner.Exec{}.Start(runner.Spec{Argv: []string{"chromium", "http://www.site.test/menu"}, User: &u, Env: env})
+	if err != nil {
+		t.Fatal(err)
+	}
+	menuDone := make(chan struct{})
+	go func() { _, _ = menu.Wait(); close(menuDone) }()
+	t.Cleanup(func() { _ = menu.SignalGroup(syscall.SIGKILL) })
+	waitFor(t, 30*time.Second, "the menu browser through the screen's proxy", func() bool { return site.saw("GET www.site.test/menu") })
+	time.Sleep(time.Second) // let it record its session
+	b3, err := bs.Browser(ctx, "bt1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-menuDone:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the menu browser still runs")
+	}
+	waitFor(t, 15*time.Second, "the menu browser's tab in botd's browser", func() bool {
+		urls, err = b3.AllURLs(ctx)
+		return err == nil && contains(urls, "http://www.site.test/menu")
+	})
+	t.Logf("tabs after taking the profile back: %v", urls)
 }
