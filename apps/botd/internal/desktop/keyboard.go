@@ -17,10 +17,14 @@ import (
 // it sees the MappingNotify, so a borrowed keycode must keep its keysym until
 // every client has interpreted the key events sent for it: reverting or
 // reusing it at once types the wrong character (FIELD-NOTES: "ööööö" for
-// "€→日本語 😀" in Chromium). Hence borrowed keycodes are reused least
-// recently used first and never before minReuse has passed, stay mapped
-// across actions (typing the same characters again costs nothing), and are
-// given back only after restoreAfter of keyboard silence.
+// "€→日本語 😀" in Chromium). Hence: missing characters are mapped in
+// batches (as many as there are spare keycodes), the application is asked
+// for a barrier (barrier.go) before a keycode it may not have read yet is
+// remapped and again before typing on remapped ones (fixed pauses,
+// minReuse and mapSettle, when it cannot answer); keycodes are reused least
+// recently used first, stay mapped across actions (typing the same
+// characters again costs nothing), and are given back only after
+// restoreAfter of keyboard silence.
 var (
 	minReuse = 250 * time.Millisecond
 	// mapSettle is the pause between remapping keycodes and typing on them
@@ -177,7 +181,13 @@ func (k *keyboard) prepare(ctx context.Context, s *session, seq []uint32, app *a
 			continue
 		}
 		if code, ok := k.byKeysym[ks]; ok {
-			pinned[code] = true
+			if !pinned[code] {
+				// A pinned keycode is one fewer to map missing keysyms on.
+				if len(missing)+len(pinned) >= len(k.spare) {
+					break
+				}
+				pinned[code] = true
+			}
 			n++
 			continue
 		}
@@ -214,6 +224,9 @@ func (k *keyboard) prepare(ctx context.Context, s *session, seq []uint32, app *a
 	}
 	sort.Slice(used, func(i, j int) bool { return k.borrowed[used[i]].lastUse.Before(k.borrowed[used[j]].lastUse) })
 	free = append(free, used...)
+	if len(free) < len(missing) { // cannot happen (see the scan above); never panic
+		return 0, fmt.Errorf("keymap: %d keycodes free for %d characters", len(free), len(missing))
+	}
 	// A keycode typed a moment ago may not have been read yet: wait until
 	// the application has handled those key events.
 	var latest time.Time
