@@ -248,7 +248,7 @@ func (c *rfbClient) Close() {
 // handshake does version 3.8, security None, a shared ClientInit, and
 // reads ServerInit; then asks for raw 32-bit pixels.
 func (c *rfbClient) handshake() error {
-	_ = c.conn.SetDeadline(time.Now().Add(10 * time.Second))
+	_ = c.conn.SetDeadline(time.Now().Add(30 * time.Second)) // generous: CI machines are shared
 	defer c.conn.SetDeadline(time.Time{})
 	ver := make([]byte, 12)
 	if _, err := io.ReadFull(c.br, ver); err != nil {

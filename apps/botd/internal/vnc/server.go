@@ -265,7 +265,11 @@ func (s *Server) handleVNC(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	mode := Mode(r.URL.Query().Get("mode"))
 	if mode == "" {
+		// Without ?mode= a link opens its own mode; the bearer views.
 		mode = ModeView
+		if c, err := s.signer.Parse(linkFrom(r)); err == nil {
+			mode = c.Mode
+		}
 	}
 	holder, err := s.admit(r, id, mode, true)
 	if err != nil {
@@ -275,6 +279,10 @@ func (s *Server) handleVNC(w http.ResponseWriter, r *http.Request) {
 	}
 	if !mode.Valid() {
 		httpx.WriteError(w, http.StatusBadRequest, shared.CodeBadRequest, "mode must be view or control")
+		return
+	}
+	if !isUpgrade(r) {
+		httpx.WriteError(w, http.StatusUpgradeRequired, shared.CodeBadRequest, "this route speaks RFB over websocket only")
 		return
 	}
 	s.serveViewer(w, r, id, mode, holder)
