@@ -40,14 +40,17 @@ const tokenPrefix = "vt1."
 const keyLabel = "viewer-link-v1"
 
 // Claims are what a link token grants: one screen, one mode, until Expires.
-// Holder is the user-lease holder a control link acts as.
 type Claims struct {
-	Screen  string    `json:"s"`
-	Mode    Mode      `json:"m"`
-	Holder  string    `json:"h,omitempty"`
+	// Screen and Mode are the one screen and mode the link opens.
+	Screen string `json:"s"`
+	Mode   Mode   `json:"m"`
+	// Holder is the user-lease holder a control link acts as.
+	Holder string `json:"h,omitempty"`
+	// Expires is Exp as a time; Exp (unix seconds) is what is signed.
 	Expires time.Time `json:"-"`
 	Exp     int64     `json:"e"`
-	Nonce   string    `json:"n"`
+	// Nonce makes two links minted in the same second differ.
+	Nonce string `json:"n"`
 }
 
 // Signer mints and verifies viewer link tokens:
