@@ -69,7 +69,8 @@ func (d *Desktop) CaptureIfChanged(ctx context.Context, prevHash uint64) (Frame,
 	return d.capture(ctx, prevHash, true)
 }
 
-func (d *Desktop) capture(ctx context.Context, prev uint64, skipSame bool) (Frame, bool, error) {
+func (d *Desktop) capture(ctx context.Context, prev uint64, skipSame bool) (_ Frame, _ bool, err error) {
+	defer d.guard("capture", &err)
 	d.capMu.Lock()
 	defer d.capMu.Unlock()
 	s, err := d.session(ctx)

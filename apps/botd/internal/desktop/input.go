@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime/debug"
 	"strings"
 	"time"
 	"unicode"
@@ -52,7 +53,8 @@ var (
 // events: what it held down is released and Do returns ctx.Err() (wrapped).
 // A dead X server gives an error wrapping ErrDisplayGone. screenshot is a
 // no-op here (the caller captures).
-func (d *Desktop) Do(ctx context.Context, a shared.Action) error {
+func (d *Desktop) Do(ctx context.Context, a shared.Action) (err error) {
+	defer d.guard("do "+a.Type, &err)
 	if err := shared.ValidateActions([]shared.Action{a}, d.t.Width, d.t.Height); err != nil {
 		return err
 	}
@@ -70,11 +72,22 @@ func (d *Desktop) Do(ctx context.Context, a shared.Action) error {
 
 // TypeSecret types secret exactly like a type action. The secret never
 // leaves this process except as key events: no argv, no log, no error text.
-func (d *Desktop) TypeSecret(ctx context.Context, secret string) error {
+func (d *Desktop) TypeSecret(ctx context.Context, secret string) (err error) {
+	defer d.guard("type secret", &err)
 	if !utf8.ValidString(secret) {
 		return errors.New("type secret: not valid UTF-8")
 	}
 	return d.input(ctx, "type secret", func(op *inputOp) error { return op.typeText(secret) })
+}
+
+// guard turns a panic in our own code into an error: a bug on the hot
+// path must cost one action, not botd. The panic value goes to the log
+// only (never into the error, which callers may show).
+func (d *Desktop) guard(what string, err *error) {
+	if r := recover(); r != nil {
+		d.log.Error().Str("op", what).Str("panic", fmt.Sprint(r)).Str("stack", string(debug.Stack())).Msg("desktop panic recovered")
+		*err = fmt.Errorf("%s: internal error", what)
+	}
 }
 
 // input runs f with the input lock and a live session, and cleans up after
