@@ -90,6 +90,9 @@ func (d *Desktop) capture(ctx context.Context, prev uint64, skipSame bool) (_ Fr
 		}
 	}
 	w, h := s.width, s.height
+	// The X call below may outlive this function (a dead or hung server):
+	// it gets copies, never d.cap itself.
+	noShm, seg, shmBuf := d.cap.noShm, d.cap.seg, d.cap.buf
 	var pix []byte
 	var cur *xfixes.GetCursorImageReply
 	var ptr image.Point
@@ -97,10 +100,10 @@ func (d *Desktop) capture(ctx context.Context, prev uint64, skipSame bool) (_ Fr
 		// Send both requests before waiting: one round trip, not two.
 		var shmCookie shm.GetImageCookie
 		var plainCookie xproto.GetImageCookie
-		if d.cap.noShm {
+		if noShm {
 			plainCookie = xproto.GetImage(c, xproto.ImageFormatZPixmap, xproto.Drawable(s.root), 0, 0, uint16(w), uint16(h), 0xffffffff)
 		} else {
-			shmCookie = shm.GetImage(c, xproto.Drawable(s.root), 0, 0, uint16(w), uint16(h), 0xffffffff, xproto.ImageFormatZPixmap, d.cap.seg, 0)
+			shmCookie = shm.GetImage(c, xproto.Drawable(s.root), 0, 0, uint16(w), uint16(h), 0xffffffff, xproto.ImageFormatZPixmap, seg, 0)
 		}
 		var curCookie xfixes.GetCursorImageCookie
 		var ptrCookie xproto.QueryPointerCookie
@@ -109,7 +112,7 @@ func (d *Desktop) capture(ctx context.Context, prev uint64, skipSame bool) (_ Fr
 		} else {
 			ptrCookie = xproto.QueryPointer(c, xproto.Window(s.root))
 		}
-		if d.cap.noShm {
+		if noShm {
 			r, err := plainCookie.Reply()
 			if err != nil {
 				return err
@@ -119,7 +122,7 @@ func (d *Desktop) capture(ctx context.Context, prev uint64, skipSame bool) (_ Fr
 			if _, err := shmCookie.Reply(); err != nil {
 				return err
 			}
-			pix = d.cap.buf
+			pix = shmBuf
 		}
 		if s.hasXfixes {
 			r, err := curCookie.Reply()

@@ -121,7 +121,10 @@ func (d *Desktop) input(ctx context.Context, what string, f func(op *inputOp) er
 func (d *Desktop) restoreKeymap(s *session) {
 	d.inMu.Lock()
 	defer d.inMu.Unlock()
-	if d.kb.owner != s || s.isDead() {
+	d.mu.Lock()
+	closed := d.closed
+	d.mu.Unlock()
+	if closed || d.kb.owner != s || s.isDead() {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
