@@ -693,7 +693,7 @@ func (m *Manager) Sweep() {
 	}
 }
 
-// Run sweeps every SweepEvery until ctx ends, then stops every screen.
+// Run sweeps every SweepEvery until ctx ends (Close stops the screens).
 func (m *Manager) Run(ctx context.Context) {
 	for {
 		select {
