@@ -97,6 +97,7 @@ func (f *fakeStack) die()                  { f.dieOnce.Do(func() { close(f.dead)
 func (f *fakeStack) driver() Driver        { return f.drv }
 func (f *fakeStack) stop(ctx context.Context) error {
 	f.b.record("stop " + f.id)
+	f.die() // like Xvfb's Done, which closes however X ends
 	return nil
 }
 func (f *fakeStack) launch(ctx context.Context, name string, argv []string) (int, error) {

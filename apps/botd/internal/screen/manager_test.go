@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -473,4 +474,24 @@ func TestProfilesOnDiskAreKnownAfterRestart(t *testing.T) {
 	require.Nil(t, m.Get("bad.id"))
 	in, _ := m.Info("old-bot")
 	require.Equal(t, shared.StateStopped, in.State)
+}
+
+func TestCloseLeavesNoGoroutines(t *testing.T) {
+	before := runtime.NumGoroutine()
+	f := &fixture{be: &fakeBackend{}, clk: &fakeClock{now: time.Unix(1_700_000_000, 0)}, ev: &recorder{}}
+	m := New(Options{Home: t.TempDir(), Clock: f.clk, backend: f.be, slotFree: func(int) bool { return true }})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { m.Run(ctx); close(done) }()
+	for _, id := range []string{"a", "b"} {
+		_, err := m.Ensure(ctxT(t), id)
+		require.NoError(t, err)
+	}
+	cancel()
+	<-done
+	m.Close(ctxT(t))
+	m.Close(ctxT(t)) // safe twice
+	eventually(t, "goroutines to end", func() bool { return runtime.NumGoroutine() <= before })
+	_, err := m.Ensure(ctxT(t), "c")
+	require.Equal(t, shared.CodeUnavailable, codeOf(err))
 }

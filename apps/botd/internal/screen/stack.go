@@ -27,7 +27,8 @@ type backend interface {
 
 // stack is one running screen's processes.
 type stack interface {
-	// died is closed when the display died on its own.
+	// died is closed when X ends, on its own or by stop (the manager
+	// tells the two apart).
 	died() <-chan struct{}
 	// stop ends launched apps, then the session and x11vnc, then X.
 	stop(ctx context.Context) error
