@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/open-bot/computer/apps/botd/internal/lease"
 	"github.com/open-bot/computer/pkg/shared"
 )
 
@@ -81,7 +80,8 @@ func (s *Screen) resetLastFrame() {
 }
 
 // Held fails unless ctx's session still holds the screen: same input
-// generation and the same current lease. Call it right before returning
+// generation and the same current lease, which it renews (use renews, so a
+// long batch does not outlive its lease). Call it right before returning
 // anything captured, so a frame from a screen a user took is never shown.
 func (s *Screen) Held(ctx context.Context) error {
 	if err := s.ctxErr(ctx); err != nil {
@@ -91,18 +91,14 @@ func (s *Screen) Held(ctx context.Context) error {
 	if sess == nil {
 		return shared.Errorf(http.StatusConflict, shared.CodeLeaseRequired, "no lease")
 	}
+	if _, err := s.m.leases.Check(s.ID, sess.leaseID); err != nil {
+		return err
+	}
 	s.inMu.Lock()
 	gen := s.gen
 	s.inMu.Unlock()
-	cur := s.m.leases.Current(s.ID)
-	if gen != sess.gen || cur == nil || cur.ID != sess.leaseID {
-		if cur != nil && cur.Kind == lease.User {
-			return errUserHasControl(s.ID)
-		}
-		if gen != sess.gen {
-			return errUnavailable(s.ID, "was stopped")
-		}
-		return shared.Errorf(http.StatusConflict, shared.CodeLeaseRequired, "the lease on screen %s ended", s.ID)
+	if gen != sess.gen {
+		return errUnavailable(s.ID, "was stopped")
 	}
 	return nil
 }

@@ -442,3 +442,36 @@ func TestIntegrationFreshScreenshot(t *testing.T) {
 		require.NoError(t, os.WriteFile(filepath.Join(dir, "fresh.png"), b.Bytes(), 0o644))
 	}
 }
+
+func TestIntegrationTwoScreensActInParallel(t *testing.T) {
+	e := newIT(t, 2, itDisplayBase+14)
+	ctx := testenv.Context(t, 2*time.Minute)
+	ids := []string{"it-par-a", "it-par-b"}
+	leases := map[string]string{}
+	for _, id := range ids {
+		_, err := e.m.Register(id)
+		require.NoError(t, err)
+		l, err := e.m.Leases().Acquire(id, lease.Agent, "run-"+id, time.Minute)
+		require.NoError(t, err)
+		leases[id] = l.ID
+		require.NotEmpty(t, observeIT(t, e, ctx, id, l.ID).Image)
+	}
+	// Each batch takes >= 1.5 s + one settle; run back to back they would
+	// take twice that.
+	batch := []shared.Action{{Type: shared.ActionClick, X: intp(900), Y: intp(600)}, {Type: shared.ActionWait, Ms: intp(1500)}}
+	start := time.Now()
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := actIT(e, ctx, id, leases[id], batch...)
+			require.NoError(t, err)
+			require.Len(t, res.Results, 2)
+		}()
+	}
+	wg.Wait()
+	took := time.Since(start)
+	t.Logf("two screens, one 1.95 s batch each: %v", took)
+	require.Less(t, took, 3500*time.Millisecond)
+}

@@ -495,3 +495,23 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 	_, err := m.Ensure(ctxT(t), "c")
 	require.Equal(t, shared.CodeUnavailable, codeOf(err))
 }
+
+func TestLongBatchRenewsItsLease(t *testing.T) {
+	f := newFixture(t, 4, 0)
+	_, err := f.m.Register("a")
+	require.NoError(t, err)
+	l, err := f.m.Leases().Acquire("a", lease.Agent, "run", 10*time.Second)
+	require.NoError(t, err)
+	var did int
+	require.NoError(t, f.m.WithLease(ctxT(t), "a", l.ID, func(ctx context.Context, s *Screen) error {
+		for i := 0; i < 5; i++ {
+			f.clk.advance(6 * time.Second) // each step outlasts half the TTL
+			if err := s.Held(ctx); err != nil {
+				return err
+			}
+			did++
+		}
+		return nil
+	}))
+	require.Equal(t, 5, did)
+}
