@@ -307,3 +307,23 @@ func TestDisplayGoneMidTyping(t *testing.T) {
 	require.ErrorIs(t, err, ErrDisplayGone)
 	require.NoError(t, d.Close())
 }
+
+// TestCapturePlainGetImage: without MIT-SHM the plain GetImage fallback
+// sees the same pixels (same hash) as the shared-memory path.
+func TestCapturePlainGetImage(t *testing.T) {
+	x := startX(t)
+	d := newDesktop(t, x)
+	ctx := testenv.Context(t, 20*time.Second)
+	require.NoError(t, d.Do(ctx, shared.Action{Type: "move", X: ip(50), Y: ip(60)}))
+	f, err := d.Capture(ctx)
+	require.NoError(t, err)
+	require.NotNil(t, d.cap.buf, "MIT-SHM was not used")
+	d.capMu.Lock()
+	d.cap.noShm = true
+	d.capMu.Unlock()
+	g, err := d.Capture(ctx)
+	require.NoError(t, err)
+	require.Equal(t, f.Hash, g.Hash)
+	require.Equal(t, f.Pointer, g.Pointer)
+	require.NotEmpty(t, g.JPEG)
+}
