@@ -90,7 +90,7 @@ func (m *Manager) Target(id string) (Target, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s := m.screens[id]
-	if s == nil || s.slot < 0 || s.state != shared.StateRunning {
+	if !s.upLocked() {
 		return Target{}, false
 	}
 	u := m.o.Desktop
@@ -104,11 +104,18 @@ func (m *Manager) Env(id string) ([]string, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s := m.screens[id]
-	if s == nil || s.slot < 0 || s.state != shared.StateRunning {
+	if !s.upLocked() {
 		return nil, false
 	}
 	b := &procBackend{m: m}
 	return b.env(s.slot, runDirFor(m.display(s.slot))), true
+}
+
+// upLocked: the screen's processes are up (running, or starting and in its
+// OnStart hooks). m.mu must be held.
+func (s *Screen) upLocked() bool {
+	return s != nil && s.slot >= 0 && s.stack != nil && s.stop == nil &&
+		(s.state == shared.StateRunning || s.state == shared.StateStarting)
 }
 
 func itoa(n int) string {

@@ -212,7 +212,8 @@ func (m *Manager) SetBrowserState(fn func(id string) shared.ProcessState) {
 func (m *Manager) Leases() *lease.Table { return m.leases }
 
 // OnStart registers fn to run after a screen's stack is running and before
-// Ensure returns. An error is logged; the screen still runs.
+// Ensure returns (Target and Env already answer). An error is logged; the
+// screen still runs.
 func (m *Manager) OnStart(fn func(ctx context.Context, s *Screen) error) {
 	m.hooksMu.Lock()
 	defer m.hooksMu.Unlock()
@@ -443,6 +444,10 @@ func (m *Manager) runStart(s *Screen, slot int, o *op) {
 	began := m.clock.Now()
 	st, err := m.be.start(ctx, s, slot)
 	if err == nil {
+		// The hooks may already ask for Target and Env.
+		m.mu.Lock()
+		s.stack = st
+		m.mu.Unlock()
 		m.hooksMu.Lock()
 		hooks := append(([]func(context.Context, *Screen) error)(nil), m.onStart...)
 		m.hooksMu.Unlock()

@@ -515,3 +515,21 @@ func TestLongBatchRenewsItsLease(t *testing.T) {
 	}))
 	require.Equal(t, 5, did)
 }
+
+func TestOnStartHooksSeeTheTarget(t *testing.T) {
+	f := newFixture(t, 4, 0)
+	var got Target
+	var ok bool
+	f.m.OnStart(func(ctx context.Context, s *Screen) error {
+		got, ok = f.m.Target(s.ID)
+		return nil
+	})
+	_, err := f.m.Ensure(ctxT(t), "a")
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, ":10", got.Display)
+	require.Equal(t, filepath.Join(f.m.DesktopHome(), ".Xauthority-0"), got.XAuthority)
+	require.NoError(t, f.m.Stop(ctxT(t), "a"))
+	_, ok = f.m.Target("a")
+	require.False(t, ok)
+}
