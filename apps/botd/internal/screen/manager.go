@@ -607,6 +607,9 @@ func (m *Manager) Forget(ctx context.Context, id string) error {
 	m.mu.Unlock()
 	if s != nil {
 		if err := m.stopScreen(ctx, s, "forgotten"); err != nil {
+			m.mu.Lock()
+			s.forgotten = false // the caller may try again
+			m.mu.Unlock()
 			return err
 		}
 		m.mu.Lock()
