@@ -58,10 +58,17 @@ func TestTabsComeBackAfterRestart(t *testing.T) {
 
 	b2 := browsertest.Launch(t, o)
 	var urls []string
-	waitFor(t, 15*time.Second, "restored tabs", func() bool {
+	deadline := time.Now().Add(20 * time.Second)
+	for {
 		urls, err = b2.AllURLs(ctx)
-		return err == nil && contains(urls, "http://www.kept.test/one") && contains(urls, "http://www.kept.test/two")
-	})
+		if err == nil && contains(urls, "http://www.kept.test/one") && contains(urls, "http://www.kept.test/two") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("tabs not restored: %v %v", urls, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	t.Logf("restored: %v", urls)
 }
 

@@ -88,6 +88,12 @@ func TestBrowserOpenReadPages(t *testing.T) {
 	b := browsertest.Launch(t, o)
 
 	ctx := browsertest.Ctx(t, 60*time.Second)
+	// Maximized once ready (xfwm4 runs on the test display when installed).
+	wins, err := b.Windows(ctx)
+	if err != nil || len(wins) != 1 || (wins[0].State != "maximized" && (wins[0].Width < 1280 || wins[0].Height < 800)) {
+		t.Fatalf("windows after start: %+v %v", wins, err)
+	}
+	t.Logf("window after start: %+v", wins[0])
 	res, err := b.Open(ctx, "http://www.example-site.test/hello", false)
 	if err != nil {
 		t.Fatal(err)

@@ -141,34 +141,55 @@ func (b *Browser) watchTargets() {
 }
 
 // maximize maximizes every window that holds one of pages, so a restored
-// window never leaves a gap of desktop. Without a window manager maximize
-// does nothing, so the bounds are then set to the whole screen.
+// window never leaves a gap of desktop. The window manager applies a
+// maximize asynchronously, so it is given a moment; without a window
+// manager maximize does nothing, and the bounds are then set to the whole
+// screen instead.
 func (b *Browser) maximize(ctx context.Context, pages []*target.Info) {
 	br := b.conn.Browser()
 	seen := map[browser.WindowID]bool{}
+	var ids []browser.WindowID
 	for _, p := range pages {
 		w, err := cdpapi.Call(ctx, br, browser.GetWindowForTarget, browser.GetWindowForTargetParams{TargetID: p.TargetID})
 		if err != nil || seen[w.WindowID] {
 			continue
 		}
 		seen[w.WindowID] = true
+		ids = append(ids, w.WindowID)
+		if w.Bounds != nil && w.Bounds.WindowState == browser.WindowStateMaximized {
+			continue
+		}
+		if w.Bounds != nil && w.Bounds.WindowState != browser.WindowStateNormal {
+			_, _ = cdpapi.Call(ctx, br, browser.SetWindowBounds, browser.SetWindowBoundsParams{WindowID: w.WindowID, Bounds: &browser.Bounds{WindowState: browser.WindowStateNormal}})
+		}
 		if _, err := cdpapi.Call(ctx, br, browser.SetWindowBounds, browser.SetWindowBoundsParams{WindowID: w.WindowID, Bounds: &browser.Bounds{WindowState: browser.WindowStateMaximized}}); err != nil {
 			b.log.Debug().Err(err).Msg("maximize")
 		}
-		got, err := cdpapi.Call(ctx, br, browser.GetWindowBounds, browser.GetWindowBoundsParams{WindowID: w.WindowID})
-		if err != nil || got.Bounds == nil {
-			continue
-		}
-		if got.Bounds.WindowState == browser.WindowStateMaximized && got.Bounds.Width >= int64(b.o.Width)-8 {
-			continue
-		}
-		zero := int64(0)
-		_, _ = cdpapi.Call(ctx, br, browser.SetWindowBounds, browser.SetWindowBoundsParams{WindowID: w.WindowID, Bounds: &browser.Bounds{WindowState: browser.WindowStateNormal}})
-		if _, err := cdpapi.Call(ctx, br, browser.SetWindowBounds, browser.SetWindowBoundsParams{WindowID: w.WindowID, Bounds: &browser.Bounds{Left: &zero, Top: &zero, Width: int64(b.o.Width), Height: int64(b.o.Height)}}); err != nil {
-			b.log.Debug().Err(err).Msg("set window bounds")
+	}
+	deadline := time.Now().Add(maximizeWait)
+	for _, id := range ids {
+		for {
+			got, err := cdpapi.Call(ctx, br, browser.GetWindowBounds, browser.GetWindowBoundsParams{WindowID: id})
+			if err != nil || got.Bounds == nil {
+				break
+			}
+			if got.Bounds.WindowState == browser.WindowStateMaximized {
+				break
+			}
+			if time.Now().After(deadline) || ctx.Err() != nil {
+				zero := int64(0)
+				if _, err := cdpapi.Call(ctx, br, browser.SetWindowBounds, browser.SetWindowBoundsParams{WindowID: id, Bounds: &browser.Bounds{Left: &zero, Top: &zero, Width: int64(b.o.Width), Height: int64(b.o.Height)}}); err != nil {
+					b.log.Debug().Err(err).Msg("set window bounds")
+				}
+				break
+			}
+			time.Sleep(40 * time.Millisecond)
 		}
 	}
 }
+
+// maximizeWait is how long a window manager gets to apply a maximize.
+const maximizeWait = 700 * time.Millisecond
 
 // Maximize maximizes every browser window now.
 func (b *Browser) Maximize(ctx context.Context) error {

@@ -295,7 +295,7 @@ func TestScreensRoutes(t *testing.T) {
 	go func() { _, _ = menu.Wait(); close(menuDone) }()
 	t.Cleanup(func() { _ = menu.SignalGroup(syscall.SIGKILL) })
 	waitFor(t, 30*time.Second, "the menu browser through the screen's proxy", func() bool { return site.saw("GET www.site.test/menu") })
-	time.Sleep(time.Second) // let it record its session
+	time.Sleep(3 * time.Second) // a person's browser runs a while: past Chromium's 2.5 s session-save delay
 	b3, err := bs.Browser(ctx, "bt1")
 	if err != nil {
 		t.Fatal(err)
@@ -305,9 +305,16 @@ func TestScreensRoutes(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("the menu browser still runs")
 	}
-	waitFor(t, 15*time.Second, "the menu browser's tab in botd's browser", func() bool {
+	deadline := time.Now().Add(20 * time.Second)
+	for {
 		urls, err = b3.AllURLs(ctx)
-		return err == nil && contains(urls, "http://www.site.test/menu")
-	})
+		if err == nil && contains(urls, "http://www.site.test/menu") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the menu browser's tab is not in botd's browser: %v %v", urls, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	t.Logf("tabs after taking the profile back: %v", urls)
 }

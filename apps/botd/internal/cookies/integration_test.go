@@ -118,13 +118,12 @@ func TestSignInsAcrossRealBrowsers(t *testing.T) {
 	waitFor(t, 10*time.Second, "the sign-in to reach A", func() bool { return hasCookie(t, ctx, a, "session", "signed-in-bob") })
 	stopRun()
 	// The jar on disk holds it now (written by the round that saw it).
-	sync2, err := cookies.Load(cookies.Options{Path: jarPath})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if sync2.Len() == 0 {
-		t.Fatal("the reloaded jar is empty")
-	}
+	// The round that copied it to A persists the jar right after its writes.
+	var sync2 *cookies.Sync
+	waitFor(t, 5*time.Second, "the jar on disk", func() bool {
+		sync2, err = cookies.Load(cookies.Options{Path: jarPath})
+		return err == nil && sync2.Len() > 0
+	})
 	oc := x.Options(t, "c")
 	oc.SocksAddr = socks.Addr
 	c := browsertest.Launch(t, oc)

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"syscall"
@@ -84,6 +85,7 @@ func StartX(t testing.TB, u osuser.User) *X {
 		exited := make(chan struct{})
 		go func() { _, _ = p.Wait(); close(exited) }()
 		if waitX(n, exited) {
+			x := &X{Display: ":" + strconv.Itoa(n), XAuthority: auth, Dir: dir, Desktop: u}
 			t.Cleanup(func() {
 				_ = p.SignalGroup(syscall.SIGTERM)
 				select {
@@ -93,13 +95,41 @@ func StartX(t testing.TB, u osuser.User) *X {
 					<-exited
 				}
 			})
-			return &X{Display: ":" + strconv.Itoa(n), XAuthority: auth, Dir: dir, Desktop: u}
+			x.startWM(t)
+			return x
 		}
 		_ = p.SignalGroup(syscall.SIGKILL)
 		<-exited
 	}
 	t.Fatal("no free display in 200–219")
 	return nil
+}
+
+// startWM runs xfwm4 on the display when it is installed, so windows are
+// managed (maximized) as on a real screen.
+func (x *X) startWM(t testing.TB) {
+	if _, err := exec.LookPath("xfwm4"); err != nil {
+		return
+	}
+	u := x.Desktop
+	p, err := runner.Exec{}.Start(runner.Spec{Argv: []string{"xfwm4", "--compositor=off", "--sm-client-disable"}, User: &u, Env: []string{"DISPLAY=" + x.Display, "XAUTHORITY=" + x.XAuthority, "NO_AT_BRIDGE=1"}, Dir: x.Dir})
+	if err != nil {
+		t.Logf("xfwm4: %v", err)
+		return
+	}
+	done := make(chan struct{})
+	go func() { _, _ = p.Wait(); close(done) }()
+	// Registered after Xvfb's cleanup, so it runs first.
+	t.Cleanup(func() {
+		_ = p.SignalGroup(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(3 * time.Second):
+			_ = p.SignalGroup(syscall.SIGKILL)
+			<-done
+		}
+	})
+	time.Sleep(300 * time.Millisecond) // let it take over the root window
 }
 
 func waitX(n int, exited <-chan struct{}) bool {
