@@ -191,18 +191,22 @@ func (t *Table) Check(screen, id string) (Lease, error) {
 	return out, err
 }
 
-// Current is the screen's unexpired lease, or nil.
+// Current is the screen's unexpired lease, or nil. It only reads (an
+// expired lease is removed by Sweep or the next Check), so it is safe to
+// call while holding locks that OnChange callbacks take.
 func (t *Table) Current(screen string) *Lease {
 	now := t.now()
-	var changes []Change
 	t.mu.Lock()
-	cur := cp(t.currentLocked(screen, now, &changes))
-	t.mu.Unlock()
-	t.notify(changes)
-	return cur
+	defer t.mu.Unlock()
+	cur := t.byScreen[screen]
+	if cur == nil || !now.Before(cur.ExpiresAt) {
+		return nil
+	}
+	return cp(cur)
 }
 
-// Held reports whether screen has an unexpired lease.
+// Held reports whether screen has an unexpired lease (read-only, like
+// Current).
 func (t *Table) Held(screen string) bool { return t.Current(screen) != nil }
 
 // Release ends lease id on screen. It fails with 404 when id is not the
