@@ -59,8 +59,8 @@ type Desktop struct {
 	x      *session
 	closed bool
 
-	// inMu serializes input: the keyboard remapping state and the order of
-	// events belong to one action at a time.
+	// inMu guards kb and serializes input: the keyboard remapping state
+	// and the order of events belong to one action at a time.
 	inMu sync.Mutex
 	kb   keyboard
 

@@ -91,7 +91,7 @@ func TestDisplayNumber(t *testing.T) {
 }
 
 func TestWheelClicks(t *testing.T) {
-	for px, want := range map[int]int{0: 0, 1: 1, -1: 1, 49: 1, 100: 1, 149: 1, 150: 2, 250: 3, -300: 3, 20000: 200} {
+	for px, want := range map[int]int{0: 0, 1: 1, -1: 1, 59: 1, 120: 1, 179: 1, 180: 2, 300: 3, -360: 3, 20000: 167} {
 		if got := wheelClicks(px); got != want {
 			t.Errorf("wheelClicks(%d) = %d, want %d", px, got, want)
 		}
