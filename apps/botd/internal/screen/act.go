@@ -153,6 +153,23 @@ func (s *Screen) Sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
+// waitDrawn waits (at most DrawnTimeout after the start) until a fresh
+// screen's panel and desktop are up.
+func (s *Screen) waitDrawn(ctx context.Context) error {
+	s.m.mu.Lock()
+	st := s.stack
+	s.m.mu.Unlock()
+	if st == nil {
+		return nil
+	}
+	select {
+	case <-st.drawn():
+		return nil
+	case <-ctx.Done():
+		return s.ctxErr(ctx)
+	}
+}
+
 // Driver is the running screen's input/capture driver (nil when stopped).
 func (s *Screen) Driver() Driver {
 	s.m.mu.Lock()
@@ -228,6 +245,9 @@ func (s *Screen) Observe(ctx context.Context) (*Observation, error) {
 	drv := s.Driver()
 	if drv == nil {
 		return nil, errUnavailable(s.ID, "is not running")
+	}
+	if err := s.waitDrawn(ctx); err != nil {
+		return nil, err
 	}
 	sess := sessionFrom(ctx)
 	s.inMu.Lock()

@@ -92,9 +92,10 @@ type fakeStack struct {
 	drv     *fakeDriver
 }
 
-func (f *fakeStack) died() <-chan struct{} { return f.dead }
-func (f *fakeStack) die()                  { f.dieOnce.Do(func() { close(f.dead) }) }
-func (f *fakeStack) driver() Driver        { return f.drv }
+func (f *fakeStack) died() <-chan struct{}  { return f.dead }
+func (f *fakeStack) drawn() <-chan struct{} { c := make(chan struct{}); close(c); return c }
+func (f *fakeStack) die()                   { f.dieOnce.Do(func() { close(f.dead) }) }
+func (f *fakeStack) driver() Driver         { return f.drv }
 func (f *fakeStack) stop(ctx context.Context) error {
 	f.b.record("stop " + f.id)
 	f.die() // like Xvfb's Done, which closes however X ends

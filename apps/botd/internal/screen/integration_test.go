@@ -34,6 +34,15 @@ const (
 
 var desktopTools = []string{"Xvfb", "xfwm4", "xfce4-panel", "xfdesktop", "dbus-daemon", "x11vnc", "xdpyinfo", "scrot", "mousepad"}
 
+// itExtraEnv lets SCREEN_TEST_XDG_CONFIG_DIRS point XFCE at other defaults
+// (e.g. the repo's rootfs/etc/xdg before provisioning copied it).
+func itExtraEnv() []string {
+	if v := os.Getenv("SCREEN_TEST_XDG_CONFIG_DIRS"); v != "" {
+		return []string{"XDG_CONFIG_DIRS=" + v}
+	}
+	return nil
+}
+
 type itEnv struct {
 	m       *Manager
 	home    string
@@ -60,7 +69,8 @@ func newIT(t testing.TB, max int, base int) *itEnv {
 		log = zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: "15:04:05.000", NoColor: true}).With().Timestamp().Logger()
 	}
 	m := New(Options{Home: home, DisplayBase: base, VNCPortBase: itVNCPortBase + (base - itDisplayBase),
-		ViewPortBase: itViewPortBase + 2*(base-itDisplayBase), MaxScreens: max, Desktop: d, Log: log})
+		ViewPortBase: itViewPortBase + 2*(base-itDisplayBase), MaxScreens: max, Desktop: d, Log: log,
+		ExtraEnv: itExtraEnv()})
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()

@@ -72,6 +72,9 @@ type Options struct {
 	MaxScreens   int
 	// Idle stops screens nobody used for this long (0 = never).
 	Idle time.Duration
+	// ExtraEnv is added to every screen process's environment (e.g.
+	// XDG_CONFIG_DIRS in tests).
+	ExtraEnv []string
 	// Desktop is the user every screen process runs as.
 	Desktop osuser.User
 	// Runner and Supervisor start the processes (defaults: real ones).

@@ -35,7 +35,14 @@ type stack interface {
 	driver() Driver
 	// launch starts argv on the screen as the desktop user.
 	launch(ctx context.Context, name string, argv []string) (pid int, err error)
+	// drawn is closed once the session has drawn (the panel and the
+	// desktop are mapped), or after DrawnTimeout.
+	drawn() <-chan struct{}
 }
+
+// DrawnTimeout caps how long a fresh screen's first observation waits for
+// the panel and the desktop.
+const DrawnTimeout = 8 * time.Second
 
 // procBackend runs the real stack under the supervisor, every process as
 // the desktop user:
@@ -60,18 +67,21 @@ type procStack struct {
 	session []*supervisor.Proc // dbus, xfwm4, panel, desktop, x11vnc
 	drv     Driver
 
+	drawnCh chan struct{}
+
 	// mu guards apps.
 	mu   sync.Mutex
 	apps []*supervisor.Proc
 }
 
-func (p *procStack) died() <-chan struct{} { return p.xvfb.Done() }
-func (p *procStack) driver() Driver        { return p.drv }
+func (p *procStack) died() <-chan struct{}  { return p.xvfb.Done() }
+func (p *procStack) drawn() <-chan struct{} { return p.drawnCh }
+func (p *procStack) driver() Driver         { return p.drv }
 
 // env is the environment of every process on the screen.
 func (b *procBackend) env(slot int, runDir string) []string {
 	m := b.m
-	return []string{
+	return append([]string{
 		"HOME=" + m.DesktopHome(),
 		"DISPLAY=:" + strconv.Itoa(m.display(slot)),
 		"XAUTHORITY=" + m.xauthPath(slot),
@@ -82,7 +92,7 @@ func (b *procBackend) env(slot int, runDir string) []string {
 		"XDG_SESSION_TYPE=x11",
 		// No accessibility bus: it costs two processes per screen.
 		"NO_AT_BRIDGE=1",
-	}
+	}, m.o.ExtraEnv...)
 }
 
 // runDirFor is the screen's runtime directory (sockets); it is keyed by the
@@ -123,7 +133,7 @@ func (b *procBackend) start(ctx context.Context, s *Screen, slot int) (st stack,
 		return nil, err
 	}
 
-	ps := &procStack{m: m, id: s.ID, slot: slot, runDir: runDir}
+	ps := &procStack{m: m, id: s.ID, slot: slot, runDir: runDir, drawnCh: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			sctx, cancel := context.WithTimeout(context.Background(), StopTimeout)
@@ -213,6 +223,7 @@ func (b *procBackend) start(ctx context.Context, s *Screen, slot int) (st stack,
 	}); err != nil {
 		return nil, err
 	}
+	go ps.watchDrawn(disp, cookie)
 	if m.o.NewDriver != nil {
 		ps.drv, err = m.o.NewDriver(Target{Display: ":" + strconv.Itoa(disp), XAuthority: xauth, User: &u, Width: Width, Height: Height})
 		if err != nil {
@@ -220,6 +231,39 @@ func (b *procBackend) start(ctx context.Context, s *Screen, slot int) (st stack,
 		}
 	}
 	return ps, nil
+}
+
+// watchDrawn closes drawnCh once the window manager manages two windows
+// (the panel and the desktop) plus a moment for them to paint, or after
+// DrawnTimeout, or when X dies: a fresh screen's first observation should
+// show a desktop, not the black of a session still starting.
+func (p *procStack) watchDrawn(display int, cookie []byte) {
+	defer close(p.drawnCh)
+	ctx, cancel := context.WithTimeout(context.Background(), DrawnTimeout)
+	defer cancel()
+	for {
+		pctx, pcancel := context.WithTimeout(ctx, time.Second)
+		if x, err := dialX(pctx, display, cookie); err == nil {
+			n, _ := x.clients()
+			x.Close()
+			if n >= 2 {
+				pcancel()
+				select {
+				case <-time.After(300 * time.Millisecond):
+				case <-ctx.Done():
+				}
+				return
+			}
+		}
+		pcancel()
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.xvfb.Done():
+			return
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // stop ends everything that draws (launched apps first, then the session

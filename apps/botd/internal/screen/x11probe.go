@@ -144,9 +144,9 @@ func (p *x11probe) atom(name string) (uint32, error) {
 	return binary.LittleEndian.Uint32(b[8:]), nil
 }
 
-// windowProperty reads a WINDOW-typed (32-bit) property of win; ok is false
-// when it is not set.
-func (p *x11probe) windowProperty(win, prop uint32) (uint32, bool, error) {
+// property reads up to longs 32-bit items of property prop on win; n is 0
+// when it is not set (or not 32-bit).
+func (p *x11probe) property(win, prop uint32, longs uint32) (vals []uint32, err error) {
 	req := make([]byte, 24)
 	req[0] = 20 // GetProperty
 	binary.LittleEndian.PutUint16(req[2:], 6)
@@ -154,19 +154,43 @@ func (p *x11probe) windowProperty(win, prop uint32) (uint32, bool, error) {
 	binary.LittleEndian.PutUint32(req[8:], prop)
 	binary.LittleEndian.PutUint32(req[12:], 0) // AnyPropertyType
 	binary.LittleEndian.PutUint32(req[16:], 0)
-	binary.LittleEndian.PutUint32(req[20:], 1)
+	binary.LittleEndian.PutUint32(req[20:], longs)
 	if _, err := p.conn.Write(req); err != nil {
-		return 0, false, err
+		return nil, err
 	}
 	b, err := p.reply()
 	if err != nil {
-		return 0, false, err
+		return nil, err
 	}
 	typ, format, n := binary.LittleEndian.Uint32(b[8:]), b[1], binary.LittleEndian.Uint32(b[16:])
-	if typ == 0 || format != 32 || n < 1 || len(b) < 36 {
-		return 0, false, nil
+	if typ == 0 || format != 32 {
+		return nil, nil
 	}
-	return binary.LittleEndian.Uint32(b[32:]), true, nil
+	for i := uint32(0); i < n && int(32+4*i+4) <= len(b); i++ {
+		vals = append(vals, binary.LittleEndian.Uint32(b[32+4*i:]))
+	}
+	return vals, nil
+}
+
+// windowProperty reads a WINDOW-typed (32-bit) property of win; ok is false
+// when it is not set.
+func (p *x11probe) windowProperty(win, prop uint32) (uint32, bool, error) {
+	vals, err := p.property(win, prop, 1)
+	if err != nil || len(vals) == 0 {
+		return 0, false, err
+	}
+	return vals[0], true, nil
+}
+
+// clients counts the windows the window manager manages
+// (_NET_CLIENT_LIST on the root; the panel and the desktop are two).
+func (p *x11probe) clients() (int, error) {
+	a, err := p.atom("_NET_CLIENT_LIST")
+	if err != nil || a == 0 {
+		return 0, err
+	}
+	vals, err := p.property(p.root, a, 256)
+	return len(vals), err
 }
 
 // wmRunning reports whether an EWMH window manager is up: the root's
