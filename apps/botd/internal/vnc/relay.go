@@ -32,6 +32,8 @@ type relay struct {
 	holder string
 	ws     *websocket.Conn
 	up     net.Conn
+	// serverInit is x11vnc's ServerInit, from botd's own handshake.
+	serverInit []byte
 
 	closeOnce sync.Once
 	// closed is closed when close is first called.
@@ -43,9 +45,9 @@ type relay struct {
 	lastRenew  time.Time
 }
 
-func newRelay(s *Server, id string, mode Mode, holder string, ws *websocket.Conn, up net.Conn) *relay {
+func newRelay(s *Server, id string, mode Mode, holder string, ws *websocket.Conn, up net.Conn, serverInit []byte) *relay {
 	ws.SetReadLimit(maxClientMessage)
-	return &relay{s: s, screen: id, mode: mode, holder: holder, ws: ws, up: up, closed: make(chan struct{})}
+	return &relay{s: s, screen: id, mode: mode, holder: holder, ws: ws, up: up, serverInit: serverInit, closed: make(chan struct{})}
 }
 
 // close ends the relay with a close code and reason the viewer sees. The
@@ -59,11 +61,19 @@ func (r *relay) close(code websocket.StatusCode, reason string) {
 	})
 }
 
-// run relays until either side ends or close is called.
+// run relays until either side ends or close is called: first the
+// viewer's handshake (with botd, see greet), then both directions.
 func (r *relay) run() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	nc := websocket.NetConn(ctx, r.ws, websocket.MessageBinary)
+	cs := newClientStream(nc)
+	_ = nc.SetReadDeadline(time.Now().Add(handshakeTimeout))
+	if err := greet(nc, cs, r.serverInit); err != nil {
+		r.clientFailed(err)
+		return
+	}
+	_ = nc.SetReadDeadline(time.Time{})
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() {
@@ -76,14 +86,7 @@ func (r *relay) run() {
 	}()
 	go func() {
 		defer wg.Done()
-		err := r.fromClient(nc)
-		switch {
-		case errors.Is(err, errProtocol):
-			r.s.log.Info().Str("screen", r.screen).Str("mode", string(r.mode)).Err(err).Msg("viewer closed: bad RFB")
-			r.close(websocket.StatusPolicyViolation, "invalid RFB from the viewer")
-		default:
-			r.close(websocket.StatusNormalClosure, "")
-		}
+		r.clientFailed(r.fromClient(cs))
 	}()
 	if r.mode == ModeControl {
 		go r.watchLease()
@@ -93,12 +96,21 @@ func (r *relay) run() {
 	wg.Wait()
 }
 
-// fromClient forwards what the viewer sends, unit by unit: the handshake
-// and framebuffer requests always; input only while control is held;
+// clientFailed closes the relay after the viewer's side ended with err.
+func (r *relay) clientFailed(err error) {
+	if errors.Is(err, errProtocol) {
+		r.s.log.Info().Str("screen", r.screen).Str("mode", string(r.mode)).Err(err).Msg("viewer closed: bad RFB")
+		r.close(websocket.StatusPolicyViolation, "invalid RFB from the viewer")
+		return
+	}
+	r.close(websocket.StatusNormalClosure, "")
+}
+
+// fromClient forwards what the viewer sends after the handshake, message
+// by message: pixel format, encodings and framebuffer requests always; input only while control is held;
 // reconfiguration never. A protocol error ends it before the bad unit is
 // forwarded.
-func (r *relay) fromClient(from io.Reader) error {
-	cs := newClientStream(from)
+func (r *relay) fromClient(cs *clientStream) error {
 	w := bufio.NewWriterSize(r.up, 16<<10)
 	for {
 		unit, cl, err := cs.next()

@@ -20,14 +20,16 @@ func TestFromClientView(t *testing.T) {
 	key := cat([]byte{4, 1, 0, 0}, be32(0x61))
 	size := cat([]byte{251, 0}, be16(800), be16(600), []byte{1, 0}, make([]byte, 16))
 	ptr := cat([]byte{5, 1}, be16(10), be16(20))
-	chunk := cat(handshake38(), fbur, key, size, ptr)
+	chunk := cat(fbur, key, size, ptr)
 
 	cr, cw := io.Pipe()
 	errc := make(chan error, 1)
-	go func() { errc <- r.fromClient(cr) }()
+	cs := newClientStream(cr)
+	cs.state = stMessages // after greet
+	go func() { errc <- r.fromClient(cs) }()
 	go func() { _, _ = cw.Write(chunk) }() // the client then waits: no EOF yet
 
-	want := cat([]byte("RFB 003.008\n\x01\x01"), fbur)
+	want := fbur
 	got := make([]byte, len(want))
 	_ = x11vnc.SetReadDeadline(time.Now().Add(5 * time.Second))
 	_, err := io.ReadFull(x11vnc, got)

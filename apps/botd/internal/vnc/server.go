@@ -314,8 +314,14 @@ func (s *Server) serveViewer(w http.ResponseWriter, r *http.Request, id string, 
 	defer release()
 	d := net.Dialer{Timeout: 5 * time.Second}
 	up, err := d.DialContext(r.Context(), "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(in.Ports.VNC)))
+	var serverInit []byte
+	if err == nil {
+		if serverInit, err = vncHandshake(up); err != nil {
+			up.Close()
+		}
+	}
 	if err != nil {
-		s.log.Warn().Str("screen", id).Err(err).Msg("dial x11vnc")
+		s.log.Warn().Str("screen", id).Err(err).Msg("x11vnc")
 		httpx.WriteError(w, http.StatusServiceUnavailable, shared.CodeScreenUnavailable, "the screen's VNC server does not answer")
 		return
 	}
@@ -330,7 +336,7 @@ func (s *Server) serveViewer(w http.ResponseWriter, r *http.Request, id string, 
 		up.Close()
 		return
 	}
-	rl := newRelay(s, id, mode, holder, ws, up)
+	rl := newRelay(s, id, mode, holder, ws, up, serverInit)
 	if !s.track(rl) {
 		up.Close()
 		ws.Close(websocket.StatusGoingAway, "botd is stopping")
