@@ -295,7 +295,7 @@ func TestScreensRoutes(t *testing.T) {
 	go func() { _, _ = menu.Wait(); close(menuDone) }()
 	t.Cleanup(func() { _ = menu.SignalGroup(syscall.SIGKILL) })
 	waitFor(t, 30*time.Second, "the menu browser through the screen's proxy", func() bool { return site.saw("GET www.site.test/menu") })
-	time.Sleep(3 * time.Second) // a person's browser runs a while: past Chromium's 2.5 s session-save delay
+	time.Sleep(6 * time.Second) // a person's browser runs a while: past Chromium's session-save delay
 	b3, err := bs.Browser(ctx, "bt1")
 	if err != nil {
 		t.Fatal(err)
