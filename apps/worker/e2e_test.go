@@ -65,6 +65,7 @@ func freeAddr(t testing.TB) string {
 // computer is a real botd (with Codex) for a test.
 type computer struct {
 	url, token, home string
+	codexAddr        string
 	cmd              *exec.Cmd
 	logs             *syncBuffer
 }
@@ -109,9 +110,10 @@ stream_max_retries = 0
 	c := &computer{token: "e2e-token-0123456789abcdef", home: filepath.Join(dir, "home"), logs: &syncBuffer{}}
 	addr := freeAddr(t)
 	c.url = "http://" + addr
+	c.codexAddr = freeAddr(t)
 	c.cmd = exec.Command(bin)
 	c.cmd.Env = append(os.Environ(),
-		"BOTD_TOKEN="+c.token, "BOTD_HOME="+c.home, "BOTD_LISTEN="+addr, "CODEX_LISTEN="+freeAddr(t),
+		"BOTD_TOKEN="+c.token, "BOTD_HOME="+c.home, "BOTD_LISTEN="+addr, "CODEX_LISTEN="+c.codexAddr,
 		"SOCKS_LISTEN="+freeAddr(t), fmt.Sprintf("DISPLAY_BASE=%d", displayBase),
 		fmt.Sprintf("VNC_PORT_BASE=%d", 20000+displayBase*10), fmt.Sprintf("VIEW_PORT_BASE=%d", 21000+displayBase*10),
 		"CODEX_CONFIG_EXTRA_FILE="+extra, "CODEX_ENV_PASS=OPEN_BOT_MOCK_KEY", "OPEN_BOT_MOCK_KEY=scripted",
@@ -281,4 +283,98 @@ func TestEndToEndTeammateRun(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "the button was pressed\n", string(res))
 	require.Equal(t, 6, model.Requests())
+}
+
+func getJSON(t testing.TB, url, token string, out any) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", url, nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(out))
+}
+
+// TestEndToEndBadInput: malformed tool arguments and another bot's screen
+// are tool errors the model reads (the run goes on); Codex dying mid-turn
+// fails the run with a clear reason and releases its lease.
+func TestEndToEndBadInput(t *testing.T) {
+	hang := make(chan struct{})
+	const bot = "carol"
+	script := func(outs []mockmodel.Output) mockmodel.Step {
+		steps := []mockmodel.Step{
+			{Tool: "computer_act", Args: map[string]any{"actions": "click everything"}},
+			{Tool: "computer_observe", Args: map[string]any{"screen": "dave"}},
+			{Tool: "computer_act", Args: map[string]any{"actions": []map[string]any{{"type": "teleport"}}}},
+			{Tool: "computer_observe", Args: map[string]any{}},
+		}
+		if len(outs) < len(steps) {
+			return steps[len(outs)]
+		}
+		<-hang // the model "thinks" until Codex is killed
+		return mockmodel.Step{Message: "unreachable"}
+	}
+	model := mockmodel.New(script)
+	modelSrv := httptest.NewServer(model)
+	defer modelSrv.Close()
+	defer close(hang) // before Close, which waits for the hung handler
+	c := startComputer(t, modelSrv.URL, 460)
+	workerURL, wtoken := startWorker(t, c)
+
+	var started runs.Snapshot
+	require.Equal(t, http.StatusCreated, post(t, workerURL+"/v1/runs", wtoken, map[string]string{"botId": bot, "prompt": "go"}, &started))
+	// Wait until the fourth tool call (the lease-taking observe) is recorded
+	// and the model hangs; then kill Codex.
+	deadline := time.Now().Add(3 * time.Minute)
+	var snap runs.Snapshot
+	for {
+		getJSON(t, workerURL+"/v1/runs/"+started.ID, wtoken, &snap)
+		if len(snap.ToolCalls) >= 4 && model.Requests() >= 5 {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "run did not reach the hang: %+v", snap)
+		time.Sleep(100 * time.Millisecond)
+	}
+	require.False(t, snap.ToolCalls[0].Success)
+	require.Contains(t, snap.ToolCalls[0].Output, "invalid arguments")
+	require.False(t, snap.ToolCalls[1].Success)
+	require.Contains(t, snap.ToolCalls[1].Output, "not yours")
+	require.False(t, snap.ToolCalls[2].Success)
+	require.Contains(t, snap.ToolCalls[2].Output, "invalid_action")
+	require.True(t, snap.ToolCalls[3].Success, snap.ToolCalls[3].Output)
+
+	type screenInfo struct {
+		ID    string `json:"id"`
+		Lease *struct {
+			Kind string `json:"kind"`
+		} `json:"lease"`
+	}
+	screenOf := func(id string) (found screenInfo) {
+		var list struct {
+			Screens []screenInfo `json:"screens"`
+		}
+		getJSON(t, c.url+"/screens", c.token, &list)
+		for _, s := range list.Screens {
+			require.NotEqual(t, "dave", s.ID, "another bot's screen was started")
+			if s.ID == id {
+				found = s
+			}
+		}
+		return found
+	}
+	require.NotNil(t, screenOf(bot).Lease, "the run holds an agent lease")
+
+	out, err := exec.Command("ss", "-Hltnp", "src", c.codexAddr).Output()
+	require.NoError(t, err)
+	i := strings.Index(string(out), "pid=")
+	require.Positive(t, i, "codex not found listening: %s", out)
+	var pid int
+	fmt.Sscanf(string(out)[i+4:], "%d", &pid)
+	require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
+
+	final, _ := waitRun(t, workerURL, wtoken, started.ID, time.Minute)
+	require.Equal(t, runs.StatusFailed, final.Status)
+	require.Contains(t, final.Error, "Codex app-server went away")
+	require.Nil(t, screenOf(bot).Lease, "the failed run's lease was released")
 }

@@ -81,13 +81,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			outs = append(outs, Output{CallID: it.CallID, Output: it.Output})
 		}
 	}
-	step := s.script(outs)
+	// Counted before the script runs, so a script that blocks ("thinks")
+	// is already visible to a test waiting for it.
 	s.mu.Lock()
 	s.requests++
 	n := s.requests
 	s.calls++
 	callN := s.calls
 	s.mu.Unlock()
+	step := s.script(outs)
 
 	respID := fmt.Sprintf("resp_%d", n)
 	var item map[string]any
