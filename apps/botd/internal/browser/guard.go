@@ -2,6 +2,7 @@ package browser
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	cdpapi "github.com/chromedp/cdproto/cdp"
@@ -71,7 +72,8 @@ func (b *Browser) decide(ev fetch.EventRequestPaused) {
 			b.blocked = append(b.blocked, bl)
 		}
 		b.mu.Unlock()
-		b.log.Warn().Str("method", method).Str("url", u).Msg("apply guard blocked a job application")
+		// The query may carry tokens: log only where the request went.
+		b.log.Warn().Str("method", method).Str("url", withoutQuery(u)).Msg("apply guard blocked a job application")
 		if b.o.OnBlocked != nil {
 			b.o.OnBlocked(bl)
 		}
@@ -97,4 +99,12 @@ func (b *Browser) TakeBlocked() []Blocked {
 	out := b.blocked
 	b.blocked = nil
 	return out
+}
+
+// withoutQuery is raw without its query and fragment.
+func withoutQuery(raw string) string {
+	if i := strings.IndexAny(raw, "?#"); i >= 0 {
+		return raw[:i]
+	}
+	return raw
 }
