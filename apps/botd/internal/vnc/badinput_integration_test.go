@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand"
 	"net/http"
-	"os/exec"
 	"runtime"
 	"strings"
 	"sync"
@@ -109,19 +108,11 @@ func TestIntegrationBadInput(t *testing.T) {
 	rects, err := keep.drawnFrame(20 * time.Second)
 	require.NoError(t, err)
 	require.Greater(t, variance(rects), 10.0)
-	{
-		ws, _, err := dialWS(ctx, e.wsURL(view.VNCPath), nil)
-		require.NoError(t, err)
-		c := newRFBOverWS(ctx, ws)
-		if err := c.handshake(); err != nil {
-			d, derr := newRFBOverTCP(fmt.Sprintf("127.0.0.1:%d", in.Ports.VNC))
-			require.NoError(t, derr)
-			t.Logf("relay handshake failed: %v; direct: %v", err, d.handshake())
-			out, _ := exec.Command("sh", "-c", fmt.Sprintf("ss -tanp | grep -E ':%d' ", in.Ports.VNC)).CombinedOutput()
-			t.Logf("sockets:\n%s", out)
-			t.FailNow()
-		}
-	}
+	// x11vnc itself still accepts (botd never let the garbage reach it).
+	direct, err := newRFBOverTCP(fmt.Sprintf("127.0.0.1:%d", in.Ports.VNC))
+	require.NoError(t, err)
+	require.NoError(t, direct.handshake())
+	direct.Close()
 	after := e.viewerRFB(t, view.VNCPath, nil)
 	require.NoError(t, after.request(false, 0, 0, 8, 8))
 	_, err = after.readUpdate(10 * time.Second)

@@ -44,3 +44,23 @@ func TestFromClientView(t *testing.T) {
 	require.ErrorIs(t, <-errc, errProtocol)
 	require.False(t, bytes.Contains(got, key))
 }
+
+// TestGreet: botd answers each RFB version a viewer may pick, and hands
+// over x11vnc's ServerInit.
+func TestGreet(t *testing.T) {
+	si := cat(be16(1280), be16(800), make([]byte, 16), be32(4), []byte("test"))
+	for _, tc := range []struct {
+		client, want []byte
+	}{
+		{[]byte("RFB 003.008\n\x01\x00"), cat([]byte("RFB 003.008\n"), []byte{1, 1}, be32(0), si)},
+		{[]byte("RFB 003.007\n\x01\x00"), cat([]byte("RFB 003.008\n"), []byte{1, 1}, si)},
+		{[]byte("RFB 003.003\n\x00"), cat([]byte("RFB 003.008\n"), be32(1), si)},
+	} {
+		var out bytes.Buffer
+		require.NoError(t, greet(&out, newClientStream(bytes.NewReader(tc.client)), si))
+		require.Equal(t, tc.want, out.Bytes(), "%q", tc.client[:12])
+	}
+	for _, bad := range [][]byte{[]byte("GET / HTTP/1.1\r\n"), []byte("RFB 003.008\n\x02"), []byte("RFB 003.008\n")} {
+		require.Error(t, greet(io.Discard, newClientStream(bytes.NewReader(bad)), si))
+	}
+}
