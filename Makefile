@@ -6,7 +6,7 @@ IMAGE ?= open-bot/computer:dev
 STATE_DIR ?= $(HOME)/.open-bot
 TEST_TIMEOUT ?= 75m
 
-.PHONY: build test bench run image lint fmt clean
+.PHONY: build test test-live bench run image lint fmt clean
 
 build: bin/botd bin/worker
 
@@ -23,6 +23,11 @@ FORCE:
 test: build
 	$(GO) vet $(PKGS)
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
+
+# The acceptance run with a real vision model (never in CI): set
+# LIVE_MODEL_BASE_URL (an OpenAI-compatible Responses API), LIVE_MODEL_KEY and LIVE_MODEL.
+test-live: build
+	$(GO) test -count=1 -v -run '^TestLiveModel$$' -timeout 20m ./apps/worker/
 
 bench: build
 	./scripts/bench.sh

@@ -12,6 +12,10 @@ export BENCH_BIG="${BENCH_BIG:-1}"
 # Each line: package, benchmark regexp, benchtime. Add yours here.
 BENCHES=(
   "./apps/botd|BenchmarkBotd|1x"
+  # issue 7: a tool call relayed worker -> botd -> back vs botd directly (p50),
+  # and the scripted end-to-end run's wall time.
+  "./apps/worker|BenchmarkToolRelay|1x"
+  "./apps/worker|BenchmarkE2ERun|1x"
   # issue 3 (screens): ensure -> running p50/p90 (target <= 2 s), one click
   # through /act to its observation p50/p99 (target <= settle + 40 ms), and
   # the RSS/PSS of one idle screen's processes.

@@ -87,8 +87,26 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// startComputer builds and starts botd with Codex pointed at modelURL.
+// provider is the Codex model provider a test computer uses.
+type provider struct {
+	BaseURL string // e.g. http://127.0.0.1:PORT/v1
+	KeyEnv  string // the env var Codex reads the key from
+	Key     string
+}
+
+// scripted is the provider of a loopback scripted model server.
+func scripted(modelURL string) provider {
+	return provider{BaseURL: modelURL + "/v1", KeyEnv: "OPEN_BOT_MOCK_KEY", Key: "scripted"}
+}
+
+// startComputer builds and starts botd with Codex pointed at modelURL (a
+// scripted model server).
 func startComputer(t testing.TB, modelURL string, displayBase int) *computer {
+	return startComputerWith(t, scripted(modelURL), displayBase)
+}
+
+// startComputerWith builds and starts botd with Codex using prov.
+func startComputerWith(t testing.TB, prov provider, displayBase int) *computer {
 	t.Helper()
 	requireIntegration(t, "codex", "Xvfb", "chromium", "x11vnc")
 	dir, err := os.MkdirTemp("", "e2e-")
@@ -100,13 +118,13 @@ func startComputer(t testing.TB, modelURL string, displayBase int) *computer {
 	require.NoError(t, err, "build botd: %s", out)
 	extra := filepath.Join(dir, "codex-extra.toml")
 	require.NoError(t, os.WriteFile(extra, []byte(fmt.Sprintf(`[model_providers.mock]
-name = "scripted test model"
-base_url = "%s/v1"
+name = "test model provider"
+base_url = %q
 wire_api = "responses"
-env_key = "OPEN_BOT_MOCK_KEY"
+env_key = %q
 request_max_retries = 0
 stream_max_retries = 0
-`, modelURL)), 0o600))
+`, prov.BaseURL, prov.KeyEnv)), 0o600))
 	c := &computer{token: "e2e-token-0123456789abcdef", home: filepath.Join(dir, "home"), logs: &syncBuffer{}}
 	addr := freeAddr(t)
 	c.url = "http://" + addr
@@ -116,7 +134,7 @@ stream_max_retries = 0
 		"BOTD_TOKEN="+c.token, "BOTD_HOME="+c.home, "BOTD_LISTEN="+addr, "CODEX_LISTEN="+c.codexAddr,
 		"SOCKS_LISTEN="+freeAddr(t), fmt.Sprintf("DISPLAY_BASE=%d", displayBase),
 		fmt.Sprintf("VNC_PORT_BASE=%d", 20000+displayBase*10), fmt.Sprintf("VIEW_PORT_BASE=%d", 21000+displayBase*10),
-		"CODEX_CONFIG_EXTRA_FILE="+extra, "CODEX_ENV_PASS=OPEN_BOT_MOCK_KEY", "OPEN_BOT_MOCK_KEY=scripted",
+		"CODEX_CONFIG_EXTRA_FILE="+extra, "CODEX_ENV_PASS="+prov.KeyEnv, prov.KeyEnv+"="+prov.Key,
 		"MAX_SCREENS=2",
 	)
 	c.cmd.Stdout, c.cmd.Stderr = c.logs, c.logs
@@ -164,9 +182,14 @@ func tail(s string, n int) string {
 
 // startWorker serves the worker's API in-process against c.
 func startWorker(t testing.TB, c *computer) (url, token string) {
+	return startWorkerModel(t, c, "scripted-model")
+}
+
+// startWorkerModel is startWorker with a model name.
+func startWorkerModel(t testing.TB, c *computer, model string) (url, token string) {
 	t.Helper()
 	token = "worker-token-0123456789"
-	h, err := newServer(serveConfig{BotdURL: c.url, BotdToken: c.token, Token: token, Model: "scripted-model", Provider: "mock", Approvals: "decline"}, zerolog.Nop())
+	h, err := newServer(serveConfig{BotdURL: c.url, BotdToken: c.token, Token: token, Model: model, Provider: "mock", Approvals: "decline"}, zerolog.Nop())
 	require.NoError(t, err)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
@@ -221,6 +244,24 @@ func waitRun(t testing.TB, workerURL, token, id string, timeout time.Duration) (
 }
 
 func TestEndToEndTeammateRun(t *testing.T) {
+	acceptance(t, nil, "", 440)
+}
+
+// TestLiveModel is the same acceptance run with a real vision model:
+// `make test-live` with LIVE_MODEL_BASE_URL (an OpenAI-compatible Responses
+// API, e.g. https://…/v1), LIVE_MODEL_KEY and LIVE_MODEL set. Never in CI.
+func TestLiveModel(t *testing.T) {
+	base, key, name := os.Getenv("LIVE_MODEL_BASE_URL"), os.Getenv("LIVE_MODEL_KEY"), os.Getenv("LIVE_MODEL")
+	if base == "" || key == "" || name == "" {
+		t.Skip("set LIVE_MODEL_BASE_URL, LIVE_MODEL_KEY and LIVE_MODEL (make test-live)")
+	}
+	acceptance(t, &provider{BaseURL: base, KeyEnv: "OPEN_BOT_LIVE_KEY", Key: key}, name, 480)
+}
+
+// acceptance runs the acceptance scenario: with live == nil a scripted model
+// drives it; otherwise a real model gets the same task in words. It returns
+// the run's wall time (start request → end event).
+func acceptance(t testing.TB, live *provider, modelName string, displayBase int) time.Duration {
 	// The deterministic page: one big button; clicking it posts a marker.
 	var clicked atomic.Int32
 	page := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -239,31 +280,53 @@ func TestEndToEndTeammateRun(t *testing.T) {
 	defer page.Close()
 
 	const bot = "alice"
-	script := func(outs []mockmodel.Output) mockmodel.Step {
-		steps := []mockmodel.Step{
-			{Tool: "computer_observe", Args: map[string]any{}},
-			{Tool: "open_path", Args: map[string]any{"target": page.URL + "/"}},
-			{Tool: "computer_act", Args: map[string]any{"actions": []map[string]any{{"type": "click", "x": 640, "y": 450}, {"type": "wait", "ms": 300}}}},
-			{Tool: "shell", Args: map[string]any{"argv": []string{"sh", "-c", "id -un > bots/" + bot + "/whoami.txt; echo ran"}}},
-			{Tool: "file_write", Args: map[string]any{"path": "bots/" + bot + "/result.txt", "content": "the button was pressed\n"}},
+	prompt := "Open " + page.URL + "/ in your browser with open_path, look at the screen and press the big button with computer_act. " +
+		"Then use the shell tool to run [\"sh\",\"-c\",\"id -un > bots/" + bot + "/whoami.txt\"], and use file_write to write " +
+		"\"the button was pressed\\n\" to bots/" + bot + "/result.txt. Finish with a short summary."
+	var model *mockmodel.Server
+	var c *computer
+	if live == nil {
+		script := func(outs []mockmodel.Output) mockmodel.Step {
+			steps := []mockmodel.Step{
+				{Tool: "computer_observe", Args: map[string]any{}},
+				{Tool: "open_path", Args: map[string]any{"target": page.URL + "/"}},
+				{Tool: "computer_act", Args: map[string]any{"actions": []map[string]any{{"type": "click", "x": 640, "y": 450}, {"type": "wait", "ms": 300}}}},
+				{Tool: "shell", Args: map[string]any{"argv": []string{"sh", "-c", "id -un > bots/" + bot + "/whoami.txt; echo ran"}}},
+				{Tool: "file_write", Args: map[string]any{"path": "bots/" + bot + "/result.txt", "content": "the button was pressed\n"}},
+			}
+			if len(outs) < len(steps) {
+				return steps[len(outs)]
+			}
+			return mockmodel.Step{Message: "Done: pressed the button, ran a command and wrote the file."}
 		}
-		if len(outs) < len(steps) {
-			return steps[len(outs)]
-		}
-		return mockmodel.Step{Message: "Done: pressed the button, ran a command and wrote the file."}
+		model = mockmodel.New(script)
+		modelSrv := httptest.NewServer(model)
+		defer modelSrv.Close()
+		c = startComputer(t, modelSrv.URL, displayBase)
+		modelName = "scripted-model"
+	} else {
+		c = startComputerWith(t, *live, displayBase)
 	}
-	model := mockmodel.New(script)
-	modelSrv := httptest.NewServer(model)
-	defer modelSrv.Close()
+	workerURL, wtoken := startWorkerModel(t, c, modelName)
 
-	c := startComputer(t, modelSrv.URL, 440)
-	workerURL, wtoken := startWorker(t, c)
-
+	start := time.Now()
 	var started runs.Snapshot
-	require.Equal(t, http.StatusCreated, post(t, workerURL+"/v1/runs", wtoken, map[string]string{"botId": bot, "prompt": "Press the button on the test page, then record who you are and write result.txt."}, &started))
-	final, events := waitRun(t, workerURL, wtoken, started.ID, 4*time.Minute)
+	require.Equal(t, http.StatusCreated, post(t, workerURL+"/v1/runs", wtoken, map[string]string{"botId": bot, "prompt": prompt}, &started))
+	final, events := waitRun(t, workerURL, wtoken, started.ID, 10*time.Minute)
+	wall := time.Since(start)
 
-	require.Equal(t, runs.StatusCompleted, final.Status, "run error: %s; tool calls: %+v; model paths: %v", final.Error, final.ToolCalls, model.Paths())
+	require.Equal(t, runs.StatusCompleted, final.Status, "run error: %s; tool calls: %+v", final.Error, final.ToolCalls)
+	require.Contains(t, events, "tool_call")
+	require.GreaterOrEqual(t, clicked.Load(), int32(1), "the page's server recorded no click")
+	who, err := os.ReadFile(filepath.Join(c.home, "bot/bots", bot, "whoami.txt"))
+	require.NoError(t, err)
+	require.Equal(t, "bot\n", string(who), "shell runs as the bot user")
+	res, err := os.ReadFile(filepath.Join(c.home, "bot/bots", bot, "result.txt"))
+	require.NoError(t, err)
+	require.Equal(t, "the button was pressed\n", string(res))
+	if live != nil {
+		return wall
+	}
 	var names []string
 	for _, tc := range final.ToolCalls {
 		names = append(names, tc.Tool)
@@ -272,17 +335,9 @@ func TestEndToEndTeammateRun(t *testing.T) {
 	require.Equal(t, []string{"computer_observe", "open_path", "computer_act", "shell", "file_write"}, names)
 	require.Equal(t, 1, final.ToolCalls[0].Images, "computer_observe returns the screenshot as an image item")
 	require.Equal(t, 1, final.ToolCalls[2].Images, "computer_act returns the screenshot as an image item")
-	require.Contains(t, events, "tool_call")
 	require.Contains(t, final.Message, "Done")
-
-	require.GreaterOrEqual(t, clicked.Load(), int32(1), "the page's server recorded no click")
-	who, err := os.ReadFile(filepath.Join(c.home, "bot/bots", bot, "whoami.txt"))
-	require.NoError(t, err)
-	require.Equal(t, "bot\n", string(who), "shell runs as the bot user")
-	res, err := os.ReadFile(filepath.Join(c.home, "bot/bots", bot, "result.txt"))
-	require.NoError(t, err)
-	require.Equal(t, "the button was pressed\n", string(res))
 	require.Equal(t, 6, model.Requests())
+	return wall
 }
 
 func getJSON(t testing.TB, url, token string, out any) {
