@@ -11,6 +11,11 @@
 // /screens/{id}/lease with the bearer) acquires that lease and preempts an
 // agent; when the lease is released or expires, input stops at the next
 // message and the connections that had control are closed.
+//
+// botd speaks the RFB handshake on both sides (its own client handshake
+// with x11vnc, a server handshake with the viewer) and then parses every
+// viewer message before forwarding it, so x11vnc only ever sees a correct
+// client: garbage closes that viewer's connection and nothing else.
 package vnc
 
 import (
