@@ -101,8 +101,11 @@ func (bs *Screens) Attach(sm *screen.Manager, mux *http.ServeMux) {
 	bs.mu.Unlock()
 	sm.BeforeStop(func(ctx context.Context, s *screen.Screen) { bs.stop(ctx, s.ID) })
 	sm.OnStart(func(ctx context.Context, s *screen.Screen) error {
-		// Start hooks run just before the screen counts as running, and its
-		// session environment is only known then: write the file right after.
+		// The session's environment (its runtime directory) is known inside
+		// start hooks; should it not be, write the file as soon as it is.
+		if _, ok := sm.Env(s.ID); ok {
+			return bs.writeArgsFile(sm, s.ID)
+		}
 		go func() {
 			deadline := time.Now().Add(screen.StartTimeout)
 			for time.Now().Before(deadline) {
