@@ -99,13 +99,15 @@ type Browser struct {
 	ctx    context.Context // ends when the browser is gone
 	cancel context.CancelFunc
 
-	// mu guards sessions, crashed, lastFront, blocked and state.
-	mu        sync.Mutex
-	sessions  map[target.ID]*cdp.Session
-	crashed   map[target.ID]bool
-	lastFront target.ID
-	blocked   []Blocked
-	state     shared.ProcessState
+	// mu guards sessions, crashed, lastFront, lastTabChange, blocked and
+	// state.
+	mu            sync.Mutex
+	sessions      map[target.ID]*cdp.Session
+	crashed       map[target.ID]bool
+	lastFront     target.ID
+	lastTabChange time.Time
+	blocked       []Blocked
+	state         shared.ProcessState
 }
 
 // Start launches Chromium and returns once it answers over the pipe, has a
@@ -289,6 +291,7 @@ func (b *Browser) Close(ctx context.Context) error {
 		return nil
 	default:
 	}
+	b.waitSessionSaved(ctx)
 	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	_, err := cdpapi.Call(cctx, b.conn.Browser(), browser.Close, cdpapi.Empty{})
 	cancel()

@@ -86,6 +86,7 @@ func (b *Browser) session(ctx context.Context, id target.ID) (*cdp.Session, erro
 func (b *Browser) watchTargets() {
 	ctx := b.ctx
 	br := b.conn.Browser()
+	created := cdpapi.Events(ctx, br, target.TargetCreated)
 	destroyed := cdpapi.Events(ctx, br, target.TargetDestroyed)
 	crashed := cdpapi.Events(ctx, br, target.TargetCrashed)
 	changed := cdpapi.Events(ctx, br, target.TargetInfoChanged)
@@ -94,10 +95,19 @@ func (b *Browser) watchTargets() {
 		b.log.Debug().Err(err).Msg("setDiscoverTargets")
 	}
 	go func() {
+		for _, err := range created {
+			if err != nil {
+				return
+			}
+			b.touchSession()
+		}
+	}()
+	go func() {
 		for ev, err := range destroyed {
 			if err != nil {
 				return
 			}
+			b.touchSession()
 			b.mu.Lock()
 			delete(b.sessions, ev.TargetID)
 			delete(b.crashed, ev.TargetID)
@@ -120,7 +130,9 @@ func (b *Browser) watchTargets() {
 			if err != nil {
 				return
 			}
-			// A reload after a crash starts a new renderer.
+			// A navigation changes what the session must save; a reload
+			// after a crash starts a new renderer.
+			b.touchSession()
 			b.mu.Lock()
 			delete(b.crashed, ev.TargetInfo.TargetID)
 			b.mu.Unlock()
@@ -424,6 +436,7 @@ func (b *Browser) Open(ctx context.Context, rawURL string, newTab bool) (OpenRes
 	b.mu.Lock()
 	b.lastFront = id
 	b.mu.Unlock()
+	b.touchSession()
 	return res, nil
 }
 
@@ -538,4 +551,37 @@ func (b *Browser) Windows(ctx context.Context) ([]Window, error) {
 		out = append(out, win)
 	}
 	return out, nil
+}
+
+// sessionSaveDelay is how long Chromium may take to write a change of its
+// tabs to the session it restores (its session service saves on a timer,
+// and a shutdown does not always flush the last change).
+const sessionSaveDelay = 3 * time.Second
+
+// touchSession notes that the tabs changed just now.
+func (b *Browser) touchSession() {
+	b.mu.Lock()
+	b.lastTabChange = time.Now()
+	b.mu.Unlock()
+}
+
+// waitSessionSaved waits until the last change of the tabs is older than
+// sessionSaveDelay (or ctx ends), so a close right after a navigation keeps
+// the new tab.
+func (b *Browser) waitSessionSaved(ctx context.Context) {
+	b.mu.Lock()
+	last := b.lastTabChange
+	b.mu.Unlock()
+	if last.IsZero() {
+		return
+	}
+	wait := sessionSaveDelay - time.Since(last)
+	if wait <= 0 {
+		return
+	}
+	select {
+	case <-time.After(wait):
+	case <-ctx.Done():
+	case <-b.ctx.Done():
+	}
 }
