@@ -48,7 +48,8 @@ func (a *Agent) Relay(log zerolog.Logger) http.HandlerFunc {
 		go func() { ends <- end{upstream: false, err: pipe(ctx, up, down)} }()
 		go func() { ends <- end{upstream: true, err: pipe(ctx, down, up)} }()
 		e := <-ends
-		stop()
+		// Close before cancelling ctx: cancelling a pending Read makes
+		// coder/websocket drop the connection without a close frame.
 		if e.upstream {
 			// Codex went away (crash or restart): tell the client so it can
 			// reconnect once the supervisor has it running again.
@@ -56,6 +57,7 @@ func (a *Agent) Relay(log zerolog.Logger) http.HandlerFunc {
 		} else {
 			_ = up.Close(websocket.StatusNormalClosure, "")
 		}
+		stop()
 		log.Debug().Bool("upstream_ended", e.upstream).Msg("agent relay closed")
 	}
 }

@@ -27,6 +27,9 @@ func TestChromiumThroughTunnel(t *testing.T) {
 	defer cancel()
 	args := []string{
 		"--headless", "--disable-gpu", "--no-first-run", "--disable-dev-shm-usage",
+		// Chromium's own calls home would otherwise queue in the tunnel too.
+		"--disable-background-networking", "--disable-component-update", "--disable-sync",
+		"--disable-quic", "--no-default-browser-check", "--disable-features=MediaRouter,OptimizationHints",
 		"--user-data-dir=" + t.TempDir(),
 		"--proxy-server=socks5://" + s.p.Addr().String(),
 		"--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
