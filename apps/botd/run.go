@@ -113,11 +113,22 @@ func run(ctx context.Context, cfg config.Config) error {
 	execs := execsvc.New(execsvc.Options{User: botUser, Workspace: cfg.Workspace(), Log: log.With().Str("component", "exec").Logger()})
 	defer execs.Close() // kills commands and terminal sessions left running
 	execs.Register(srv.Mux())
-	workspace.New(workspace.Options{Home: cfg.Home, Bot: botUser, Desktop: desktopUser, Log: log.With().Str("component", "workspace").Logger()}).Register(srv.Mux())
 	browsers := browser.NewScreens(browser.ScreensOptions{
 		SocksAddr: cfg.SocksAddr, NoSandbox: sandbox.NoSandbox(), ApplyGuardExtraDomains: cfg.ApplyGuardExtraDomains,
 		Desktop: desktopUser, Workspace: cfg.Workspace(), Cookies: jar, Events: hub, Changed: model.Changed, Log: log,
 	})
+	// Export/import of the portable home: browsers are closed (tabs saved,
+	// profile databases flushed) and kept from starting meanwhile; an
+	// imported cookie jar replaces the one in memory.
+	workspace.New(workspace.Options{
+		Home: cfg.Home, Bot: botUser, Desktop: desktopUser, Log: log.With().Str("component", "workspace").Logger(),
+		Quiesce: browsers.Quiesce,
+		AfterImport: func(context.Context) {
+			if err := jar.Reload(); err != nil {
+				log.Error().Str("component", "cookies").Err(err).Msg("reload the imported cookie jar")
+			}
+		},
+	}).Register(srv.Mux())
 	screens := screen.New(screen.Options{
 		Home: cfg.Home, DisplayBase: cfg.DisplayBase, VNCPortBase: cfg.VNCPortBase, ViewPortBase: cfg.ViewPortBase,
 		MaxScreens: cfg.MaxScreens, Idle: cfg.ScreenIdle, Desktop: desktopUser, Supervisor: sup, Log: log,

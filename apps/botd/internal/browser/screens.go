@@ -69,12 +69,14 @@ type Screens struct {
 	o   ScreensOptions
 	log zerolog.Logger
 
-	// mu guards sm, browsers, starting and states.
+	// mu guards sm, browsers, starting, states and paused.
 	mu       sync.Mutex
 	sm       *screen.Manager
 	browsers map[string]*Browser
 	starting map[string]*startOp
 	states   map[string]shared.ProcessState
+	// paused counts Quiesce calls not yet resumed; no browser starts then.
+	paused int
 }
 
 type startOp struct {
@@ -194,6 +196,10 @@ func (bs *Screens) Browser(ctx context.Context, id string) (*Browser, error) {
 				bs.mu.Unlock()
 				return b, nil
 			}
+		}
+		if bs.paused > 0 {
+			bs.mu.Unlock()
+			return nil, errPaused
 		}
 		if op := bs.starting[id]; op != nil {
 			bs.mu.Unlock()
@@ -368,13 +374,46 @@ func (bs *Screens) stop(ctx context.Context, id string) {
 	}
 }
 
-// Close stops every browser (botd's shutdown; the screens' BeforeStop
-// hooks normally do it first).
+// errPaused is returned while the workspace is exported or imported.
+var errPaused = shared.Errorf(http.StatusServiceUnavailable, shared.CodeUnavailable,
+	"browsers are paused while the workspace is exported or imported; try again shortly")
+
+// Quiesce closes every browser gracefully (each saves its tabs and flushes
+// its profile databases) and keeps browsers from starting until resume is
+// called, so a workspace export or import copies consistent profiles.
+// Browsers start again on demand afterwards; their tabs come back.
+func (bs *Screens) Quiesce(ctx context.Context) (resume func(), err error) {
+	bs.mu.Lock()
+	bs.paused++
+	bs.mu.Unlock()
+	bs.Close(ctx)
+	var once sync.Once
+	resume = func() {
+		once.Do(func() {
+			bs.mu.Lock()
+			bs.paused--
+			bs.mu.Unlock()
+		})
+	}
+	if err := ctx.Err(); err != nil {
+		resume()
+		return nil, err
+	}
+	return resume, nil
+}
+
+// Close stops every browser, including one still starting (botd's
+// shutdown and Quiesce; the screens' BeforeStop hooks normally do it first).
 func (bs *Screens) Close(ctx context.Context) {
 	bs.mu.Lock()
-	ids := make([]string, 0, len(bs.browsers))
+	ids := make([]string, 0, len(bs.browsers)+len(bs.starting))
 	for id := range bs.browsers {
 		ids = append(ids, id)
+	}
+	for id := range bs.starting {
+		if bs.browsers[id] == nil {
+			ids = append(ids, id)
+		}
 	}
 	bs.mu.Unlock()
 	var wg sync.WaitGroup

@@ -27,6 +27,7 @@ import (
 	"github.com/open-bot/computer/apps/botd/internal/runner"
 	"github.com/open-bot/computer/apps/botd/internal/screen"
 	"github.com/open-bot/computer/apps/botd/internal/testenv"
+	"github.com/open-bot/computer/pkg/shared"
 )
 
 // events records what was published.
@@ -163,6 +164,22 @@ func TestScreensRoutes(t *testing.T) {
 	if call(t, srv, "GET", "/screens/bt1/browser/pages", nil, &pages) != 200 || len(pages.Pages) != 1 || pages.Pages[0] != "http://www.site.test/first" {
 		t.Fatalf("pages %+v", pages)
 	}
+	// A workspace export/import quiesces the browsers: closed (tabs saved),
+	// none starts until resume, then the tab is back on demand.
+	resume, err := bs.Quiesce(ctx)
+	if err != nil {
+		t.Fatalf("quiesce: %v", err)
+	}
+	if st := bs.State("bt1"); st == shared.StateRunning {
+		t.Fatalf("browser still %s after quiesce", st)
+	}
+	if code := call(t, srv, "GET", "/screens/bt1/browser/page", nil, nil); code != http.StatusServiceUnavailable {
+		t.Fatalf("read while quiesced: %d, want 503", code)
+	}
+	resume()
+	waitFor(t, 60*time.Second, "the tab back after resume", func() bool {
+		return call(t, srv, "GET", "/screens/bt1/browser/page", nil, &page) == 200 && page.Title == "/first"
+	})
 	if bs.State("bt1") != "running" {
 		t.Fatalf("browser state %s", bs.State("bt1"))
 	}

@@ -172,10 +172,12 @@ func (s *Service) Import(ctx context.Context, r io.Reader) (Summary, error) {
 		return Summary{}, err
 	}
 	sum, err := s.importTar(ctx, r)
-	end()
+	// Before resuming: a browser that starts meanwhile must already sync
+	// against the imported jar, not overwrite it with the old one.
 	if err == nil && s.o.AfterImport != nil {
 		s.o.AfterImport(ctx)
 	}
+	end()
 	return sum, err
 }
 
