@@ -17,6 +17,8 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/hashicorp/yamux"
+
+	"github.com/open-bot/computer/pkg/shared/egresswire"
 )
 
 func TestBackoff(t *testing.T) {
@@ -78,13 +80,13 @@ func TestTunnelURL(t *testing.T) {
 }
 
 func header(addr string) []byte {
-	b := []byte{wireVersion, 0, 0}
+	b := []byte{egresswire.Version, 0, 0}
 	binary.BigEndian.PutUint16(b[1:], uint16(len(addr)))
 	return append(b, addr...)
 }
 
 func TestReadHeader(t *testing.T) {
-	if got, err := readHeader(bytes.NewReader(header("example.com:443"))); err != nil || got != "example.com:443" {
+	if got, err := egresswire.ReadHeader(bytes.NewReader(header("example.com:443"))); err != nil || got != "example.com:443" {
 		t.Fatalf("%q %v", got, err)
 	}
 	for name, in := range map[string][]byte{
@@ -95,14 +97,14 @@ func TestReadHeader(t *testing.T) {
 		"no port":       header("example.com"),
 		"truncated":     header("example.com:443")[:8],
 	} {
-		if _, err := readHeader(bytes.NewReader(in)); err == nil {
+		if _, err := egresswire.ReadHeader(bytes.NewReader(in)); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
 	}
 }
 
 func TestReadHeaderControl(t *testing.T) {
-	if _, err := readHeader(bytes.NewReader([]byte{1, 0, 0})); !errors.Is(err, errControl) {
+	if _, err := egresswire.ReadHeader(bytes.NewReader([]byte{1, 0, 0})); !errors.Is(err, egresswire.ErrControl) {
 		t.Fatalf("a zero-length header is the control stream, got %v", err)
 	}
 }
@@ -112,15 +114,15 @@ func TestDialStatus(t *testing.T) {
 		err  error
 		want byte
 	}{
-		{nil, statusOK},
-		{&net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}, statusRefused},
-		{&net.OpError{Op: "dial", Err: syscall.ENETUNREACH}, statusNetUnr},
-		{&net.OpError{Op: "dial", Err: &net.DNSError{Err: "no such host", Name: "x", IsNotFound: true}}, statusHostUnr},
-		{context.DeadlineExceeded, statusTimedOut},
-		{errors.New("odd"), statusFailure},
+		{nil, egresswire.StatusOK},
+		{&net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}, egresswire.StatusRefused},
+		{&net.OpError{Op: "dial", Err: syscall.ENETUNREACH}, egresswire.StatusNetUnr},
+		{&net.OpError{Op: "dial", Err: &net.DNSError{Err: "no such host", Name: "x", IsNotFound: true}}, egresswire.StatusHostUnr},
+		{context.DeadlineExceeded, egresswire.StatusTimedOut},
+		{errors.New("odd"), egresswire.StatusFailure},
 	} {
-		if got := dialStatus(tc.err); got != tc.want {
-			t.Errorf("dialStatus(%v) = %d, want %d", tc.err, got, tc.want)
+		if got := egresswire.DialStatus(tc.err); got != tc.want {
+			t.Errorf("egresswire.DialStatus(%v) = %d, want %d", tc.err, got, tc.want)
 		}
 	}
 }
@@ -200,7 +202,7 @@ func TestAgentServesStreamsAndReconnects(t *testing.T) {
 	sess := <-sessions
 
 	st, status := openTo(t, sess, ln.Addr().String())
-	if status != statusOK {
+	if status != egresswire.StatusOK {
 		t.Fatalf("status %d", status)
 	}
 	msg := []byte("through the agent")
@@ -217,10 +219,10 @@ func TestAgentServesStreamsAndReconnects(t *testing.T) {
 	closed, _ := net.Listen("tcp", "127.0.0.1:0")
 	closedAddr := closed.Addr().String()
 	closed.Close()
-	if _, status := openTo(t, sess, closedAddr); status != statusRefused {
+	if _, status := openTo(t, sess, closedAddr); status != egresswire.StatusRefused {
 		t.Fatalf("closed port: status %d", status)
 	}
-	if _, status := openTo(t, sess, "no-port"); status != statusBadReq {
+	if _, status := openTo(t, sess, "no-port"); status != egresswire.StatusBadReq {
 		t.Fatalf("bad header: status %d", status)
 	}
 
@@ -231,7 +233,7 @@ func TestAgentServesStreamsAndReconnects(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("agent did not reconnect")
 	}
-	if _, status := openTo(t, sess, ln.Addr().String()); status != statusOK {
+	if _, status := openTo(t, sess, ln.Addr().String()); status != egresswire.StatusOK {
 		t.Fatalf("after reconnect: status %d", status)
 	}
 
@@ -307,7 +309,7 @@ func TestAgentIdleTimeout(t *testing.T) {
 	sess := <-sessions
 	defer sess.Close()
 	st, status := openTo(t, sess, ln.Addr().String())
-	if status != statusOK {
+	if status != egresswire.StatusOK {
 		t.Fatalf("status %d", status)
 	}
 	target := <-accepted

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/yamux"
+
+	"github.com/open-bot/computer/pkg/shared/egresswire"
 )
 
 const copyBufSize = 32 * 1024
@@ -41,7 +43,7 @@ func (ss *sessionState) sendReset(id uint32) bool {
 		return false
 	}
 	_ = ctrl.SetWriteDeadline(time.Now().Add(resetWait))
-	return writeReset(ctrl, id) == nil
+	return egresswire.WriteReset(ctrl, id) == nil
 }
 
 // serveControl reads botd's reset requests until the session ends.
@@ -51,7 +53,7 @@ func (ss *sessionState) serveControl(st *yamux.Stream) {
 	ss.ctrl = st
 	ss.mu.Unlock()
 	for {
-		id, err := readReset(st)
+		id, err := egresswire.ReadReset(st)
 		if err != nil {
 			abortStream(st)
 			return
@@ -69,14 +71,14 @@ func (ss *sessionState) serveControl(st *yamux.Stream) {
 // a status byte and relays until both sides are done.
 func (a *agent) serveStream(ctx context.Context, ss *sessionState, st *yamux.Stream) {
 	_ = st.SetDeadline(time.Now().Add(a.o.HeaderTimeout))
-	addr, err := readHeader(st)
-	if errors.Is(err, errControl) {
+	addr, err := egresswire.ReadHeader(st)
+	if errors.Is(err, egresswire.ErrControl) {
 		ss.serveControl(st)
 		return
 	}
 	if err != nil {
-		if errors.Is(err, errBadHeader) {
-			_, _ = st.Write([]byte{statusBadReq})
+		if errors.Is(err, egresswire.ErrBadHeader) {
+			_, _ = st.Write([]byte{egresswire.StatusBadReq})
 		}
 		a.log.Debug().Err(err).Msg("bad stream header")
 		abortStream(st)
@@ -87,9 +89,9 @@ func (a *agent) serveStream(ctx context.Context, ss *sessionState, st *yamux.Str
 	target, err := a.o.Dial(dctx, "tcp", addr)
 	cancel()
 	if err != nil {
-		status := dialStatus(err)
+		status := egresswire.DialStatus(err)
 		if errors.Is(err, errLoopbackDenied) {
-			status = statusDenied
+			status = egresswire.StatusDenied
 		}
 		a.log.Debug().Str("target", addr).Err(err).Msg("dial failed")
 		_ = st.SetWriteDeadline(time.Now().Add(a.o.HeaderTimeout))
@@ -111,7 +113,7 @@ func (a *agent) serveStream(ctx context.Context, ss *sessionState, st *yamux.Str
 		ss.mu.Unlock()
 	}()
 	_ = st.SetWriteDeadline(time.Now().Add(a.o.HeaderTimeout))
-	if _, err := st.Write([]byte{statusOK}); err != nil {
+	if _, err := st.Write([]byte{egresswire.StatusOK}); err != nil {
 		_ = target.Close()
 		abortStream(st)
 		return

@@ -15,6 +15,7 @@ import (
 
 	"github.com/open-bot/computer/apps/botd/internal/httpx"
 	"github.com/open-bot/computer/pkg/shared"
+	"github.com/open-bot/computer/pkg/shared/egresswire"
 )
 
 // errNoAgent refuses a connection in tunnel mode while no agent is there.
@@ -57,7 +58,7 @@ type agentSession struct {
 // sendReset asks the agent to reset stream id; false if it cannot be asked.
 func (as *agentSession) sendReset(id uint32) bool {
 	_ = as.ctrl.SetWriteDeadline(time.Now().Add(resetWait))
-	return writeReset(as.ctrl, id) == nil
+	return egresswire.WriteReset(as.ctrl, id) == nil
 }
 
 func (as *agentSession) register(id uint32, pc *proxyConn) {
@@ -75,7 +76,7 @@ func (as *agentSession) unregister(id uint32) {
 // readResets serves the agent's reset requests until the session ends.
 func (as *agentSession) readResets() {
 	for {
-		id, err := readReset(as.ctrl)
+		id, err := egresswire.ReadReset(as.ctrl)
 		if err != nil {
 			return
 		}
@@ -137,7 +138,7 @@ func (p *Proxy) ServeTunnel(w http.ResponseWriter, r *http.Request) {
 	}
 	ctrl, err := sess.OpenStream()
 	if err == nil {
-		err = writeControlHeader(ctrl)
+		err = egresswire.WriteControlHeader(ctrl)
 	}
 	if err != nil {
 		_ = sess.Close()
@@ -281,9 +282,9 @@ func (t *tunnel) dial(ctx context.Context, addr string) (*yamux.Stream, *agentSe
 		_ = st.SetDeadline(dl)
 	}
 	stop := context.AfterFunc(ctx, func() { _ = st.SetDeadline(time.Now()) })
-	err = writeHeader(st, addr)
+	err = egresswire.WriteHeader(st, addr)
 	if err == nil {
-		err = readStatus(st)
+		err = egresswire.ReadStatus(st)
 	}
 	if !stop() && err == nil {
 		err = ctx.Err()
