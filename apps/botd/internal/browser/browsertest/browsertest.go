@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -84,7 +85,7 @@ func StartX(t testing.TB, u osuser.User) *X {
 		}
 		exited := make(chan struct{})
 		go func() { _, _ = p.Wait(); close(exited) }()
-		if waitX(n, exited) {
+		if waitX(n, p.Pid(), exited) {
 			x := &X{Display: ":" + strconv.Itoa(n), XAuthority: auth, Dir: dir, Desktop: u}
 			t.Cleanup(func() {
 				_ = p.SignalGroup(syscall.SIGTERM)
@@ -132,7 +133,7 @@ func (x *X) startWM(t testing.TB) {
 	time.Sleep(300 * time.Millisecond) // let it take over the root window
 }
 
-func waitX(n int, exited <-chan struct{}) bool {
+func waitX(n, pid int, exited <-chan struct{}) bool {
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		select {
@@ -143,7 +144,11 @@ func waitX(n int, exited <-chan struct{}) bool {
 		c, err := net.Dial("unix", "/tmp/.X11-unix/X"+strconv.Itoa(n))
 		if err == nil {
 			_ = c.Close()
-			return true
+			// Test packages run in parallel and may race for display n:
+			// the server answering must be ours, as its lock file says.
+			b, err := os.ReadFile("/tmp/.X" + strconv.Itoa(n) + "-lock")
+			owner, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+			return err == nil && owner == pid
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
