@@ -335,3 +335,20 @@ func alive(pid int) bool {
 	i := strings.LastIndexByte(s, ')')
 	return i > 0 && len(s) > i+2 && s[i+2] != 'Z'
 }
+
+// TestHardKilledBotdLeavesNoCodex: even a botd killed with SIGKILL (no
+// chance to stop anything) takes Codex with it, so the next botd can bind
+// Codex's port.
+func TestHardKilledBotdLeavesNoCodex(t *testing.T) {
+	d := startDaemon(t, tempHome(t), "hard-kill-token-0123456789")
+	d.waitHealthy(60 * time.Second)
+	codexPid := pidListening(t, d.codex)
+	require.NotZero(t, codexPid)
+	require.NoError(t, d.cmd.Process.Signal(syscall.SIGKILL))
+	<-d.done
+	deadline := time.Now().Add(5 * time.Second)
+	for alive(codexPid) {
+		require.True(t, time.Now().Before(deadline), "codex (pid %d) outlived a SIGKILLed botd", codexPid)
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -53,12 +53,13 @@ func Start(o Options) (*Agent, error) {
 	}
 	u := o.User
 	u.Home = o.Home
-	env := append([]string{"CODEX_HOME=" + o.CodexHome}, o.Env...)
+	bin, nativeEnv := resolveNative(o.Bin)
+	env := append(append([]string{"CODEX_HOME=" + o.CodexHome}, nativeEnv...), o.Env...)
 	spec := supervisor.Spec{
 		Name:    "codex",
 		Restart: supervisor.RestartAlways,
 		Cmd: runner.Spec{
-			Argv: []string{o.Bin, "app-server", "--listen", "ws://" + o.Addr},
+			Argv: []string{bin, "app-server", "--listen", "ws://" + o.Addr},
 			User: &u,
 			Env:  env,
 			Dir:  o.Home,
