@@ -72,6 +72,8 @@ printf '\n%-58s %s\n' "benchmark" "figures"
 printf '%-58s %s\n' "---------" "-------"
 awk '/^Benchmark/ {
   name=$1; sub(/-[0-9]+$/, "", name); line="";
-  for (i=3; i<NF; i+=2) { if ($(i+1) != "ns/op" || NF==4) line=line sprintf("%s %s   ", $i, $(i+1)) }
+  # ns/op is the figure when the benchmark looped (N > 1); for a one-shot
+  # benchmark (N = 1) it is just the run's length, so it is left out.
+  for (i=3; i<NF; i+=2) { if ($(i+1) != "ns/op" || NF==4 || $2 > 1) line=line sprintf("%s %s   ", $i, $(i+1)) }
   printf "%-58s %s\n", name, line
 }' "$out"
