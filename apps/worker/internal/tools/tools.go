@@ -163,21 +163,41 @@ func observation(o client.Observation) []Content {
 	return out
 }
 
+// screenArg is the optional screen every graphical tool takes.
 type screenArg struct {
 	Screen string `json:"screen"`
 }
 
+func (a *screenArg) screenID() string { return a.Screen }
+
+type screened interface{ screenID() string }
+
+// leased is the shape of every graphical tool: decode the arguments into a,
+// check them (before anything starts a screen), resolve the screen under
+// the namespace rule, and run fn under the session's lease on it.
+func leased(ctx context.Context, s *Session, raw json.RawMessage, a screened, check func() error, fn func(screen, leaseID string) error) error {
+	if err := decode(raw, a); err != nil {
+		return err
+	}
+	if check != nil {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	screen, err := s.screen(a.screenID())
+	if err != nil {
+		return err
+	}
+	return s.withLease(ctx, screen, func(l string) error { return fn(screen, l) })
+}
+
 func observe(ctx context.Context, s *Session, raw json.RawMessage) ([]Content, error) {
 	var a screenArg
-	if err := decode(raw, &a); err != nil {
-		return nil, err
-	}
-	screen, err := s.screen(a.Screen)
-	if err != nil {
-		return nil, err
-	}
 	var o client.Observation
-	err = s.withLease(ctx, screen, func(l string) (err error) { o, err = s.Botd.Observe(ctx, screen, l); return })
+	err := leased(ctx, s, raw, &a, nil, func(screen, l string) (err error) {
+		o, err = s.Botd.Observe(ctx, screen, l)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -186,21 +206,20 @@ func observe(ctx context.Context, s *Session, raw json.RawMessage) ([]Content, e
 
 func act(ctx context.Context, s *Session, raw json.RawMessage) ([]Content, error) {
 	var a struct {
+		screenArg
 		Actions []shared.Action `json:"actions"`
-		Screen  string          `json:"screen"`
 	}
-	if err := decode(raw, &a); err != nil {
-		return nil, err
-	}
-	if err := shared.ValidateActions(a.Actions, 1280, 800); err != nil {
-		return nil, &ToolError{Code: shared.CodeInvalidAction, Msg: err.Error()}
-	}
-	screen, err := s.screen(a.Screen)
-	if err != nil {
-		return nil, err
+	check := func() error {
+		if err := shared.ValidateActions(a.Actions, 1280, 800); err != nil {
+			return &ToolError{Code: shared.CodeInvalidAction, Msg: err.Error()}
+		}
+		return nil
 	}
 	var r client.ActResult
-	err = s.withLease(ctx, screen, func(l string) (err error) { r, err = s.Botd.Act(ctx, screen, l, a.Actions); return })
+	err := leased(ctx, s, raw, &a, check, func(screen, l string) (err error) {
+		r, err = s.Botd.Act(ctx, screen, l, a.Actions)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -213,21 +232,20 @@ func act(ctx context.Context, s *Session, raw json.RawMessage) ([]Content, error
 
 func openPath(ctx context.Context, s *Session, raw json.RawMessage) ([]Content, error) {
 	var a struct {
+		screenArg
 		Target string `json:"target"`
-		Screen string `json:"screen"`
 	}
-	if err := decode(raw, &a); err != nil {
-		return nil, err
-	}
-	if strings.TrimSpace(a.Target) == "" {
-		return nil, &ToolError{Code: shared.CodeBadRequest, Msg: "target is required"}
-	}
-	screen, err := s.screen(a.Screen)
-	if err != nil {
-		return nil, err
+	check := func() error {
+		if strings.TrimSpace(a.Target) == "" {
+			return &ToolError{Code: shared.CodeBadRequest, Msg: "target is required"}
+		}
+		return nil
 	}
 	var r json.RawMessage
-	err = s.withLease(ctx, screen, func(l string) (err error) { r, err = s.Botd.Open(ctx, screen, l, a.Target); return })
+	err := leased(ctx, s, raw, &a, check, func(screen, l string) (err error) {
+		r, err = s.Botd.Open(ctx, screen, l, a.Target)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -236,18 +254,14 @@ func openPath(ctx context.Context, s *Session, raw json.RawMessage) ([]Content, 
 
 func launchApp(ctx context.Context, s *Session, raw json.RawMessage) ([]Content, error) {
 	var a struct {
-		App    string `json:"app"`
-		Screen string `json:"screen"`
-	}
-	if err := decode(raw, &a); err != nil {
-		return nil, err
-	}
-	screen, err := s.screen(a.Screen)
-	if err != nil {
-		return nil, err
+		screenArg
+		App string `json:"app"`
 	}
 	var r json.RawMessage
-	err = s.withLease(ctx, screen, func(l string) (err error) { r, err = s.Botd.Launch(ctx, screen, l, a.App); return })
+	err := leased(ctx, s, raw, &a, nil, func(screen, l string) (err error) {
+		r, err = s.Botd.Launch(ctx, screen, l, a.App)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -256,17 +270,13 @@ func launchApp(ctx context.Context, s *Session, raw json.RawMessage) ([]Content,
 
 func readPage(ctx context.Context, s *Session, raw json.RawMessage) ([]Content, error) {
 	var a screenArg
-	if err := decode(raw, &a); err != nil {
-		return nil, err
-	}
-	screen, err := s.screen(a.Screen)
-	if err != nil {
-		return nil, err
-	}
 	// Reading needs the screen running but no input: the lease keeps a
 	// person's screen out of reach all the same.
 	var p client.Page
-	err = s.withLease(ctx, screen, func(string) (err error) { p, err = s.Botd.ReadPage(ctx, screen); return })
+	err := leased(ctx, s, raw, &a, nil, func(screen, _ string) (err error) {
+		p, err = s.Botd.ReadPage(ctx, screen)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -346,8 +356,8 @@ func fileList(ctx context.Context, s *Session, raw json.RawMessage) ([]Content, 
 
 func requestTakeover(ctx context.Context, s *Session, raw json.RawMessage) ([]Content, error) {
 	var a struct {
+		screenArg
 		Reason string `json:"reason"`
-		Screen string `json:"screen"`
 	}
 	if err := decode(raw, &a); err != nil {
 		return nil, err
