@@ -12,11 +12,13 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/chromedp/cdproto/browser"
 	cdpapi "github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/target"
 	"github.com/rs/zerolog"
 
@@ -266,8 +268,29 @@ func (b *Browser) ready(ctx context.Context) error {
 		}
 	}
 	b.log.Debug().Dur("elapsed", time.Since(t0)).Msg("has page")
+	b.reloadRestored(ctx, pages)
 	b.maximize(ctx, pages)
 	return nil
+}
+
+// reloadRestored reloads the pages that were already open when the apply
+// guard came on (tabs restored at launch, which Chromium opens before botd
+// can enable anything): their documents were loaded before the Fetch
+// interception existed, and their requests were seen to slip past it.
+// Reloaded, they run under the guard like every later page.
+func (b *Browser) reloadRestored(ctx context.Context, pages []*target.Info) {
+	for _, p := range pages {
+		if p.URL == "" || strings.HasPrefix(p.URL, "about:") || strings.HasPrefix(p.URL, "chrome:") {
+			continue
+		}
+		s, err := b.session(ctx, p.TargetID)
+		if err != nil {
+			continue
+		}
+		if _, err := cdpapi.Call(ctx, s, page.Reload, page.ReloadParams{}); err != nil {
+			b.log.Debug().Err(err).Msg("reload a restored tab")
+		}
+	}
 }
 
 // Done is closed once the browser has exited.
