@@ -260,7 +260,7 @@ func TestStartupLayoutHealthEventsAndShutdown(t *testing.T) {
 	require.NotEmpty(t, children)
 	d.stop()
 	for _, pid := range children {
-		require.False(t, alive(pid), "child %d outlived botd", pid)
+		require.False(t, testenv.Alive(pid), "child %d outlived botd", pid)
 	}
 	logs := d.logs()
 	require.NotContains(t, logs, token, "the token must never be logged")
@@ -326,16 +326,6 @@ func descendants(pid int) []int {
 	return out
 }
 
-func alive(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i > 0 && len(s) > i+2 && s[i+2] != 'Z'
-}
-
 // TestHardKilledBotdLeavesNoCodex: even a botd killed with SIGKILL (no
 // chance to stop anything) takes Codex with it, so the next botd can bind
 // Codex's port.
@@ -347,7 +337,7 @@ func TestHardKilledBotdLeavesNoCodex(t *testing.T) {
 	require.NoError(t, d.cmd.Process.Signal(syscall.SIGKILL))
 	<-d.done
 	deadline := time.Now().Add(5 * time.Second)
-	for alive(codexPid) {
+	for testenv.Alive(codexPid) {
 		require.True(t, time.Now().Before(deadline), "codex (pid %d) outlived a SIGKILLed botd", codexPid)
 		time.Sleep(20 * time.Millisecond)
 	}

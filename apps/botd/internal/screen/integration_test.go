@@ -202,7 +202,7 @@ func TestIntegrationScreenLifecycle(t *testing.T) {
 	}
 	require.NoError(t, e.m.Stop(ctx, "it-b"))
 	for _, pid := range pids {
-		require.False(t, alive(pid), "pid %d outlived its screen", pid)
+		require.False(t, testenv.Alive(pid), "pid %d outlived its screen", pid)
 	}
 	require.NoFileExists(t, e.m.xauthPath(1))
 }
@@ -214,16 +214,6 @@ func uidOf(t testing.TB, pid int) uint32 {
 	st, err := os.Stat("/proc/" + strconv.Itoa(pid))
 	require.NoError(t, err)
 	return st.Sys().(*syscall.Stat_t).Uid
-}
-
-func alive(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i > 0 && len(s) > i+2 && s[i+2] != 'Z'
 }
 
 // xvfbPids lists live Xvfb processes serving display n.
@@ -242,7 +232,7 @@ func xvfbPids(t testing.TB, n int) []int {
 			continue
 		}
 		args := strings.Split(string(b), "\x00")
-		if len(args) > 1 && filepath.Base(args[0]) == "Xvfb" && args[1] == ":"+strconv.Itoa(n) && alive(pid) {
+		if len(args) > 1 && filepath.Base(args[0]) == "Xvfb" && args[1] == ":"+strconv.Itoa(n) && testenv.Alive(pid) {
 			out = append(out, pid)
 		}
 	}

@@ -17,21 +17,10 @@ import (
 	"github.com/open-bot/computer/pkg/shared"
 )
 
-func alive(pid int) bool {
-	// A zombie still answers kill(0); read its state instead.
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i > 0 && len(s) > i+2 && s[i+2] != 'Z'
-}
-
 func waitGone(t *testing.T, pid int) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
-	for alive(pid) {
+	for testenv.Alive(pid) {
 		if time.Now().After(deadline) {
 			t.Fatalf("pid %d still alive", pid)
 		}
