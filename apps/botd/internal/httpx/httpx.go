@@ -5,7 +5,6 @@ package httpx
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 
@@ -90,10 +89,10 @@ func decodeError(err error, limit int64) error {
 	}
 }
 
-// sanitize trims a decoder message to something safe and short to show.
+// sanitize trims a decoder message to something short to show.
 func sanitize(s string) string {
 	if len(s) > 200 {
 		s = s[:200]
 	}
-	return fmt.Sprintf("%s", s)
+	return s
 }

@@ -30,10 +30,9 @@ type Script func(outputs []Output) Step
 // Server is the model server.
 type Server struct {
 	script Script
-	// mu guards requests and calls.
+	// mu guards requests and paths.
 	mu       sync.Mutex
 	requests int
-	calls    int
 	paths    []string
 }
 
@@ -86,8 +85,6 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	s.requests++
 	n := s.requests
-	s.calls++
-	callN := s.calls
 	s.mu.Unlock()
 	step := s.script(outs)
 
@@ -95,7 +92,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var item map[string]any
 	if step.Tool != "" {
 		args, _ := json.Marshal(step.Args)
-		item = map[string]any{"type": "function_call", "id": fmt.Sprintf("fc_%d", callN), "call_id": fmt.Sprintf("call_%d", callN), "name": step.Tool, "arguments": string(args), "status": "completed"}
+		item = map[string]any{"type": "function_call", "id": fmt.Sprintf("fc_%d", n), "call_id": fmt.Sprintf("call_%d", n), "name": step.Tool, "arguments": string(args), "status": "completed"}
 	} else {
 		item = map[string]any{"type": "message", "id": fmt.Sprintf("msg_%d", n), "role": "assistant", "status": "completed",
 			"content": []map[string]any{{"type": "output_text", "text": step.Message, "annotations": []any{}}}}

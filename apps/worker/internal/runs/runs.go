@@ -207,7 +207,7 @@ func (r *Run) Snapshot() Snapshot {
 
 // Stop ends the run (its turn is interrupted and its lease released).
 func (r *Run) Stop() {
-	r.setStatusIfRunning(StatusStopped, "stopped by request")
+	r.setStatus(StatusStopped, "stopped by request")
 	r.cancel()
 }
 
@@ -278,8 +278,6 @@ func (r *Run) setStatus(s Status, errMsg string) {
 	}
 	r.emitLocked("status", map[string]string{"status": string(s), "error": errMsg})
 }
-
-func (r *Run) setStatusIfRunning(s Status, errMsg string) { r.setStatus(s, errMsg) }
 
 // run is the run's whole life.
 func (r *Run) run(ctx context.Context, prompt, model string) {
