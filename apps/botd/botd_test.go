@@ -226,26 +226,36 @@ func TestStartupLayoutHealthEventsAndShutdown(t *testing.T) {
 	require.NoError(t, err)
 	defer c.CloseNow()
 	c.SetReadLimit(1 << 20)
+	type healthEvent struct {
+		Type string `json:"type"`
+		Data struct {
+			Agent string `json:"agent"`
+			OK    bool   `json:"ok"`
+		} `json:"data"`
+	}
+	read := func(seen []string) healthEvent {
+		_, b, err := c.Read(ctx)
+		require.NoError(t, err, "events so far: %v", seen)
+		var ev healthEvent
+		require.NoError(t, json.Unmarshal(b, &ev))
+		return ev
+	}
+	// The greeting first: once it is here the stream is live, so every event
+	// the kill causes reaches us.
+	greeting := read(nil)
+	require.Equal(t, shared.EventHealth, greeting.Type)
+	require.Equal(t, "running", greeting.Data.Agent)
 	codexPid := pidListening(t, d.codex)
 	require.NotZero(t, codexPid)
 	require.NoError(t, syscall.Kill(codexPid, syscall.SIGKILL))
 	var seen []string
 	for len(seen) == 0 || seen[len(seen)-1] != "running" {
-		_, b, err := c.Read(ctx)
-		require.NoError(t, err, "events so far: %v", seen)
-		var ev struct {
-			Type string `json:"type"`
-			Data struct {
-				Agent string `json:"agent"`
-				OK    bool   `json:"ok"`
-			} `json:"data"`
-		}
-		require.NoError(t, json.Unmarshal(b, &ev))
+		ev := read(seen)
 		if ev.Type != shared.EventHealth {
 			continue
 		}
 		if len(seen) == 0 && ev.Data.Agent == "running" {
-			continue // the greeting, before the kill was noticed
+			continue // another component's health change, before the kill was noticed
 		}
 		if len(seen) == 0 || seen[len(seen)-1] != ev.Data.Agent {
 			seen = append(seen, ev.Data.Agent)

@@ -13,14 +13,19 @@ import (
 
 // events streams hub events to a websocket client. The first message is the
 // current health, so a client never starts blind.
+//
+// It subscribes to the hub before the upgrade completes: a client may act as
+// soon as its dial returns (kill Codex, stop a screen), and every event that
+// action causes must reach it. Subscribing after Accept lost those that fell
+// in between (issue 16: "events so far: []" under load).
 func (s *Server) events(w http.ResponseWriter, r *http.Request) {
+	ch, cancel := s.hub.Subscribe()
+	defer cancel()
 	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
 	if err != nil {
 		return
 	}
 	defer c.CloseNow()
-	ch, cancel := s.hub.Subscribe()
-	defer cancel()
 	ctx := c.CloseRead(r.Context())
 	send := func(ev shared.Event) error {
 		b, err := json.Marshal(ev)

@@ -135,6 +135,32 @@ func TestEventsPushHealthAndAcceptQueryToken(t *testing.T) {
 	require.Equal(t, "custom", read().Type)
 }
 
+// TestEventsNothingLostRightAfterDial: an event published the moment the
+// dial returns (a client that acts at once) still reaches the client, after
+// the greeting. The server subscribes before the upgrade completes; when it
+// subscribed after Accept, such events were lost (issue 16).
+func TestEventsNothingLostRightAfterDial(t *testing.T) {
+	ts, hub, _ := newTestServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	wsURL := "ws" + strings.TrimPrefix(ts.URL, "http") + "/events?token=" + token
+	for i := range 50 {
+		c, _, err := websocket.Dial(ctx, wsURL, nil)
+		require.NoError(t, err)
+		hub.Publish("custom", map[string]int{"n": i})
+		var types []string
+		for len(types) < 2 {
+			_, b, err := c.Read(ctx)
+			require.NoError(t, err, "dial %d: events so far %v", i, types)
+			var ev shared.Event
+			require.NoError(t, json.Unmarshal(b, &ev))
+			types = append(types, ev.Type)
+		}
+		require.Equal(t, []string{shared.EventHealth, "custom"}, types, "dial %d", i)
+		c.CloseNow()
+	}
+}
+
 func toJSON(t *testing.T, v any) string {
 	b, err := json.Marshal(v)
 	require.NoError(t, err)
