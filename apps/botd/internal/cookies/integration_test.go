@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -135,9 +136,24 @@ func TestSignInsAcrossRealBrowsers(t *testing.T) {
 	}
 }
 
+// countingStore counts what a sync round writes into one real browser.
+type countingStore struct {
+	*browser.Browser
+	calls, cookies *atomic.Int64
+}
+
+func (c countingStore) SetCookies(ctx context.Context, ps []*network.CookieParam) error {
+	c.calls.Add(1)
+	c.cookies.Add(int64(len(ps)))
+	return c.Browser.SetCookies(ctx, ps)
+}
+
 // BenchmarkSyncRoundRealBrowsers is one CookieSync round with 4 real
-// browsers × 500 cookies each, in the steady state (nothing changed: four
-// Storage.getCookies over the pipes and the merge; no disk write).
+// browsers × 500 cookies each (875 in the merged jar), in the steady state:
+// four Storage.getCookies over the pipes, asked in parallel, and the merge.
+// It counts what the rounds wrote into the browsers (Storage.setCookies
+// calls and cookies) and into the jar file, so "nothing changed, nothing
+// written" is measured, not assumed.
 func BenchmarkSyncRoundRealBrowsers(b *testing.B) {
 	u := browsertest.Require(b)
 	x := browsertest.StartX(b, u)
@@ -147,6 +163,7 @@ func BenchmarkSyncRoundRealBrowsers(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	var calls, written atomic.Int64
 	exp := float64(time.Now().Add(24 * time.Hour).Unix())
 	for i := range 4 {
 		br := browsertest.Launch(b, x.Options(b, fmt.Sprintf("bench%d", i)))
@@ -162,7 +179,7 @@ func BenchmarkSyncRoundRealBrowsers(b *testing.B) {
 		if err := br.SetCookies(ctx, ps); err != nil {
 			b.Fatal(err)
 		}
-		if err := jar.Add(ctx, br); err != nil {
+		if err := jar.Add(ctx, countingStore{Browser: br, calls: &calls, cookies: &written}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -172,7 +189,10 @@ func BenchmarkSyncRoundRealBrowsers(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	w0 := jar.Writes()
+	if calls.Load() == 0 {
+		b.Fatal("converging wrote nothing into the browsers")
+	}
+	w0, c0, n0 := jar.Writes(), calls.Load(), written.Load()
 	var ds []time.Duration
 	b.ResetTimer()
 	for range b.N {
@@ -183,12 +203,17 @@ func BenchmarkSyncRoundRealBrowsers(b *testing.B) {
 		ds = append(ds, time.Since(start))
 	}
 	b.StopTimer()
-	if jar.Writes() != w0 {
-		b.Fatalf("unchanged rounds wrote the jar %d times", jar.Writes()-w0)
-	}
 	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
-	b.ReportMetric(float64(ds[len(ds)/2].Microseconds())/1000, "p50_ms")
-	b.ReportMetric(float64(ds[len(ds)*9/10].Microseconds())/1000, "p90_ms")
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	b.ReportMetric(ms(ds[len(ds)/2]), "p50_ms")
+	if len(ds) >= 30 {
+		b.ReportMetric(ms(ds[len(ds)*9/10]), "p90_ms")
+	} else {
+		b.ReportMetric(ms(ds[len(ds)-1]), "max_ms")
+	}
 	b.ReportMetric(float64(jar.Len()), "jar_cookies")
-	b.ReportMetric(0, "writes/op")
+	n := float64(b.N)
+	b.ReportMetric(float64(calls.Load()-c0)/n, "browser-writes/op")
+	b.ReportMetric(float64(written.Load()-n0)/n, "cookies-written/op")
+	b.ReportMetric(float64(jar.Writes()-w0)/n, "jar-writes/op")
 }

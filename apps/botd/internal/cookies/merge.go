@@ -147,7 +147,7 @@ type Plan struct {
 	Sets    [][]Cookie
 	Deletes [][]Cookie
 	// Held is, per store, what it will hold once the writes land (the next
-	// sync's "last").
+	// sync's "last"). The maps may be shared between stores: read only.
 	Held []map[Key]string
 	// JarChanged says the jar must be persisted.
 	JarChanged bool
@@ -200,23 +200,31 @@ func merge(jar map[Key]Cookie, tombs map[Key]Tombstone, cur []map[Key]Cookie, la
 		}
 	}
 
+	// Each cookie's fingerprint is computed once per round: a steady round
+	// compares every store's ~1,000 cookies twice.
+	heldFP := make([]map[Key]string, len(cur))
 	var sets, removes []change
 	for i, held := range cur {
+		hfp := make(map[Key]string, len(held))
+		for k, c := range held {
+			hfp[k] = c.Fingerprint()
+		}
+		heldFP[i] = hfp
 		prev := last[i]
 		if prev == nil {
 			// First sight: pretend it held what the jar or a sign-out knows,
 			// so only cookies new to the jar count as its changes.
 			prev = make(map[Key]string, len(held))
-			for k, c := range held {
+			for k, fp := range hfp {
 				if _, ok := p.Jar[k]; ok {
-					prev[k] = c.Fingerprint()
-				} else if t, ok := p.Tombstones[k]; ok && t.FP == hashFP(c.Fingerprint()) {
-					prev[k] = c.Fingerprint()
+					prev[k] = fp
+				} else if t, ok := p.Tombstones[k]; ok && t.FP == hashFP(fp) {
+					prev[k] = fp
 				}
 			}
 		}
 		for k, c := range held {
-			if fp, ok := prev[k]; !ok || fp != c.Fingerprint() {
+			if fp, ok := prev[k]; !ok || fp != hfp[k] {
 				sets = append(sets, change{store: i, key: k, cookie: c})
 			}
 		}
@@ -267,17 +275,20 @@ func merge(jar map[Key]Cookie, tombs map[Key]Tombstone, cur []map[Key]Cookie, la
 		}
 	}
 
-	// Bring every store to the jar.
+	// Bring every store to the jar. Once the writes land every store holds
+	// the jar, so they all share one read-only map of its fingerprints.
+	jarFP := make(map[Key]string, len(p.Jar))
+	for k, c := range p.Jar {
+		jarFP[k] = c.Fingerprint()
+	}
 	p.Sets = make([][]Cookie, len(cur))
 	p.Deletes = make([][]Cookie, len(cur))
 	p.Held = make([]map[Key]string, len(cur))
 	for i, held := range cur {
-		h := make(map[Key]string, len(p.Jar))
-		for k, c := range p.Jar {
-			fp := c.Fingerprint()
-			h[k] = fp
-			if hc, ok := held[k]; !ok || hc.Fingerprint() != fp {
-				p.Sets[i] = append(p.Sets[i], c)
+		hfp := heldFP[i]
+		for k, fp := range jarFP {
+			if h, ok := hfp[k]; !ok || h != fp {
+				p.Sets[i] = append(p.Sets[i], p.Jar[k])
 			}
 		}
 		for k, c := range held {
@@ -285,7 +296,7 @@ func merge(jar map[Key]Cookie, tombs map[Key]Tombstone, cur []map[Key]Cookie, la
 				p.Deletes[i] = append(p.Deletes[i], c)
 			}
 		}
-		p.Held[i] = h
+		p.Held[i] = jarFP
 	}
 	return p
 }
