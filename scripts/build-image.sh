@@ -21,6 +21,7 @@ IMAGE="${IMAGE:-open-bot/computer:dev}"
 BASE_IMAGE="${BASE_IMAGE:-debian:trixie-slim}"
 BASE_SUITE="${BASE_SUITE:-trixie}"
 GO="${GO:-go}"
+DOCKERFILE="${DOCKERFILE:-images/computer/Dockerfile}"
 OUT=build/image
 
 log() { printf 'make image: %s\n' "$*" >&2; }
@@ -32,6 +33,7 @@ die() {
 # A full disk shows up as ENOSPC somewhere deep in a tool's output; name it.
 check_space() {
   local dir="$1" need_mb="$2" avail
+  [ "${IMAGE_SKIP_SPACE_CHECK:-0}" = 1 ] && return 0
   avail="$(df -Pm "$dir" 2>/dev/null | awk 'NR==2 {print $4}')"
   if [ -n "$avail" ] && [ "$avail" -lt "$need_mb" ]; then
     die "only ${avail} MB free on the filesystem of $dir; the image build needs about ${need_mb} MB (free space, or point Docker's data-root elsewhere)"
@@ -49,14 +51,20 @@ docker info >/dev/null 2>&1 || die "no Docker engine answers here (start one: su
 
 # Debian's mirror as apt is configured on this machine: the first repository
 # whose Release file says Origin: Debian, Label: Debian (not -Security).
+# LABEL=Debian-Security gives the security mirror (empty when none).
 debian_mirror() {
-  if [ -n "${DEBIAN_MIRROR:-}" ]; then
+  local label="${1:-Debian}"
+  if [ "$label" = Debian ] && [ -n "${DEBIAN_MIRROR:-}" ]; then
     echo "$DEBIAN_MIRROR"
     return
   fi
   local m
   m="$(apt-get indextargets --format '$(ORIGIN)|$(LABEL)|$(REPO_URI)' 2>/dev/null |
-    awk -F'|' '$1 == "Debian" && $2 == "Debian" {print $3; exit}')"
+    awk -F'|' -v l="$label" '$1 == "Debian" && $2 == l {print $3; exit}')"
+  if [ "$label" != Debian ]; then
+    echo "${m%/}"
+    return
+  fi
   if [ -z "$m" ]; then
     # Not yet `apt-get update`d: read sources.list(.d) directly.
     m="$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources 2>/dev/null |
@@ -81,6 +89,14 @@ make_base() {
     tail -n 20 "$logf" >&2
     explain_failure "debootstrap" "$logf"
   fi
+  # Updates and security fixes, as in the official image.
+  local sec
+  sec="$(debian_mirror Debian-Security)"
+  {
+    echo "deb $mirror $BASE_SUITE main"
+    echo "deb $mirror $BASE_SUITE-updates main"
+    [ -z "$sec" ] || echo "deb $sec $BASE_SUITE-security main"
+  } >"$tmp/root/etc/apt/sources.list"
   # Like the official slim image: no apt lists, caches or docs to ship.
   rm -rf "$tmp/root/var/lib/apt/lists/"* "$tmp/root/var/cache/apt/"*.bin "$tmp/root/var/cache/apt/archives/"*.deb
   # Import untagged, tag only when the whole tree went in: a tar that dies
@@ -128,6 +144,6 @@ check_space "$(docker info --format '{{.DockerRootDir}}' 2>/dev/null || echo /va
 buildlog="$(mktemp)"
 trap 'rm -f "$gologf" "$buildlog"' EXIT
 log "docker build -t $IMAGE (base $BASE_IMAGE)"
-if ! docker build --build-arg "BASE_IMAGE=$BASE_IMAGE" -f images/computer/Dockerfile -t "$IMAGE" . 2>&1 | tee "$buildlog"; then
+if ! docker build --force-rm --build-arg "BASE_IMAGE=$BASE_IMAGE" -f "$DOCKERFILE" -t "$IMAGE" . 2>&1 | tee "$buildlog"; then
   explain_failure "docker build" "$buildlog"
 fi

@@ -573,3 +573,32 @@ func TestImageRefusesBadToken(t *testing.T) {
 		})
 	}
 }
+
+// TestImageFailedBuildKeepsTag: `make image` whose Dockerfile fails after
+// some steps succeeded exits non-zero, says so, and leaves the tag on the
+// image it named before (no half-built image under it).
+func TestImageFailedBuildKeepsTag(t *testing.T) {
+	img := requireImage(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	tag := "open-bot/computer:imagetest-" + randName("")
+	mustDocker(t, ctx, "tag", img, tag)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_, _ = docker(ctx, "rmi", tag)
+	})
+	before := mustDocker(t, ctx, "image", "inspect", "-f", "{{.Id}}", tag)
+
+	df := filepath.Join(t.TempDir(), "Dockerfile")
+	require.NoError(t, os.WriteFile(df, []byte("FROM "+img+"\nCOPY scripts/provision.sh /tmp/half-built\nRUN echo half-way && exit 3\n"), 0o644))
+	root := repoRoot(t)
+	cmd := exec.CommandContext(ctx, "bash", filepath.Join(root, "scripts/build-image.sh"))
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "IMAGE="+tag, "DOCKERFILE="+df)
+	out, err := cmd.CombinedOutput()
+	require.Error(t, err, "a failing build must exit non-zero:\n%s", out)
+	require.Contains(t, string(out), "make image: docker build failed")
+	after := mustDocker(t, ctx, "image", "inspect", "-f", "{{.Id}}", tag)
+	require.Equal(t, before, after, "a failed build moved the tag")
+}
