@@ -140,6 +140,16 @@ for b in botd worker; do
   if cmp -s "$OUT/$b.new" "$OUT/$b"; then rm -f "$OUT/$b.new"; else mv -f "$OUT/$b.new" "$OUT/$b"; fi
 done
 
+# npm inside the build trusts what it trusts on this machine: the file named
+# by BUILD_CA_FILE, else NODE_EXTRA_CA_CERTS (set where a TLS-intercepting
+# proxy stands between this machine and the npm registry); empty otherwise.
+ca="${BUILD_CA_FILE:-${NODE_EXTRA_CA_CERTS:-}}"
+if [ -n "$ca" ] && [ -s "$ca" ]; then
+  cmp -s "$ca" "$OUT/build-ca.crt" || cp "$ca" "$OUT/build-ca.crt"
+else
+  [ -e "$OUT/build-ca.crt" ] && [ ! -s "$OUT/build-ca.crt" ] || : >"$OUT/build-ca.crt"
+fi
+
 check_space "$(docker info --format '{{.DockerRootDir}}' 2>/dev/null || echo /var/lib/docker)" 3000
 buildlog="$(mktemp)"
 trap 'rm -f "$gologf" "$buildlog"' EXIT
