@@ -602,3 +602,24 @@ func TestImageFailedBuildKeepsTag(t *testing.T) {
 	after := mustDocker(t, ctx, "image", "inspect", "-f", "{{.Id}}", tag)
 	require.Equal(t, before, after, "a failed build moved the tag")
 }
+
+// TestImageNoEngine: `make image` where no engine answers says so and fails,
+// before building anything.
+func TestImageNoEngine(t *testing.T) {
+	if _, err := exec.LookPath("docker"); err != nil {
+		unavailable(t, "docker CLI not on PATH")
+	}
+	root := repoRoot(t)
+	sock := "unix://" + filepath.Join(t.TempDir(), "no-engine.sock")
+	for _, argv := range [][]string{
+		{"bash", filepath.Join(root, "scripts/build-image.sh")},
+		{"bash", filepath.Join(root, "scripts/docker-engine.sh"), "status"},
+	} {
+		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "DOCKER_HOST="+sock, "IMAGE=open-bot/computer:imagetest-never")
+		out, err := cmd.CombinedOutput()
+		require.Error(t, err, "%v must fail without an engine:\n%s", argv[1:], out)
+		require.Contains(t, string(out), "no Docker engine answers", "%v", argv[1:])
+	}
+}
