@@ -36,8 +36,7 @@ run:
 	./scripts/run.sh
 
 image:
-	@docker info >/dev/null 2>&1 || { echo "make image: no Docker engine answers here" >&2; exit 1; }
-	docker build -f images/computer/Dockerfile -t $(IMAGE) .
+	IMAGE=$(IMAGE) ./scripts/build-image.sh
 
 lint:
 	@out=$$(gofmt -l apps pkg); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

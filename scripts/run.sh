@@ -34,15 +34,27 @@ TXT
 }
 
 if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then
-  docker build -f images/computer/Dockerfile -t "$IMAGE" .
+  IMAGE="$IMAGE" bash scripts/build-image.sh
   docker rm -f "$NAME" >/dev/null 2>&1 || true
+  # The token reaches botd as a root-only file, never as an environment
+  # variable (`docker inspect` would show it). A token file owned by root is
+  # bind-mounted read-only; otherwise (docker run by a user in the docker
+  # group) it is copied over stdin into a root-only volume mounted read-only.
+  if [ "$(stat -c %u "$TOKEN_FILE")" = 0 ]; then
+    secret=(-v "$TOKEN_FILE:/run/secrets/botd_token:ro")
+  else
+    docker volume create "$NAME-secrets" >/dev/null
+    docker run --rm -i --entrypoint sh -v "$NAME-secrets:/s" "$IMAGE" \
+      -c 'umask 077 && cat >/s/botd_token && chown 0:0 /s/botd_token && chmod 0600 /s/botd_token' <"$TOKEN_FILE"
+    secret=(-v "$NAME-secrets:/run/secrets:ro")
+  fi
   docker run -d --name "$NAME" --restart unless-stopped --shm-size=1g \
     -p "127.0.0.1:$PORT:7000" -p 127.0.0.1:6080-6087:6080-6087 \
-    -v open-bot-home:/home \
-    -v "$TOKEN_FILE:/run/secrets/botd_token:ro" -e BOTD_TOKEN_FILE=/run/secrets/botd_token \
+    -v open-bot-home:/home "${secret[@]}" \
     "$IMAGE" >/dev/null
   say_how
-  echo "logs: docker logs -f $NAME"
+  echo "runs in Docker: container $NAME (image $IMAGE), /home on the volume open-bot-home"
+  echo "logs: docker logs -f $NAME    stop: docker stop $NAME"
   exit 0
 fi
 

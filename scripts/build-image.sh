@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# build-image.sh — `make image`: build the computer image (IMAGE, default
+# open-bot/computer:dev) on the Docker engine that answers here.
+#
+# 1. The base (BASE_IMAGE, default debian:trixie-slim): used if the engine has
+#    it, pulled if a registry answers, otherwise made here from Debian's
+#    packages: `debootstrap --variant=minbase trixie` from the Debian mirror apt
+#    uses on this machine (DEBIAN_MIRROR overrides), imported under BASE_IMAGE.
+# 2. botd and the worker: built static by this machine's Go toolchain into
+#    build/image/ (the whole build context, with provision.sh and rootfs/; see
+#    .dockerignore), so the Dockerfile's first stage only carries binaries.
+# 3. docker build. The legacy builder and BuildKit both tag only a finished
+#    build, so a build that fails mid-way leaves IMAGE as it was.
+#
+# Needs root for debootstrap (only when the base is made here).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="/usr/local/go/bin:$PATH"
+
+IMAGE="${IMAGE:-open-bot/computer:dev}"
+BASE_IMAGE="${BASE_IMAGE:-debian:trixie-slim}"
+BASE_SUITE="${BASE_SUITE:-trixie}"
+GO="${GO:-go}"
+DOCKERFILE="${DOCKERFILE:-images/computer/Dockerfile}"
+OUT=build/image
+
+log() { printf 'make image: %s\n' "$*" >&2; }
+die() {
+  log "$*"
+  exit 1
+}
+
+# A full disk shows up as ENOSPC somewhere deep in a tool's output; name it.
+check_space() {
+  local dir="$1" need_mb="$2" avail
+  [ "${IMAGE_SKIP_SPACE_CHECK:-0}" = 1 ] && return 0
+  avail="$(df -Pm "$dir" 2>/dev/null | awk 'NR==2 {print $4}')"
+  if [ -n "$avail" ] && [ "$avail" -lt "$need_mb" ]; then
+    die "only ${avail} MB free on the filesystem of $dir; the image build needs about ${need_mb} MB (free space, or point Docker's data-root elsewhere)"
+  fi
+}
+explain_failure() {
+  local what="$1" logf="$2"
+  if grep -qiE 'no space left on device|ENOSPC' "$logf"; then
+    die "$what failed: the disk is full (no space left on device); free space and run make image again"
+  fi
+  die "$what failed; see the output above"
+}
+
+docker info >/dev/null 2>&1 || die "no Docker engine answers here (start one: sudo scripts/docker-engine.sh start)"
+
+# Debian's mirror as apt is configured on this machine: the first repository
+# whose Release file says Origin: Debian, Label: Debian (not -Security).
+# LABEL=Debian-Security gives the security mirror (empty when none).
+debian_mirror() {
+  local label="${1:-Debian}"
+  if [ "$label" = Debian ] && [ -n "${DEBIAN_MIRROR:-}" ]; then
+    echo "$DEBIAN_MIRROR"
+    return
+  fi
+  local m
+  m="$(apt-get indextargets --format '$(ORIGIN)|$(LABEL)|$(REPO_URI)' 2>/dev/null |
+    awk -F'|' -v l="$label" '$1 == "Debian" && $2 == l {print $3; exit}')"
+  if [ "$label" != Debian ]; then
+    echo "${m%/}"
+    return
+  fi
+  if [ -z "$m" ]; then
+    # Not yet `apt-get update`d: read sources.list(.d) directly.
+    m="$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources 2>/dev/null |
+      grep -oE '(https?|file)://[^ ]*/debian/?( |$)' | grep -v -- '-security' | head -n1 | tr -d ' ')"
+  fi
+  [ -n "$m" ] || die "cannot find a Debian mirror in apt's configuration; set DEBIAN_MIRROR"
+  echo "${m%/}"
+}
+
+make_base() {
+  command -v debootstrap >/dev/null 2>&1 || die "the base $BASE_IMAGE is absent and cannot be pulled, and debootstrap is missing (apt-get install debootstrap)"
+  [ "$(id -u)" = 0 ] || die "the base $BASE_IMAGE is absent and cannot be pulled; making it with debootstrap needs root"
+  local mirror tmp logf id
+  mirror="$(debian_mirror)"
+  tmp="$(mktemp -d "${TMPDIR:-/tmp}/open-bot-base.XXXXXX")"
+  logf="$tmp.log"
+  # shellcheck disable=SC2064
+  trap "rm -rf '$tmp' '$logf'" EXIT
+  check_space "$tmp" 600
+  log "making $BASE_IMAGE: debootstrap --variant=minbase $BASE_SUITE from $mirror"
+  if ! debootstrap --variant=minbase "$BASE_SUITE" "$tmp/root" "$mirror" >"$logf" 2>&1; then
+    tail -n 20 "$logf" >&2
+    explain_failure "debootstrap" "$logf"
+  fi
+  # Updates and security fixes, as in the official image.
+  local sec
+  sec="$(debian_mirror Debian-Security)"
+  {
+    echo "deb $mirror $BASE_SUITE main"
+    echo "deb $mirror $BASE_SUITE-updates main"
+    [ -z "$sec" ] || echo "deb $sec $BASE_SUITE-security main"
+  } >"$tmp/root/etc/apt/sources.list"
+  # Like the official slim image: no apt lists, caches or docs to ship.
+  rm -rf "$tmp/root/var/lib/apt/lists/"* "$tmp/root/var/cache/apt/"*.bin "$tmp/root/var/cache/apt/archives/"*.deb
+  # Import untagged, tag only when the whole tree went in: a tar that dies
+  # half-way must not leave a half base under BASE_IMAGE.
+  if ! id="$(tar -C "$tmp/root" --numeric-owner -c . 2>>"$logf" | docker import -c 'CMD ["bash"]' -c 'ENV LANG=C.UTF-8' - 2>>"$logf")" ||
+    [ -z "$id" ]; then
+    [ -n "${id:-}" ] && docker rmi "$id" >/dev/null 2>&1
+    cat "$logf" >&2
+    explain_failure "docker import of the base" "$logf"
+  fi
+  docker tag "$id" "$BASE_IMAGE"
+  rm -rf "$tmp" "$logf"
+  trap - EXIT
+  log "made $BASE_IMAGE ($id)"
+}
+
+if docker image inspect "$BASE_IMAGE" >/dev/null 2>&1; then
+  :
+elif timeout "${PULL_TIMEOUT_SECONDS:-60}" docker pull -q "$BASE_IMAGE" >/dev/null 2>&1; then
+  log "pulled $BASE_IMAGE"
+else
+  log "$BASE_IMAGE is absent and cannot be pulled"
+  make_base
+fi
+
+# botd with cgo and the static libturbojpeg, fully static (osusergo, netgo) so
+# it runs on any base; the worker is pure Go.
+mkdir -p "$OUT"
+check_space "$OUT" 200
+gologf="$(mktemp)"
+trap 'rm -f "$gologf"' EXIT
+if ! {
+  CGO_ENABLED=1 "$GO" build -trimpath -tags osusergo,netgo -ldflags '-s -w -linkmode external -extldflags "-static"' -o "$OUT/botd.new" ./apps/botd &&
+    CGO_ENABLED=0 "$GO" build -trimpath -ldflags '-s -w' -o "$OUT/worker.new" ./apps/worker
+} 2> >(tee "$gologf" >&2); then
+  rm -f "$OUT/botd.new" "$OUT/worker.new"
+  explain_failure "go build (needs Go and libturbojpeg0-dev: scripts/provision.sh installs them)" "$gologf"
+fi
+# Replace only when the content changed, so the engine's cache still matches.
+for b in botd worker; do
+  if cmp -s "$OUT/$b.new" "$OUT/$b"; then rm -f "$OUT/$b.new"; else mv -f "$OUT/$b.new" "$OUT/$b"; fi
+done
+
+# npm inside the build trusts what it trusts on this machine: the file named
+# by BUILD_CA_FILE, else NODE_EXTRA_CA_CERTS (set where a TLS-intercepting
+# proxy stands between this machine and the npm registry); empty otherwise.
+ca="${BUILD_CA_FILE:-${NODE_EXTRA_CA_CERTS:-}}"
+if [ -n "$ca" ] && [ -s "$ca" ]; then
+  cmp -s "$ca" "$OUT/build-ca.crt" || cp "$ca" "$OUT/build-ca.crt"
+else
+  [ -e "$OUT/build-ca.crt" ] && [ ! -s "$OUT/build-ca.crt" ] || : >"$OUT/build-ca.crt"
+fi
+
+check_space "$(docker info --format '{{.DockerRootDir}}' 2>/dev/null || echo /var/lib/docker)" 3000
+buildlog="$(mktemp)"
+trap 'rm -f "$gologf" "$buildlog"' EXIT
+log "docker build -t $IMAGE (base $BASE_IMAGE)"
+if ! docker build --force-rm --build-arg "BASE_IMAGE=$BASE_IMAGE" -f "$DOCKERFILE" -t "$IMAGE" . 2>&1 | tee "$buildlog"; then
+  explain_failure "docker build" "$buildlog"
+fi

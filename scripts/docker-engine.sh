@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# docker-engine.sh — make sure a Docker engine answers here, and stop only what
+# this script started.
+#
+#   scripts/docker-engine.sh start   install Debian's docker.io if docker/dockerd
+#                                    are missing, start dockerd if no engine
+#                                    answers, wait until `docker info` answers
+#   scripts/docker-engine.sh stop    stop dockerd only if `start` started it
+#   scripts/docker-engine.sh status  exit 0 when an engine answers
+#
+# Idempotent: `start` with an engine already answering changes nothing and does
+# not claim that engine; `stop` without a record of our own dockerd does nothing.
+# The record is $OPEN_BOT_ENGINE_DIR/dockerd.pid (default /run/open-bot-engine).
+# Needs root to install or start anything.
+set -euo pipefail
+
+STATE="${OPEN_BOT_ENGINE_DIR:-/run/open-bot-engine}"
+PIDFILE="$STATE/dockerd.pid"
+LOG="$STATE/dockerd.log"
+WAIT="${DOCKER_ENGINE_WAIT_SECONDS:-60}"
+export DEBIAN_FRONTEND=noninteractive
+
+log() { printf 'docker-engine: %s\n' "$*" >&2; }
+answers() { command -v docker >/dev/null 2>&1 && timeout 10 docker info >/dev/null 2>&1; }
+
+ours() {
+  # Our record names a live dockerd: the pid is alive and is dockerd.
+  [ -s "$PIDFILE" ] || return 1
+  local pid comm
+  pid="$(cat "$PIDFILE")"
+  [[ "$pid" =~ ^[0-9]+$ ]] || return 1
+  comm="$(cat "/proc/$pid/comm" 2>/dev/null || true)"
+  [ "$comm" = dockerd ]
+}
+
+start() {
+  if answers; then
+    log "an engine answers already ($(docker info --format '{{.ServerVersion}}' 2>/dev/null))"
+    return 0
+  fi
+  if [ "$(id -u)" != 0 ]; then
+    log "no Docker engine answers, and starting one needs root"
+    return 1
+  fi
+  if ! command -v dockerd >/dev/null 2>&1 || ! command -v docker >/dev/null 2>&1; then
+    log "installing Debian's docker.io"
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends docker.io >/dev/null
+  fi
+  mkdir -p "$STATE"
+  chmod 0700 "$STATE"
+  if ! ours; then
+    log "starting dockerd (log: $LOG)"
+    # setsid: the engine outlives this shell and its job control; the pid we
+    # record is dockerd's own.
+    setsid dockerd >>"$LOG" 2>&1 </dev/null &
+    echo $! >"$PIDFILE"
+  fi
+  local deadline=$((SECONDS + WAIT))
+  until answers; do
+    if ! ours; then
+      log "dockerd exited during start; last lines of $LOG:"
+      tail -n 20 "$LOG" >&2 || true
+      rm -f "$PIDFILE"
+      return 1
+    fi
+    if [ "$SECONDS" -ge "$deadline" ]; then
+      log "dockerd did not answer within ${WAIT}s; see $LOG"
+      return 1
+    fi
+    sleep 0.5
+  done
+  log "engine answers ($(docker info --format '{{.ServerVersion}}' 2>/dev/null)), started by this script"
+}
+
+stop() {
+  if ! ours; then
+    rm -f "$PIDFILE"
+    log "no dockerd started by this script is running; nothing to stop"
+    return 0
+  fi
+  local pid
+  pid="$(cat "$PIDFILE")"
+  log "stopping dockerd $pid (started by this script)"
+  kill -TERM "$pid"
+  local deadline=$((SECONDS + 30))
+  while [ -e "/proc/$pid" ] && [ "$SECONDS" -lt "$deadline" ]; do sleep 0.5; done
+  if [ -e "/proc/$pid" ]; then
+    log "dockerd $pid ignored SIGTERM for 30s; killing it"
+    kill -KILL "$pid" 2>/dev/null || true
+  fi
+  rm -f "$PIDFILE"
+}
+
+case "${1:-start}" in
+start) start ;;
+stop) stop ;;
+status)
+  if answers; then echo "engine answers"; else
+    echo "no Docker engine answers"
+    exit 1
+  fi
+  ;;
+*)
+  echo "usage: $0 start|stop|status" >&2
+  exit 2
+  ;;
+esac
