@@ -1,0 +1,409 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// sqlStore is the Store over database/sql; the two engines differ only in
+// placeholders and in how they report a duplicate key.
+type sqlStore struct {
+	db       *sql.DB
+	engine   string
+	dollar   bool // Postgres placeholders ($1…)
+	isUnique func(error) bool
+}
+
+func (s *sqlStore) Engine() string { return s.engine }
+func (s *sqlStore) Close() error   { return s.db.Close() }
+
+func (s *sqlStore) Ping(ctx context.Context) error { return s.wrap(s.db.PingContext(ctx)) }
+
+// q rewrites ? placeholders for Postgres.
+func (s *sqlStore) q(query string) string {
+	if !s.dollar {
+		return query
+	}
+	var b strings.Builder
+	n := 0
+	for _, r := range query {
+		if r == '?' {
+			n++
+			b.WriteString("$" + strconv.Itoa(n))
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// wrap maps an engine error to a domain error: no rows is ErrNotFound,
+// anything else the database could not do is ErrUnavailable.
+func (s *sqlStore) wrap(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, sql.ErrNoRows):
+		return ErrNotFound
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return err
+	case s.isUnique(err):
+		return ErrExists
+	}
+	return fmt.Errorf("%w: %v", ErrUnavailable, err)
+}
+
+func ms(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+func fromMs(v int64) time.Time {
+	if v == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(v).UTC()
+}
+
+const computerCols = `id, scope_kind, scope_id, kind, provider, provider_ref, botd_token, desired_state, observed_state,
+ state_deadline, last_error, home_key, home_revision, created_at, updated_at`
+
+func scanComputer(sc interface{ Scan(...any) error }) (Computer, error) {
+	var c Computer
+	var deadline, created, updated int64
+	err := sc.Scan(&c.ID, &c.ScopeKind, &c.ScopeID, &c.Kind, &c.Provider, &c.ProviderRef, &c.BotdToken, &c.DesiredState,
+		&c.ObservedState, &deadline, &c.LastError, &c.HomeKey, &c.HomeRevision, &created, &updated)
+	c.StateDeadline, c.CreatedAt, c.UpdatedAt = fromMs(deadline), fromMs(created), fromMs(updated)
+	return c, err
+}
+
+func (s *sqlStore) CreateComputer(ctx context.Context, c Computer) error {
+	now := time.Now()
+	if c.CreatedAt.IsZero() {
+		c.CreatedAt = now
+	}
+	_, err := s.db.ExecContext(ctx, s.q(`INSERT INTO computers (`+computerCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`),
+		c.ID, c.ScopeKind, c.ScopeID, c.Kind, c.Provider, c.ProviderRef, c.BotdToken, c.DesiredState, c.ObservedState,
+		ms(c.StateDeadline), c.LastError, c.HomeKey, c.HomeRevision, ms(c.CreatedAt), ms(now))
+	return s.wrap(err)
+}
+
+func (s *sqlStore) GetComputer(ctx context.Context, id string) (Computer, error) {
+	c, err := scanComputer(s.db.QueryRowContext(ctx, s.q(`SELECT `+computerCols+` FROM computers WHERE id=?`), id))
+	return c, s.wrap(err)
+}
+
+func (s *sqlStore) ListComputers(ctx context.Context) ([]Computer, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT `+computerCols+` FROM computers ORDER BY created_at, id`)
+	if err != nil {
+		return nil, s.wrap(err)
+	}
+	defer rows.Close()
+	var out []Computer
+	for rows.Next() {
+		c, err := scanComputer(rows)
+		if err != nil {
+			return nil, s.wrap(err)
+		}
+		out = append(out, c)
+	}
+	return out, s.wrap(rows.Err())
+}
+
+func (s *sqlStore) UpdateComputer(ctx context.Context, id string, u StateUpdate) (Computer, error) {
+	sets := []string{"updated_at=?"}
+	args := []any{ms(time.Now())}
+	add := func(col string, v any) { sets = append(sets, col+"=?"); args = append(args, v) }
+	if u.Desired != nil {
+		add("desired_state", *u.Desired)
+	}
+	if u.Observed != nil {
+		add("observed_state", *u.Observed)
+	}
+	if u.Deadline != nil {
+		add("state_deadline", ms(*u.Deadline))
+	}
+	if u.LastError != nil {
+		add("last_error", *u.LastError)
+	}
+	if u.ProviderRef != nil {
+		add("provider_ref", *u.ProviderRef)
+	}
+	args = append(args, id)
+	res, err := s.db.ExecContext(ctx, s.q(`UPDATE computers SET `+strings.Join(sets, ", ")+` WHERE id=?`), args...)
+	if err != nil {
+		return Computer{}, s.wrap(err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return Computer{}, ErrNotFound
+	}
+	return s.GetComputer(ctx, id)
+}
+
+func (s *sqlStore) AddBot(ctx context.Context, b Bot) error {
+	if _, err := s.GetComputer(ctx, b.ComputerID); err != nil {
+		return err
+	}
+	now := time.Now()
+	if b.TeamID != "" {
+		if _, err := s.db.ExecContext(ctx, s.q(`INSERT INTO teams (id, created_at) VALUES (?, ?) ON CONFLICT (id) DO NOTHING`), b.TeamID, ms(now)); err != nil {
+			return s.wrap(err)
+		}
+	}
+	_, err := s.db.ExecContext(ctx, s.q(`INSERT INTO bots (computer_id, id, team_id, created_at) VALUES (?,?,?,?)`),
+		b.ComputerID, b.ID, b.TeamID, ms(now))
+	return s.wrap(err)
+}
+
+func (s *sqlStore) ListBots(ctx context.Context, computerID string) ([]Bot, error) {
+	rows, err := s.db.QueryContext(ctx, s.q(`SELECT computer_id, id, team_id, created_at FROM bots WHERE computer_id=? ORDER BY created_at, id`), computerID)
+	if err != nil {
+		return nil, s.wrap(err)
+	}
+	defer rows.Close()
+	var out []Bot
+	for rows.Next() {
+		var b Bot
+		var created int64
+		if err := rows.Scan(&b.ComputerID, &b.ID, &b.TeamID, &created); err != nil {
+			return nil, s.wrap(err)
+		}
+		b.CreatedAt = fromMs(created)
+		out = append(out, b)
+	}
+	return out, s.wrap(rows.Err())
+}
+
+func scanLease(sc interface{ Scan(...any) error }) (Lease, error) {
+	var l Lease
+	var exp int64
+	err := sc.Scan(&l.Key, &l.Epoch, &l.Holder, &exp)
+	l.ExpiresAt = fromMs(exp)
+	return l, err
+}
+
+// AcquireLease is one compare-and-swap: the row is created free, then taken
+// only if free, expired or already ours, and the epoch moves on either way.
+func (s *sqlStore) AcquireLease(ctx context.Context, key, holder string, ttl time.Duration) (Lease, error) {
+	if holder == "" {
+		return Lease{}, errors.New("lease holder is required")
+	}
+	if _, err := s.db.ExecContext(ctx, s.q(`INSERT INTO bot_leases (lease_key, epoch, holder, expires_at) VALUES (?, 0, '', 0) ON CONFLICT (lease_key) DO NOTHING`), key); err != nil {
+		return Lease{}, s.wrap(err)
+	}
+	now := time.Now()
+	l, err := scanLease(s.db.QueryRowContext(ctx, s.q(`UPDATE bot_leases SET epoch=epoch+1, holder=?, expires_at=?
+ WHERE lease_key=? AND (holder='' OR expires_at<? OR holder=?) RETURNING lease_key, epoch, holder, expires_at`),
+		holder, ms(now.Add(ttl)), key, ms(now), holder))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Lease{}, ErrBusy
+	}
+	return l, s.wrap(err)
+}
+
+func (s *sqlStore) RenewLease(ctx context.Context, key string, epoch int64, ttl time.Duration) (Lease, error) {
+	l, err := scanLease(s.db.QueryRowContext(ctx, s.q(`UPDATE bot_leases SET expires_at=? WHERE lease_key=? AND epoch=? AND holder<>''
+ RETURNING lease_key, epoch, holder, expires_at`), ms(time.Now().Add(ttl)), key, epoch))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Lease{}, ErrStaleEpoch
+	}
+	return l, s.wrap(err)
+}
+
+func (s *sqlStore) ReleaseLease(ctx context.Context, key string, epoch int64) error {
+	res, err := s.db.ExecContext(ctx, s.q(`UPDATE bot_leases SET holder='', expires_at=0 WHERE lease_key=? AND epoch=? AND holder<>''`), key, epoch)
+	if err != nil {
+		return s.wrap(err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return ErrStaleEpoch
+	}
+	return nil
+}
+
+func (s *sqlStore) GetLease(ctx context.Context, key string) (Lease, error) {
+	l, err := scanLease(s.db.QueryRowContext(ctx, s.q(`SELECT lease_key, epoch, holder, expires_at FROM bot_leases WHERE lease_key=?`), key))
+	return l, s.wrap(err)
+}
+
+const runCols = `id, computer_id, bot_id, lease_key, epoch, state, prompt, model, thread_id, turn_id, message, error,
+ created_at, updated_at, ended_at`
+
+func scanRun(sc interface{ Scan(...any) error }) (Run, error) {
+	var r Run
+	var created, updated, ended int64
+	err := sc.Scan(&r.ID, &r.ComputerID, &r.BotID, &r.LeaseKey, &r.Epoch, &r.State, &r.Prompt, &r.Model, &r.ThreadID,
+		&r.TurnID, &r.Message, &r.Error, &created, &updated, &ended)
+	r.CreatedAt, r.UpdatedAt, r.EndedAt = fromMs(created), fromMs(updated), fromMs(ended)
+	return r, err
+}
+
+// fence is the condition every run write carries: the lease named by the
+// run is still at this epoch and still held.
+const fence = `EXISTS (SELECT 1 FROM bot_leases l WHERE l.lease_key=runs.lease_key AND l.epoch=? AND l.holder<>'')`
+
+func (s *sqlStore) CreateRun(ctx context.Context, r Run) error {
+	now := time.Now()
+	res, err := s.db.ExecContext(ctx, s.q(`INSERT INTO runs (`+runCols+`)
+ SELECT ?,?,?,?,?,?,?,?,?,?,?,?,?,?,0 WHERE EXISTS (SELECT 1 FROM bot_leases l WHERE l.lease_key=? AND l.epoch=? AND l.holder<>'')`),
+		r.ID, r.ComputerID, r.BotID, r.LeaseKey, r.Epoch, r.State, r.Prompt, r.Model, r.ThreadID, r.TurnID, r.Message, r.Error,
+		ms(now), ms(now), r.LeaseKey, r.Epoch)
+	if err != nil {
+		return s.wrap(err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return ErrStaleEpoch
+	}
+	return nil
+}
+
+func (s *sqlStore) GetRun(ctx context.Context, id string) (Run, error) {
+	r, err := scanRun(s.db.QueryRowContext(ctx, s.q(`SELECT `+runCols+` FROM runs WHERE id=?`), id))
+	return r, s.wrap(err)
+}
+
+func (s *sqlStore) ListRuns(ctx context.Context, computerID string, states ...string) ([]Run, error) {
+	where := []string{"1=1"}
+	var args []any
+	if computerID != "" {
+		where = append(where, "computer_id=?")
+		args = append(args, computerID)
+	}
+	if len(states) > 0 {
+		where = append(where, "state IN (?"+strings.Repeat(",?", len(states)-1)+")")
+		for _, st := range states {
+			args = append(args, st)
+		}
+	}
+	rows, err := s.db.QueryContext(ctx, s.q(`SELECT `+runCols+` FROM runs WHERE `+strings.Join(where, " AND ")+` ORDER BY created_at DESC, id`), args...)
+	if err != nil {
+		return nil, s.wrap(err)
+	}
+	defer rows.Close()
+	var out []Run
+	for rows.Next() {
+		r, err := scanRun(rows)
+		if err != nil {
+			return nil, s.wrap(err)
+		}
+		out = append(out, r)
+	}
+	return out, s.wrap(rows.Err())
+}
+
+func (s *sqlStore) UpdateRun(ctx context.Context, id string, epoch int64, u RunUpdate) (Run, error) {
+	now := ms(time.Now())
+	sets := []string{"updated_at=?", "epoch=?"}
+	args := []any{now, epoch}
+	add := func(col string, v any) { sets = append(sets, col+"=?"); args = append(args, v) }
+	if u.State != nil {
+		add("state", *u.State)
+		if RunEnded(*u.State) {
+			add("ended_at", now)
+		}
+	}
+	if u.ThreadID != nil {
+		add("thread_id", *u.ThreadID)
+	}
+	if u.TurnID != nil {
+		add("turn_id", *u.TurnID)
+	}
+	if u.Message != nil {
+		add("message", *u.Message)
+	}
+	if u.Error != nil {
+		add("error", *u.Error)
+	}
+	args = append(args, id, epoch)
+	res, err := s.db.ExecContext(ctx, s.q(`UPDATE runs SET `+strings.Join(sets, ", ")+` WHERE id=? AND `+fence), args...)
+	if err != nil {
+		return Run{}, s.wrap(err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		if _, err := s.GetRun(ctx, id); err != nil {
+			return Run{}, err
+		}
+		return Run{}, ErrStaleEpoch
+	}
+	return s.GetRun(ctx, id)
+}
+
+// AppendEvent takes the run's next seq from its row (a row lock on both
+// engines, under the fence) and writes the event in the same transaction.
+func (s *sqlStore) AppendEvent(ctx context.Context, runID string, epoch int64, typ string, data []byte) (int64, error) {
+	if len(data) == 0 {
+		data = []byte("null")
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, s.wrap(err)
+	}
+	defer tx.Rollback()
+	var seq int64
+	err = tx.QueryRowContext(ctx, s.q(`UPDATE runs SET last_seq=last_seq+1 WHERE id=? AND `+fence+` RETURNING last_seq`), runID, epoch).Scan(&seq)
+	if errors.Is(err, sql.ErrNoRows) {
+		tx.Rollback()
+		if _, err := s.GetRun(ctx, runID); err != nil {
+			return 0, err
+		}
+		return 0, ErrStaleEpoch
+	}
+	if err != nil {
+		return 0, s.wrap(err)
+	}
+	if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO run_events (run_id, seq, at, type, data) VALUES (?,?,?,?,?)`),
+		runID, seq, ms(time.Now()), typ, string(data)); err != nil {
+		return 0, s.wrap(err)
+	}
+	return seq, s.wrap(tx.Commit())
+}
+
+func (s *sqlStore) Events(ctx context.Context, runID string, afterSeq int64) ([]Event, error) {
+	rows, err := s.db.QueryContext(ctx, s.q(`SELECT seq, at, type, data FROM run_events WHERE run_id=? AND seq>? ORDER BY seq`), runID, afterSeq)
+	if err != nil {
+		return nil, s.wrap(err)
+	}
+	defer rows.Close()
+	var out []Event
+	for rows.Next() {
+		var e Event
+		var at int64
+		var data string
+		if err := rows.Scan(&e.Seq, &at, &e.Type, &data); err != nil {
+			return nil, s.wrap(err)
+		}
+		e.At, e.Data = fromMs(at), []byte(data)
+		out = append(out, e)
+	}
+	return out, s.wrap(rows.Err())
+}
+
+func (s *sqlStore) PutCheckpoint(ctx context.Context, c Checkpoint) error {
+	if c.At.IsZero() {
+		c.At = time.Now()
+	}
+	_, err := s.db.ExecContext(ctx, s.q(`INSERT INTO checkpoints (computer_id, revision, size, at) VALUES (?,?,?,?)`),
+		c.ComputerID, c.Revision, c.Size, ms(c.At))
+	if err != nil {
+		return s.wrap(err)
+	}
+	_, err = s.db.ExecContext(ctx, s.q(`UPDATE computers SET home_revision=?, updated_at=? WHERE id=? AND home_revision<?`),
+		c.Revision, ms(time.Now()), c.ComputerID, c.Revision)
+	return s.wrap(err)
+}
+
+func (s *sqlStore) LatestCheckpoint(ctx context.Context, computerID string) (Checkpoint, error) {
+	var c Checkpoint
+	var at int64
+	err := s.db.QueryRowContext(ctx, s.q(`SELECT computer_id, revision, size, at FROM checkpoints WHERE computer_id=? ORDER BY revision DESC LIMIT 1`), computerID).
+		Scan(&c.ComputerID, &c.Revision, &c.Size, &at)
+	c.At = fromMs(at)
+	return c, s.wrap(err)
+}

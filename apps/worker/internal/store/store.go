@@ -1,0 +1,189 @@
+// Package store is the worker's durable state behind one interface, with two
+// engines: embedded SQLite (the default, DATA_DIR/worker.db) and Postgres
+// (WORKER_DATABASE_URL). One conformance suite (conformance_test.go) runs
+// against both. Times are stored as Unix milliseconds so both engines agree.
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Domain outcomes; anything else a Store returns wraps ErrUnavailable.
+var (
+	// ErrNotFound: no such row.
+	ErrNotFound = errors.New("not found")
+	// ErrExists: a row with that key exists already.
+	ErrExists = errors.New("already exists")
+	// ErrBusy: the bot's lease is held by another holder.
+	ErrBusy = errors.New("the bot is busy")
+	// ErrStaleEpoch: a write carried an epoch that is no longer the lease's.
+	ErrStaleEpoch = errors.New("stale lease epoch")
+	// ErrUnavailable: the database did not answer (gone, locked, broken).
+	ErrUnavailable = errors.New("database unavailable")
+)
+
+// Scope kinds (seed 003).
+const (
+	ScopeSession = "session"
+	ScopeTeam    = "team"
+	ScopeAccount = "account"
+)
+
+// Computer states; desired and observed are kept apart.
+const (
+	StateCreating   = "creating"
+	StateStarting   = "starting"
+	StateRunning    = "running"
+	StateStopping   = "stopping"
+	StateStopped    = "stopped"
+	StateDestroying = "destroying"
+	StateDestroyed  = "destroyed"
+	StateError      = "error"
+)
+
+// Run states.
+const (
+	RunQueued          = "queued"
+	RunRunning         = "running"
+	RunWaitingTakeover = "waiting_takeover"
+	RunCompleted       = "completed"
+	RunFailed          = "failed"
+	RunStopped         = "stopped"
+)
+
+// RunEnded reports whether a run state is final.
+func RunEnded(state string) bool {
+	return state == RunCompleted || state == RunFailed || state == RunStopped
+}
+
+// Computer is one computer as the store keeps it.
+type Computer struct {
+	ID          string
+	ScopeKind   string // session, team, account
+	ScopeID     string // the session or team id ("" for account)
+	Kind        string // team or private
+	Provider    string
+	ProviderRef string
+	// BotdToken is sealed (AES-GCM) by the caller; the store never sees it in
+	// clear.
+	BotdToken     []byte
+	DesiredState  string
+	ObservedState string
+	// StateDeadline bounds a transitional observed state (zero: none).
+	StateDeadline time.Time
+	LastError     string
+	HomeKey       string
+	HomeRevision  int64
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
+}
+
+// StateUpdate changes a computer's state fields; nil fields are kept.
+type StateUpdate struct {
+	Desired, Observed *string
+	Deadline          *time.Time
+	LastError         *string
+	ProviderRef       *string
+}
+
+// Bot is a bot added to a computer.
+type Bot struct {
+	ComputerID string
+	ID         string
+	TeamID     string
+	CreatedAt  time.Time
+}
+
+// Lease is a fenced per-bot lease: each acquisition bumps the epoch, and
+// every write made under it names the epoch.
+type Lease struct {
+	Key       string
+	Epoch     int64
+	Holder    string
+	ExpiresAt time.Time
+}
+
+// Run is one computer-use run.
+type Run struct {
+	ID         string
+	ComputerID string
+	BotID      string
+	LeaseKey   string
+	Epoch      int64
+	State      string
+	Prompt     string
+	Model      string
+	ThreadID   string
+	TurnID     string
+	Message    string
+	Error      string
+	CreatedAt  time.Time
+	UpdatedAt  time.Time
+	EndedAt    time.Time
+}
+
+// RunUpdate changes a run; nil fields are kept.
+type RunUpdate struct {
+	State, ThreadID, TurnID, Message, Error *string
+}
+
+// Event is one recorded run event.
+type Event struct {
+	Seq  int64
+	At   time.Time
+	Type string
+	Data []byte // JSON
+}
+
+// Checkpoint is one workspace checkpoint's metadata.
+type Checkpoint struct {
+	ComputerID string
+	Revision   int64
+	Size       int64
+	At         time.Time
+}
+
+// Store is the worker's state. Every method is safe for concurrent use.
+type Store interface {
+	// Engine names the engine ("sqlite" or "postgres").
+	Engine() string
+	Ping(ctx context.Context) error
+	Close() error
+
+	CreateComputer(ctx context.Context, c Computer) error
+	GetComputer(ctx context.Context, id string) (Computer, error)
+	ListComputers(ctx context.Context) ([]Computer, error)
+	UpdateComputer(ctx context.Context, id string, u StateUpdate) (Computer, error)
+
+	// AddBot adds a bot (and its team) to a computer; ErrExists if there.
+	AddBot(ctx context.Context, b Bot) error
+	ListBots(ctx context.Context, computerID string) ([]Bot, error)
+
+	// AcquireLease takes key's lease for holder until now+ttl, bumping the
+	// epoch, if it is free, expired, or already holder's; else ErrBusy.
+	AcquireLease(ctx context.Context, key, holder string, ttl time.Duration) (Lease, error)
+	// RenewLease extends the lease at epoch; ErrStaleEpoch if it moved on.
+	RenewLease(ctx context.Context, key string, epoch int64, ttl time.Duration) (Lease, error)
+	// ReleaseLease frees the lease at epoch; ErrStaleEpoch if it moved on.
+	ReleaseLease(ctx context.Context, key string, epoch int64) error
+	GetLease(ctx context.Context, key string) (Lease, error)
+
+	// CreateRun records a run made under its lease (r.LeaseKey, r.Epoch).
+	CreateRun(ctx context.Context, r Run) error
+	GetRun(ctx context.Context, id string) (Run, error)
+	// ListRuns lists runs, newest first; computerID and states filter when set.
+	ListRuns(ctx context.Context, computerID string, states ...string) ([]Run, error)
+	// UpdateRun changes a run; refused with ErrStaleEpoch unless epoch is
+	// both the run's and its lease's current epoch.
+	UpdateRun(ctx context.Context, id string, epoch int64, u RunUpdate) (Run, error)
+	// AppendEvent adds the run's next event under the same fence and
+	// returns its sequence number.
+	AppendEvent(ctx context.Context, runID string, epoch int64, typ string, data []byte) (int64, error)
+	// Events returns the run's events after seq, in order.
+	Events(ctx context.Context, runID string, afterSeq int64) ([]Event, error)
+
+	PutCheckpoint(ctx context.Context, c Checkpoint) error
+	LatestCheckpoint(ctx context.Context, computerID string) (Checkpoint, error)
+}
