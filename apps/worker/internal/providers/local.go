@@ -425,8 +425,8 @@ func (l *Local) Destroy(ctx context.Context, ref string) error {
 	return nil
 }
 
-// List returns the refs of every computer this provider holds on disk.
-func (l *Local) List(context.Context) ([]string, error) {
+// List returns every computer this provider holds on disk.
+func (l *Local) List(context.Context) ([]Listed, error) {
 	entries, err := os.ReadDir(l.computers())
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -434,13 +434,21 @@ func (l *Local) List(context.Context) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	var refs []string
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []Listed
 	for _, e := range entries {
-		if e.IsDir() && checkRef(e.Name()) == nil {
-			refs = append(refs, e.Name())
+		if !e.IsDir() || checkRef(e.Name()) != nil {
+			continue
 		}
+		m, err := l.readMeta(e.Name())
+		if err != nil {
+			continue
+		}
+		p := l.procs[e.Name()]
+		out = append(out, Listed{Ref: e.Name(), ComputerID: m.ComputerID, Running: p != nil && p.fatal() == nil})
 	}
-	return refs, nil
+	return out, nil
 }
 
 // Close stops every botd this provider started and releases DATA_DIR (the

@@ -73,6 +73,8 @@ func awaitHealthy(ctx context.Context, c *client.Client, timeout time.Duration, 
 			return nil
 		case err == nil:
 			last = fmt.Sprintf("health ok:false (agent %s)", h.Agent)
+		case ctx.Err() != nil:
+			// The deadline cut this probe short: keep the previous answer.
 		default:
 			var be *client.Error
 			if errors.As(err, &be) && be.Status == http.StatusUnauthorized {
