@@ -3,6 +3,7 @@ package providers
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os/exec"
 	"strings"
@@ -101,6 +102,11 @@ func (p *localProc) setFatal(err error) {
 
 // fatal is why botd will not come up without a new start (nil otherwise).
 func (p *localProc) fatal() error {
+	select {
+	case <-p.stop:
+		return errors.New("stopped while starting")
+	default:
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.fatalErr
