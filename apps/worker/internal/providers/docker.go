@@ -341,9 +341,11 @@ func (d *Docker) Reconnect(ctx context.Context, ref string, _ Spec) (Machine, er
 		if errors.Is(err, ErrGone) {
 			return fmt.Errorf("container %s was removed while starting: %w", shortID(ref), ErrGone)
 		}
-		if err != nil || c.State == nil || c.State.Running || c.State.Restarting {
+		if err != nil || c.State == nil || (c.State.Running && !c.State.Restarting) {
 			return nil
 		}
+		// Exited, or restarting after an exit (the restart policy): botd
+		// died while starting.
 		return fmt.Errorf("container exited (code %d): %s", c.State.ExitCode, d.lastLog(ctx, ref))
 	}
 	if err := awaitHealthy(ctx, cl, d.o.ReadyTimeout, exited); err != nil {

@@ -144,6 +144,30 @@ func TestDockerContainerDeletedBehindOurBack(t *testing.T) {
 	requireDockerGone(t, d, ref)
 }
 
+// botd refusing to start inside the container: the error carries its
+// reason from the container's log, before the ready deadline.
+func TestDockerBotdExitsWithReason(t *testing.T) {
+	d := testDocker(t)
+	o := d.o
+	o.Env = []string{"EGRESS_MODE=bogus"}
+	o.ReadyTimeout = 3 * time.Minute
+	d2, err := NewDocker(o)
+	require.NoError(t, err)
+	defer d2.Close()
+	ctx := testCtx(t, 3*time.Minute)
+	spec := Spec{ComputerID: "exits", BotdToken: testToken()}
+	ref, err := d2.Provision(ctx, spec)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = d2.Destroy(context.Background(), ref) })
+	start := time.Now()
+	_, err = d2.Reconnect(ctx, ref, spec)
+	require.ErrorContains(t, err, "EGRESS_MODE: want direct or tunnel")
+	require.NotContains(t, err.Error(), spec.BotdToken)
+	require.Less(t, time.Since(start), 2*time.Minute)
+	require.NoError(t, d2.Destroy(ctx, ref))
+	requireDockerGone(t, d2, ref)
+}
+
 func TestDockerImageMissing(t *testing.T) {
 	d := testEngine(t)
 	d2, err := NewDocker(DockerOptions{Image: "open-bot/computer:no-such-tag", DataDir: d.o.DataDir})
