@@ -53,6 +53,11 @@ BENCHES=(
   "./apps/botd/internal/browser|^BenchmarkReadPage1MB$|30x"
   "./apps/botd/internal/cookies|^BenchmarkSyncRound$|50x"
   "./apps/botd/internal/cookies|^BenchmarkSyncRoundRealBrowsers$|30x"
+  # issue 13 (providers): per provider (local, single-screen over local,
+  # docker): provision -> first successful observe p50 of 3, stop -> start
+  # -> observe, destroy p50, PSS of one idle computer (no screen) and with
+  # one screen. Docker needs an engine and the image (make image).
+  "./apps/worker/internal/providers|^BenchmarkProviders$|1x"
 )
 
 out="$(mktemp)"

@@ -1,0 +1,140 @@
+package providers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// Setup is the providers a worker runs, made from its environment.
+type Setup struct {
+	Registry Registry
+	// Default is the kind new computers get: WORKER_PROVIDER when set, else
+	// docker where an engine answers with the image present, else local.
+	Default string
+	// Why says how Default was chosen (for the start-up log).
+	Why    string
+	Local  *Local
+	Docker *Docker
+}
+
+// FromEnv builds the providers from the environment (os.Getenv when getenv
+// is nil); ctx bounds the probe of the Docker engine.
+//
+//	DATA_DIR                  /var/lib/open-bot   computers/, docker/, single-screen/
+//	WORKER_PROVIDER           (auto)              local, docker or single-screen (wraps the auto choice)
+//	WORKER_BOTD_BIN           botd next to the worker, else /opt/botd/botd
+//	WORKER_IMAGE              open-bot/computer:dev
+//	DOCKER_HOST               the engine (Docker's own variable)
+//	WORKER_LOCAL_DISPLAY_BASE 100, WORKER_LOCAL_PORT_BASE 20000, WORKER_LOCAL_SLOTS 32
+func FromEnv(ctx context.Context, getenv func(string) string, log *zerolog.Logger) (*Setup, error) {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	str := func(k, def string) string {
+		if v := strings.TrimSpace(getenv(k)); v != "" {
+			return v
+		}
+		return def
+	}
+	var errs []error
+	num := func(k string) int {
+		v := strings.TrimSpace(getenv(k))
+		if v == "" {
+			return 0
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			errs = append(errs, fmt.Errorf("%s: want a positive integer, got %q", k, v))
+		}
+		return n
+	}
+	dataDir := str("DATA_DIR", "/var/lib/open-bot")
+	lo := LocalOptions{
+		DataDir: dataDir, BotdBin: str("WORKER_BOTD_BIN", defaultBotdBin()),
+		DisplayBase: num("WORKER_LOCAL_DISPLAY_BASE"), PortBase: num("WORKER_LOCAL_PORT_BASE"),
+		Slots: num("WORKER_LOCAL_SLOTS"), Log: log,
+	}
+	want := str("WORKER_PROVIDER", "")
+	switch want {
+	case "", KindLocal, KindDocker, KindSingleScreen:
+	default:
+		errs = append(errs, fmt.Errorf("WORKER_PROVIDER: %w: %q (want local, docker or single-screen)", ErrUnknownKind, want))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+
+	s := &Setup{Registry: Registry{}}
+	var err error
+	if s.Docker, err = NewDocker(DockerOptions{Image: str("WORKER_IMAGE", DefaultImage), Host: getenv("DOCKER_HOST"), DataDir: dataDir, Log: log}); err != nil {
+		return nil, err
+	}
+	s.Registry[KindDocker] = s.Docker
+	if s.Local, err = NewLocal(lo); err != nil {
+		s.Docker.Close()
+		return nil, err
+	}
+	s.Registry[KindLocal] = s.Local
+
+	auto, why := s.probe(ctx)
+	single, err := NewSingleScreen(s.Registry[auto], filepath.Join(dataDir, "single-screen"))
+	if err != nil {
+		s.Close(context.Background())
+		return nil, err
+	}
+	s.Registry[KindSingleScreen] = single
+	switch want {
+	case "":
+		s.Default, s.Why = auto, why
+	case KindSingleScreen:
+		s.Default, s.Why = want, "WORKER_PROVIDER=single-screen, over "+auto+" ("+why+")"
+	default:
+		s.Default, s.Why = want, "WORKER_PROVIDER="+want
+	}
+	return s, nil
+}
+
+// probe picks docker when an engine answers and has the image, else local.
+func (s *Setup) probe(ctx context.Context) (kind, why string) {
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := s.Docker.Ping(pctx); err != nil {
+		return KindLocal, "no Docker engine answers"
+	}
+	if _, err := s.Docker.cli.ImageInspect(pctx, s.Docker.o.Image); err != nil {
+		return KindLocal, "a Docker engine answers but image " + s.Docker.o.Image + " is missing (make image)"
+	}
+	return KindDocker, "a Docker engine answers and has " + s.Docker.o.Image
+}
+
+// Close stops the local computers and releases the engine client.
+func (s *Setup) Close(ctx context.Context) error {
+	var errs []error
+	if s.Local != nil {
+		errs = append(errs, s.Local.Close(ctx))
+	}
+	if s.Docker != nil {
+		errs = append(errs, s.Docker.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// defaultBotdBin is botd next to the running worker (make build puts both in
+// bin/), else where scripts/run.sh installs it.
+func defaultBotdBin() string {
+	if exe, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(exe), "botd")
+		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() {
+			return p
+		}
+	}
+	return "/opt/botd/botd"
+}

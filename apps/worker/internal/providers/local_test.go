@@ -1,0 +1,139 @@
+package providers
+
+import (
+	"context"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/open-bot/computer/pkg/shared/client"
+)
+
+// A port taken by someone else never stops a computer: Provision skips the
+// slot, and a start whose ports were taken meanwhile moves to a free slot.
+func TestLocalPortTaken(t *testing.T) {
+	l := testLocal(t)
+	ctx := testCtx(t, 5*time.Minute)
+
+	l.mu.Lock()
+	k, err := l.freeSlotLocked("")
+	l.mu.Unlock()
+	require.NoError(t, err)
+	squat, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(l.layout(k).api))
+	require.NoError(t, err)
+	defer squat.Close()
+
+	spec := Spec{ComputerID: "port-taken", BotdToken: testToken()}
+	ref, err := l.Provision(ctx, spec)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Destroy(context.Background(), ref) })
+	meta, err := l.readMeta(ref)
+	require.NoError(t, err)
+	require.NotEqual(t, k, meta.Slot, "provision must not pick a slot whose port is taken")
+
+	// Now someone takes the provisioned slot's Codex port before the start.
+	squat2, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(l.layout(meta.Slot).codex))
+	require.NoError(t, err)
+	defer squat2.Close()
+	m, err := l.Reconnect(ctx, ref, spec)
+	require.NoError(t, err)
+	r, err := m.Botd().Exec(ctx, client.ExecRequest{Argv: []string{"echo", "moved"}})
+	require.NoError(t, err)
+	require.Equal(t, "moved\n", r.Stdout)
+	moved, err := l.readMeta(ref)
+	require.NoError(t, err)
+	require.NotEqual(t, meta.Slot, moved.Slot)
+	u, err := url.Parse(m.Botd().BaseURL())
+	require.NoError(t, err)
+	require.Equal(t, strconv.Itoa(l.layout(moved.Slot).api), u.Port())
+}
+
+// A botd that exits during start: the error carries botd's own reason,
+// well before the ready deadline.
+func TestLocalBotdExitsWithReason(t *testing.T) {
+	requireHost(t)
+	l, err := NewLocal(LocalOptions{
+		DataDir: filepath.Join(tmpRoot, "data-exits"), BotdBin: testBotd(t),
+		DisplayBase: testDisplayBase, PortBase: testPortBase, Slots: testSlots,
+		Env:          []string{"MAX_SCREENS=99"}, // botd refuses this
+		ReadyTimeout: 2 * time.Minute,
+	})
+	require.NoError(t, err)
+	defer l.Close(context.Background())
+	ctx := testCtx(t, time.Minute)
+	spec := Spec{ComputerID: "exits", BotdToken: testToken()}
+	ref, err := l.Provision(ctx, spec)
+	require.NoError(t, err)
+	start := time.Now()
+	_, err = l.Reconnect(ctx, ref, spec)
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "MAX_SCREENS: want 1..32")
+	require.NotContains(t, err.Error(), spec.BotdToken)
+	require.Less(t, time.Since(start), time.Minute, "an exit is reported when it happens, not at the deadline")
+	require.NoError(t, l.Destroy(ctx, ref))
+}
+
+// A botd that never answers: after the deadline, an error that says so.
+func TestLocalBotdNeverHealthy(t *testing.T) {
+	requireHost(t)
+	dir := filepath.Join(tmpRoot, "hang")
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	bin := filepath.Join(dir, "botd-hangs")
+	require.NoError(t, os.WriteFile(bin, []byte("#!/bin/sh\necho 'waiting for nothing' >&2\nexec sleep 600\n"), 0o755))
+	l, err := NewLocal(LocalOptions{
+		DataDir: filepath.Join(tmpRoot, "data-hang"), BotdBin: bin,
+		DisplayBase: testDisplayBase, PortBase: testPortBase, Slots: testSlots,
+		ReadyTimeout: 2 * time.Second,
+	})
+	require.NoError(t, err)
+	defer l.Close(context.Background())
+	ctx := testCtx(t, time.Minute)
+	spec := Spec{ComputerID: "hangs", BotdToken: testToken()}
+	ref, err := l.Provision(ctx, spec)
+	require.NoError(t, err)
+	_, err = l.Reconnect(ctx, ref, spec)
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "botd not healthy after 2")
+	require.Contains(t, err.Error(), "connection refused")
+	pid := l.PID(ref)
+	require.NotZero(t, pid)
+	require.NoError(t, l.Destroy(ctx, ref))
+	require.Zero(t, l.PID(ref))
+	_, err = os.Stat("/proc/" + strconv.Itoa(pid))
+	require.True(t, os.IsNotExist(err), "destroy ends the process")
+}
+
+func TestLocalRefusesBadInput(t *testing.T) {
+	// A DATA_DIR botd's users cannot traverse (Codex would not start).
+	closed := t.TempDir() // 0700
+	_, err := NewLocal(LocalOptions{DataDir: filepath.Join(closed, "data"), BotdBin: "/bin/true"})
+	require.ErrorContains(t, err, "not traversable by others")
+
+	_, err = NewLocal(LocalOptions{DataDir: "relative", BotdBin: "/bin/true"})
+	require.Error(t, err)
+
+	open := filepath.Join(tmpRoot, "data-bad-input")
+	l, err := NewLocal(LocalOptions{DataDir: open, BotdBin: "/bin/true", PortBase: testPortBase, DisplayBase: testDisplayBase, Slots: testSlots})
+	require.NoError(t, err)
+	defer l.Close(context.Background())
+	_, err = NewLocal(LocalOptions{DataDir: open, BotdBin: "/bin/true"})
+	require.ErrorContains(t, err, "another worker holds", "two workers on one DATA_DIR would run two botds on one home")
+
+	ctx := testCtx(t, time.Minute)
+	for _, id := range []string{"", "../etc", "UPPER", "a/b", string(make([]byte, 70))} {
+		_, err := l.Provision(ctx, Spec{ComputerID: id, BotdToken: testToken()})
+		require.Error(t, err, "computer id %q", id)
+	}
+	_, err = l.Provision(ctx, Spec{ComputerID: "short-token", BotdToken: "short"})
+	require.Error(t, err)
+	for _, ref := range []string{"", "..", "../../etc", "x", "nope-12345678"} {
+		_, err := l.Reconnect(ctx, ref, Spec{})
+		require.ErrorIs(t, err, ErrGone, "ref %q", ref)
+	}
+}
