@@ -24,7 +24,7 @@ import (
 // machine is a providers.Machine over a real botd.
 type machine struct{ c *client.Client }
 
-func (m machine) Botd() *client.Client                       { return m.c }
+func (m machine) Botd() *client.Client                      { return m.c }
 func (m machine) CheckScreen(context.Context, string) error { return nil }
 
 // cookiePage sets a persistent sign-in cookie on first visit and shows the
