@@ -238,6 +238,16 @@ const thumbVariance = `(() => {
   const m = s / n; return q / n - m * m;
 })()`
 
+// thumbRed is the share of strongly red pixels in one thumbnail's canvas.
+const thumbRed = `(() => {
+  const c = document.querySelector('.thumb[data-key="%s"] canvas');
+  if (!c || !c.width || !c.height) return 0;
+  const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+  let n = 0, red = 0;
+  for (let i = 0; i < d.length; i += 4 * 31) { n++; if (d[i] > 180 && d[i+1] < 60 && d[i+2] < 60) red++; }
+  return red / n;
+})()`
+
 func TestDashboardInChromium(t *testing.T) {
 	testbotd.Require(t)
 	bd := testbotd.Start(t, testbotd.Options{DisplayBase: 490, PortBase: 34200})
@@ -365,6 +375,26 @@ func TestDashboardInChromium(t *testing.T) {
 	t.Logf("screenshot %s: thumbnail variance %.0f", shotPath, sq/n-mean*mean)
 	require.Greater(t, sq/n-mean*mean, 10.0, "the thumbnail in the screenshot shows the screen, not a blank box")
 
+	// Live: when the screen changes, the thumbnail follows.
+	red := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		fmt.Fprint(w, `<!doctype html><title>red</title><body style="margin:0;background:#e00000;height:100vh">`)
+	}))
+	defer red.Close()
+	var before float64
+	require.NoError(t, ch.eval(s, fmt.Sprintf(thumbRed, "comp-1/alice"), &before))
+	lease, err := bd.Client.AcquireLease(ctx, "alice", "agent", "test", time.Minute)
+	require.NoError(t, err)
+	_, err = bd.Client.Open(ctx, "alice", lease.LeaseID, red.URL)
+	require.NoError(t, err)
+	var after float64
+	waitFor(t, 30*time.Second, "the thumbnail to show the red page", func() (bool, string) {
+		_ = ch.eval(s, fmt.Sprintf(thumbRed, "comp-1/alice"), &after)
+		return after > before+0.2, fmt.Sprintf("red share %.2f → %.2f", before, after)
+	})
+	t.Logf("thumbnail red share %.2f → %.2f after the page opened", before, after)
+	require.NoError(t, bd.Client.ReleaseLease(ctx, "alice", lease.LeaseID))
+
 	// Take control of the busy bot: the worker's refusal, shown as is.
 	require.NoError(t, ch.eval(s, `document.querySelector('.bot[data-bot="alice"] .take').click(), true`, new(bool)))
 	waitFor(t, 10*time.Second, "the refusal", func() (bool, string) {
@@ -377,10 +407,9 @@ func TestDashboardInChromium(t *testing.T) {
 		_ = ch.eval(s, `document.querySelector('.message[data-key="comp-1/bob"]').innerText`, &text)
 		return strings.HasPrefix(text, "You have control"), text
 	})
-	screens, err := bd.Client.Screens(ctx)
-	require.NoError(t, err)
+	be.mu.Lock()
 	require.NotEmpty(t, be.leases["bob"], "a user lease on bob's screen")
-	_ = screens
+	be.mu.Unlock()
 	require.NoError(t, ch.eval(s, `document.querySelector('.bot[data-bot="bob"] .release').click(), true`, new(bool)))
 	waitFor(t, 10*time.Second, "release of bob", func() (bool, string) {
 		_ = ch.eval(s, `document.querySelector('.message[data-key="comp-1/bob"]').innerText`, &text)
