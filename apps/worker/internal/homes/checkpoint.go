@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/open-bot/computer/apps/worker/internal/providers"
+	"github.com/open-bot/computer/pkg/shared"
 	"github.com/open-bot/computer/pkg/shared/client"
 )
 
@@ -21,10 +22,35 @@ import (
 type Checkpointer struct {
 	store Store
 	locks keyLocks
+	// BusyWait bounds how long a transfer waits while botd answers 409
+	// (still finishing a transfer whose client went away); default 30 s.
+	BusyWait time.Duration
 }
 
 // NewCheckpointer returns a Checkpointer over store.
-func NewCheckpointer(store Store) *Checkpointer { return &Checkpointer{store: store} }
+func NewCheckpointer(store Store) *Checkpointer {
+	return &Checkpointer{store: store, BusyWait: 30 * time.Second}
+}
+
+// whileBusy calls f until it stops failing with botd's 409 conflict (one
+// transfer at a time: our own are serialized, so a 409 is botd still
+// unwinding an aborted one), at most BusyWait.
+func (c *Checkpointer) whileBusy(ctx context.Context, f func() error) error {
+	deadline := time.Now().Add(c.BusyWait)
+	wait := 100 * time.Millisecond
+	for {
+		err := f()
+		if client.CodeOf(err) != shared.CodeConflict || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
+	}
+}
 
 // Store is the checkpointer's store.
 func (c *Checkpointer) Store() Store { return c.store }
@@ -41,7 +67,11 @@ func (c *Checkpointer) Checkpoint(ctx context.Context, homeKey string, m provide
 		return Revision{}, err
 	}
 	defer unlock()
-	body, err := m.Botd().ExportWorkspace(ctx)
+	var body io.ReadCloser
+	err = c.whileBusy(ctx, func() (err error) {
+		body, err = m.Botd().ExportWorkspace(ctx)
+		return err
+	})
 	if err != nil {
 		return Revision{}, fmt.Errorf("checkpoint %s: export (the previous checkpoint is kept): %w", homeKey, err)
 	}
@@ -84,7 +114,21 @@ func (c *Checkpointer) Restore(ctx context.Context, homeKey string, m providers.
 		return r, false, fmt.Errorf("restore %s: %w", homeKey, err)
 	}
 	defer rc.Close()
-	sum, err := m.Botd().ImportWorkspace(ctx, io.Reader(rc))
+	var sum client.WorkspaceSummary
+	importOnce := func() (err error) {
+		sum, err = m.Botd().ImportWorkspace(ctx, rc)
+		return err
+	}
+	if sk, ok := rc.(io.Seeker); ok {
+		err = c.whileBusy(ctx, func() error {
+			if _, err := sk.Seek(0, io.SeekStart); err != nil {
+				return err
+			}
+			return importOnce()
+		})
+	} else {
+		err = importOnce() // a stream cannot be replayed
+	}
 	if err != nil {
 		return r, false, fmt.Errorf("restore %s revision %d: import: %w", homeKey, rev.Number, err)
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -124,6 +125,36 @@ func TestCheckpointRestoreRealBotd(t *testing.T) {
 	require.Positive(t, rev.Size)
 	t.Logf("checkpoint: %d bytes", rev.Size)
 
+	// Two checkpoints of one computer at once are serialized (botd itself
+	// would refuse the second with 409 while the first exports).
+	var wg sync.WaitGroup
+	revs := make([]Revision, 2)
+	errs := make([]error, 2)
+	for i := range 2 {
+		wg.Add(1)
+		go func() { defer wg.Done(); revs[i], errs[i] = cp.Checkpoint(ctx, "computer-1", machine{a.Client}) }()
+	}
+	wg.Wait()
+	require.NoError(t, errs[0])
+	require.NoError(t, errs[1])
+	require.ElementsMatch(t, []int64{2, 3}, []int64{revs[0].Number, revs[1].Number})
+
+	// A checkpoint cut off midway (the worker's context ends) keeps the
+	// previous one, and botd is free for the next.
+	latest, _, err := store.Latest(ctx, "computer-1")
+	require.NoError(t, err)
+	cctx, cancel := context.WithCancel(ctx)
+	cutStore := &cancelAfterStore{Store: store, cancel: cancel, after: 64 << 10}
+	_, err = NewCheckpointer(cutStore).Checkpoint(cctx, "computer-1", machine{a.Client})
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "previous checkpoint is kept")
+	still, _, err := store.Latest(ctx, "computer-1")
+	require.NoError(t, err)
+	require.Equal(t, latest, still)
+	rev, err = cp.Checkpoint(ctx, "computer-1", machine{a.Client})
+	require.NoError(t, err, "botd exports again after an aborted export")
+	require.Equal(t, int64(4), rev.Number)
+
 	// The machine goes away; a fresh one with an empty home replaces it.
 	a.Stop()
 	page.mu.Lock()
@@ -176,4 +207,23 @@ func TestCheckpointRestoreRealBotd(t *testing.T) {
 	require.NoError(t, f.Close())
 	_, _, err = cp.Restore(ctx, "computer-1", machine{b.Client})
 	require.ErrorIs(t, err, ErrCorrupt)
+}
+
+// cancelAfterStore cancels the checkpoint's context once after bytes of
+// the export went through, as a worker shutting down mid-checkpoint would.
+type cancelAfterStore struct {
+	Store
+	cancel context.CancelFunc
+	after  int
+}
+
+func (c *cancelAfterStore) Put(ctx context.Context, key string, r io.Reader) (Revision, error) {
+	n := 0
+	return c.Store.Put(ctx, key, readerFunc(func(p []byte) (int, error) {
+		k, err := r.Read(p)
+		if n += k; n >= c.after {
+			c.cancel()
+		}
+		return k, err
+	}))
 }
