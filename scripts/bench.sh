@@ -25,6 +25,10 @@ BENCHES=(
   # set above; BENCH_WORKSPACE_MB / BENCH_WORKSPACE_FILES shrink it).
   "./apps/botd/internal/execsvc|BenchmarkExecTrue|500x"
   "./apps/botd/internal/workspace|BenchmarkExportImport|1x"
+  # issue 15: checkpoint (store Put) and restore (verified Open, read to the
+  # end) time and MB/s of the same generated 1 GiB / 10,000-file workspace,
+  # local and S3 (gofakes3 in-process) stores (BENCH_BIG=1).
+  "./apps/worker/internal/homes|BenchmarkHomeStore|1x"
   # issue 4: egress throughput through the SOCKS proxy vs straight loopback,
   # both modes in one run (direct/loopback target >= 0.8), and connection
   # setup p50 per mode.

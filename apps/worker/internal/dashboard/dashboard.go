@@ -1,0 +1,531 @@
+// Package dashboard is the worker's small web page (CONTROL-PLANE.md,
+// issue 15): computers and their state, each bot's screen as a live
+// view-only noVNC thumbnail, runs with their events, take/release control
+// (the server's answer shown as is, e.g. "Stop the bot first"), and each
+// computer's last checkpoint.
+//
+// It knows the control plane only through small interfaces (Lister,
+// Controller, Screens), so the worker's API mounts Handler wherever it
+// likes.
+//
+// Sign-in: LoginLink mints a one-time link (the CLI prints it). Opening it
+// consumes the code and sets an HttpOnly, SameSite=Strict cookie carrying a
+// random session id — never the worker token. Sessions, codes and viewer
+// ids live only in memory, as SHA-256 hashes where they are secrets; a
+// worker restart signs everyone out. State-changing calls also need the
+// X-Dashboard header (no cross-site form can send it).
+//
+// Viewer: the page asks for a view of one screen and gets an opaque,
+// session-bound, expiring id; its websocket /vnc/{id} is relayed by the
+// worker to botd's RFB websocket with a botd view link minted server-side.
+// botd's address, token and links never reach the browser.
+package dashboard
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/rs/zerolog"
+
+	"github.com/open-bot/computer/pkg/shared"
+	"github.com/open-bot/computer/pkg/shared/client"
+)
+
+// Computer is one computer as the page lists it.
+type Computer struct {
+	ID       string `json:"id"`
+	Kind     string `json:"kind"`
+	Provider string `json:"provider"`
+	State    string `json:"state"`
+	// LastCheckpoint is nil before the first checkpoint.
+	LastCheckpoint *Checkpoint `json:"lastCheckpoint,omitempty"`
+}
+
+// Checkpoint is a computer's latest stored home.
+type Checkpoint struct {
+	Revision int64     `json:"revision"`
+	Size     int64     `json:"size"`
+	At       time.Time `json:"at"`
+}
+
+// Bot is one bot of a computer and its screen.
+type Bot struct {
+	ID string `json:"id"`
+	// Screen is the bot's screen id (its bot id on a Team computer).
+	Screen string `json:"screen"`
+	// ScreenState is botd's screen state ("running", "stopped", …); a
+	// thumbnail is shown while it is "running".
+	ScreenState string `json:"screenState"`
+	// InControl is true while a person holds the screen.
+	InControl bool `json:"inControl"`
+}
+
+// Run is one run with its events.
+type Run struct {
+	ID     string  `json:"id"`
+	BotID  string  `json:"botId"`
+	State  string  `json:"state"`
+	Events []Event `json:"events"`
+}
+
+// Event is one run event.
+type Event struct {
+	At   time.Time `json:"at"`
+	Kind string    `json:"kind"`
+	Text string    `json:"text"`
+}
+
+// ControlLink is a granted takeover.
+type ControlLink struct {
+	URL       string    `json:"controlUrl"`
+	ExpiresAt time.Time `json:"expiresAt"`
+}
+
+// Lister reads what the page shows.
+type Lister interface {
+	Computers(ctx context.Context) ([]Computer, error)
+	Bots(ctx context.Context, computerID string) ([]Bot, error)
+	Runs(ctx context.Context, computerID string) ([]Run, error)
+}
+
+// Controller applies the takeover policy. A refusal is a *shared.APIError
+// whose status and message the page shows (409 "Stop the bot first").
+type Controller interface {
+	TakeControl(ctx context.Context, computerID, botID string) (ControlLink, error)
+	ReleaseControl(ctx context.Context, computerID, botID string) error
+}
+
+// Screens gives the botd client of a computer's machine, for view links.
+type Screens interface {
+	Botd(ctx context.Context, computerID string) (*client.Client, error)
+}
+
+// Options configures the dashboard.
+type Options struct {
+	// Prefix is where Handler is mounted (default "/dashboard").
+	Prefix     string
+	Lister     Lister
+	Controller Controller
+	Screens    Screens
+	// NoVNCDir is Debian's novnc package (default /usr/share/novnc).
+	NoVNCDir string
+	// LoginTTL bounds an unused login link (default 10 minutes);
+	// SessionTTL a session (default 12 hours); ViewTTL a viewer id and the
+	// botd view link behind it (default 2 minutes; an open view stays open).
+	LoginTTL, SessionTTL, ViewTTL time.Duration
+	// Secure marks the session cookie Secure (serve over TLS).
+	Secure bool
+	Now    func() time.Time
+	Log    zerolog.Logger
+}
+
+// Dashboard serves the page.
+type Dashboard struct {
+	o   Options
+	mux *http.ServeMux
+
+	mu       sync.Mutex
+	logins   map[string]time.Time // sha256(code) → expiry
+	sessions map[string]time.Time // sha256(session) → expiry
+	views    map[string]view      // sha256(view id) → view
+}
+
+type view struct {
+	session          string // sha256 of the owning session
+	computer, screen string
+	expires          time.Time
+}
+
+const cookieName = "obc_dashboard"
+
+//go:embed assets
+var assets embed.FS
+
+// New returns the dashboard; Lister, Controller and Screens are required.
+func New(o Options) (*Dashboard, error) {
+	if o.Lister == nil || o.Controller == nil || o.Screens == nil {
+		return nil, errors.New("dashboard: Lister, Controller and Screens are required")
+	}
+	if o.Prefix == "" {
+		o.Prefix = "/dashboard"
+	}
+	o.Prefix = "/" + strings.Trim(o.Prefix, "/")
+	if o.NoVNCDir == "" {
+		o.NoVNCDir = "/usr/share/novnc"
+	}
+	if o.LoginTTL <= 0 {
+		o.LoginTTL = 10 * time.Minute
+	}
+	if o.SessionTTL <= 0 {
+		o.SessionTTL = 12 * time.Hour
+	}
+	if o.ViewTTL <= 0 {
+		o.ViewTTL = 2 * time.Minute
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	d := &Dashboard{o: o, logins: map[string]time.Time{}, sessions: map[string]time.Time{}, views: map[string]view{}}
+	static, _ := fs.Sub(assets, "assets")
+	p := o.Prefix
+	m := http.NewServeMux()
+	m.HandleFunc("GET "+p+"/login", d.handleLogin)
+	m.HandleFunc("POST "+p+"/logout", d.handleLogout)
+	m.Handle("GET "+p+"/{$}", d.page(http.StripPrefix(p, http.FileServerFS(static))))
+	m.Handle("GET "+p+"/app.js", d.page(http.StripPrefix(p, http.FileServerFS(static))))
+	m.Handle("GET "+p+"/app.css", d.page(http.StripPrefix(p, http.FileServerFS(static))))
+	m.Handle("GET "+p+"/novnc/core/", d.page(http.StripPrefix(p+"/novnc", http.FileServer(http.Dir(o.NoVNCDir)))))
+	m.Handle("GET "+p+"/novnc/vendor/", d.page(http.StripPrefix(p+"/novnc", http.FileServer(http.Dir(o.NoVNCDir)))))
+	m.HandleFunc("GET "+p+"/api/state", d.api(d.handleState))
+	m.HandleFunc("POST "+p+"/api/computers/{id}/screens/{screen}/view", d.api(d.handleView))
+	m.HandleFunc("POST "+p+"/api/computers/{id}/bots/{bot}/takeover", d.api(d.handleTake))
+	m.HandleFunc("DELETE "+p+"/api/computers/{id}/bots/{bot}/takeover", d.api(d.handleRelease))
+	m.HandleFunc("GET "+p+"/vnc/{view}", d.handleVNC)
+	d.mux = m
+	return d, nil
+}
+
+// Handler serves everything under Options.Prefix.
+func (d *Dashboard) Handler() http.Handler { return d.mux }
+
+// LoginLink mints a one-time sign-in link (a path under Prefix; the caller
+// prepends the worker's address). It works once, within LoginTTL.
+func (d *Dashboard) LoginLink() (string, error) {
+	code, err := randomID()
+	if err != nil {
+		return "", err
+	}
+	d.mu.Lock()
+	d.gcLocked()
+	d.logins[hashOf(code)] = d.o.Now().Add(d.o.LoginTTL)
+	d.mu.Unlock()
+	return d.o.Prefix + "/login?code=" + url.QueryEscape(code), nil
+}
+
+func randomID() (string, error) {
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
+func hashOf(s string) string {
+	h := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(h[:])
+}
+
+// gcLocked drops expired codes, sessions and views.
+func (d *Dashboard) gcLocked() {
+	now := d.o.Now()
+	for k, exp := range d.logins {
+		if now.After(exp) {
+			delete(d.logins, k)
+		}
+	}
+	for k, exp := range d.sessions {
+		if now.After(exp) {
+			delete(d.sessions, k)
+		}
+	}
+	for k, v := range d.views {
+		if now.After(v.expires) {
+			delete(d.views, k)
+		}
+	}
+}
+
+func (d *Dashboard) handleLogin(w http.ResponseWriter, r *http.Request) {
+	code := r.URL.Query().Get("code")
+	d.mu.Lock()
+	d.gcLocked()
+	h := hashOf(code)
+	_, ok := d.logins[h]
+	delete(d.logins, h)
+	var session string
+	if ok {
+		var err error
+		if session, err = randomID(); err != nil {
+			ok = false
+		} else {
+			d.sessions[hashOf(session)] = d.o.Now().Add(d.o.SessionTTL)
+		}
+	}
+	d.mu.Unlock()
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("Referrer-Policy", "no-referrer")
+	if !ok {
+		d.signedOut(w, "This sign-in link is invalid, used or expired. Ask the worker for a new one.")
+		return
+	}
+	http.SetCookie(w, &http.Cookie{
+		Name: cookieName, Value: session, Path: d.o.Prefix + "/",
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: d.o.Secure,
+		MaxAge: int(d.o.SessionTTL.Seconds()),
+	})
+	d.o.Log.Info().Msg("dashboard sign-in")
+	http.Redirect(w, r, d.o.Prefix+"/", http.StatusSeeOther)
+}
+
+func (d *Dashboard) handleLogout(w http.ResponseWriter, r *http.Request) {
+	if c, err := r.Cookie(cookieName); err == nil {
+		d.mu.Lock()
+		delete(d.sessions, hashOf(c.Value))
+		d.mu.Unlock()
+	}
+	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: d.o.Prefix + "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: d.o.Secure})
+	http.Redirect(w, r, d.o.Prefix+"/", http.StatusSeeOther)
+}
+
+// session returns the hash of the request's valid session, or "".
+func (d *Dashboard) session(r *http.Request) string {
+	c, err := r.Cookie(cookieName)
+	if err != nil || c.Value == "" {
+		return ""
+	}
+	h := hashOf(c.Value)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	exp, ok := d.sessions[h]
+	if !ok || d.o.Now().After(exp) {
+		return ""
+	}
+	return h
+}
+
+func (d *Dashboard) signedOut(w http.ResponseWriter, msg string) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(http.StatusUnauthorized)
+	_, _ = w.Write([]byte(`<!doctype html><meta charset="utf-8"><title>Sign in · open-bot computer</title>` +
+		`<body style="font:15px system-ui;margin:3em"><h1>open-bot computer</h1><p id="signin">` + htmlEscape(msg) + `</p>`))
+}
+
+func htmlEscape(s string) string {
+	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", `"`, "&#34;").Replace(s)
+}
+
+// page guards the page and its static files.
+func (d *Dashboard) page(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if d.session(r) == "" {
+			d.signedOut(w, "Sign in with the one-time link the worker prints.")
+			return
+		}
+		w.Header().Set("Cache-Control", "no-store")
+		w.Header().Set("X-Frame-Options", "DENY")
+		w.Header().Set("Content-Security-Policy", "default-src 'self'; connect-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; frame-ancestors 'none'")
+		h.ServeHTTP(w, r)
+	})
+}
+
+type apiFunc func(w http.ResponseWriter, r *http.Request, session string) error
+
+// api guards the JSON routes: a session, and on writes the X-Dashboard
+// header; errors become the shared envelope.
+func (d *Dashboard) api(f apiFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "no-store")
+		s := d.session(r)
+		if s == "" {
+			writeErr(w, shared.Errorf(http.StatusUnauthorized, shared.CodeUnauthorized, "sign in again with a link from the worker"))
+			return
+		}
+		if r.Method != http.MethodGet && r.Header.Get("X-Dashboard") != "1" {
+			writeErr(w, shared.Errorf(http.StatusForbidden, shared.CodeForbidden, "missing X-Dashboard header"))
+			return
+		}
+		if err := f(w, r, s); err != nil {
+			var ae *shared.APIError
+			if !errors.As(err, &ae) {
+				d.o.Log.Error().Err(err).Str("path", r.URL.Path).Msg("dashboard request failed")
+				ae = shared.Errorf(http.StatusInternalServerError, shared.CodeInternal, "the worker could not do that; see its log")
+			}
+			writeErr(w, ae)
+		}
+	}
+}
+
+func writeErr(w http.ResponseWriter, e *shared.APIError) {
+	writeJSON(w, e.Status, shared.ErrorEnvelope{Error: shared.ErrorBody{Code: e.Code, Message: e.Message}})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+type computerState struct {
+	Computer
+	Bots  []Bot  `json:"bots"`
+	Runs  []Run  `json:"runs"`
+	Error string `json:"error,omitempty"`
+}
+
+func (d *Dashboard) handleState(w http.ResponseWriter, r *http.Request, _ string) error {
+	cs, err := d.o.Lister.Computers(r.Context())
+	if err != nil {
+		return err
+	}
+	out := make([]computerState, 0, len(cs))
+	for _, c := range cs {
+		st := computerState{Computer: c, Bots: []Bot{}, Runs: []Run{}}
+		bots, err := d.o.Lister.Bots(r.Context(), c.ID)
+		if err == nil {
+			st.Bots = bots
+			var runs []Run
+			if runs, err = d.o.Lister.Runs(r.Context(), c.ID); err == nil {
+				st.Runs = runs
+			}
+		}
+		if err != nil {
+			d.o.Log.Warn().Err(err).Str("computer", c.ID).Msg("dashboard: computer details")
+			st.Error = "details unavailable"
+		}
+		out = append(out, st)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"computers": out})
+	return nil
+}
+
+// findBot checks that computer id has a bot with that id (or screen).
+func (d *Dashboard) findBot(ctx context.Context, computerID string, match func(Bot) bool) (Bot, error) {
+	bots, err := d.o.Lister.Bots(ctx, computerID)
+	if err != nil {
+		var ae *shared.APIError
+		if errors.As(err, &ae) {
+			return Bot{}, err
+		}
+		return Bot{}, shared.Errorf(http.StatusNotFound, shared.CodeNotFound, "no such computer")
+	}
+	for _, b := range bots {
+		if match(b) {
+			return b, nil
+		}
+	}
+	return Bot{}, shared.Errorf(http.StatusNotFound, shared.CodeNotFound, "no such bot or screen")
+}
+
+func (d *Dashboard) handleView(w http.ResponseWriter, r *http.Request, session string) error {
+	cid, sid := r.PathValue("id"), r.PathValue("screen")
+	if _, err := d.findBot(r.Context(), cid, func(b Bot) bool { return b.Screen == sid }); err != nil {
+		return err
+	}
+	id, err := randomID()
+	if err != nil {
+		return err
+	}
+	exp := d.o.Now().Add(d.o.ViewTTL)
+	d.mu.Lock()
+	d.gcLocked()
+	d.views[hashOf(id)] = view{session: session, computer: cid, screen: sid, expires: exp}
+	d.mu.Unlock()
+	writeJSON(w, http.StatusOK, map[string]any{"ws": d.o.Prefix + "/vnc/" + id, "expiresAt": exp})
+	return nil
+}
+
+func (d *Dashboard) handleTake(w http.ResponseWriter, r *http.Request, _ string) error {
+	cid, bid := r.PathValue("id"), r.PathValue("bot")
+	if _, err := d.findBot(r.Context(), cid, func(b Bot) bool { return b.ID == bid }); err != nil {
+		return err
+	}
+	link, err := d.o.Controller.TakeControl(r.Context(), cid, bid)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, link)
+	return nil
+}
+
+func (d *Dashboard) handleRelease(w http.ResponseWriter, r *http.Request, _ string) error {
+	cid, bid := r.PathValue("id"), r.PathValue("bot")
+	if _, err := d.findBot(r.Context(), cid, func(b Bot) bool { return b.ID == bid }); err != nil {
+		return err
+	}
+	if err := d.o.Controller.ReleaseControl(r.Context(), cid, bid); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]bool{"released": true})
+	return nil
+}
+
+// handleVNC relays a view-only RFB websocket to botd. The browser's
+// Origin must match the host (coder/websocket's default), the session
+// cookie must own the view id, and the id must not have expired.
+func (d *Dashboard) handleVNC(w http.ResponseWriter, r *http.Request) {
+	s := d.session(r)
+	if s == "" {
+		http.Error(w, "sign in again", http.StatusUnauthorized)
+		return
+	}
+	d.mu.Lock()
+	v, ok := d.views[hashOf(r.PathValue("view"))]
+	d.mu.Unlock()
+	if !ok || v.session != s || d.o.Now().After(v.expires) {
+		http.Error(w, "this view expired; reload the page", http.StatusUnauthorized)
+		return
+	}
+	ctx := r.Context()
+	c, err := d.o.Screens.Botd(ctx, v.computer)
+	if err != nil {
+		d.o.Log.Warn().Err(err).Str("computer", v.computer).Msg("dashboard view: no machine")
+		http.Error(w, "the computer is not reachable", http.StatusBadGateway)
+		return
+	}
+	link, err := c.ViewerToken(ctx, v.screen, "view", "", d.o.ViewTTL)
+	if err != nil {
+		d.o.Log.Warn().Err(err).Str("screen", v.screen).Msg("dashboard view: viewer link")
+		http.Error(w, "the screen cannot be viewed now", http.StatusBadGateway)
+		return
+	}
+	upstreamURL := "ws" + strings.TrimPrefix(c.BaseURL(), "http") + link.VNCPath
+	up, _, err := websocket.Dial(ctx, upstreamURL, &websocket.DialOptions{Subprotocols: []string{"binary"}})
+	if err != nil {
+		d.o.Log.Warn().Str("screen", v.screen).Msg("dashboard view: botd refused the viewer")
+		http.Error(w, "the screen is not running", http.StatusBadGateway)
+		return
+	}
+	defer up.CloseNow()
+	down, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{"binary"}})
+	if err != nil {
+		return
+	}
+	defer down.CloseNow()
+	up.SetReadLimit(-1)
+	down.SetReadLimit(1 << 20)
+	relay(ctx, down, up)
+}
+
+// relay copies messages both ways until either side ends.
+func relay(ctx context.Context, a, b *websocket.Conn) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	pipe := func(dst, src *websocket.Conn) {
+		defer cancel()
+		for {
+			typ, msg, err := src.Read(ctx)
+			if err != nil {
+				return
+			}
+			if err := dst.Write(ctx, typ, msg); err != nil {
+				return
+			}
+		}
+	}
+	go pipe(b, a)
+	pipe(a, b)
+	_ = a.Close(websocket.StatusNormalClosure, "")
+	_ = b.Close(websocket.StatusNormalClosure, "")
+}

@@ -1,0 +1,136 @@
+package homes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/open-bot/computer/apps/worker/internal/providers"
+	"github.com/open-bot/computer/pkg/shared"
+	"github.com/open-bot/computer/pkg/shared/client"
+)
+
+// Checkpointer moves a computer's portable home between its machine's botd
+// and a Store: Checkpoint streams GET /workspace/export into Store.Put,
+// Restore streams a verified Store.Open into PUT /workspace/import. Both are
+// serialized per home key (one computer: one transfer at a time; botd
+// refuses a second with 409 anyway). Callers checkpoint at run completion or
+// failure, before an explicit stop and before idle suspension, and restore
+// into a new or replacement machine before its first use.
+type Checkpointer struct {
+	store Store
+	locks keyLocks
+	// BusyWait bounds how long a transfer waits while botd answers 409
+	// (still finishing a transfer whose client went away); default 30 s.
+	BusyWait time.Duration
+}
+
+// NewCheckpointer returns a Checkpointer over store.
+func NewCheckpointer(store Store) *Checkpointer {
+	return &Checkpointer{store: store, BusyWait: 30 * time.Second}
+}
+
+// whileBusy calls f until it stops failing with botd's 409 conflict (one
+// transfer at a time: our own are serialized, so a 409 is botd still
+// unwinding an aborted one), at most BusyWait.
+func (c *Checkpointer) whileBusy(ctx context.Context, f func() error) error {
+	deadline := time.Now().Add(c.BusyWait)
+	wait := 100 * time.Millisecond
+	for {
+		err := f()
+		if client.CodeOf(err) != shared.CodeConflict || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
+	}
+}
+
+// Store is the checkpointer's store.
+func (c *Checkpointer) Store() Store { return c.store }
+
+// Checkpoint exports m's portable home and stores it as homeKey's latest
+// checkpoint. On any error (export failed or cut off, store full) the
+// previous checkpoint stays and the error says so.
+func (c *Checkpointer) Checkpoint(ctx context.Context, homeKey string, m providers.Machine) (Revision, error) {
+	if err := ValidKey(homeKey); err != nil {
+		return Revision{}, err
+	}
+	unlock, err := c.locks.lock(ctx, homeKey)
+	if err != nil {
+		return Revision{}, err
+	}
+	defer unlock()
+	var body io.ReadCloser
+	err = c.whileBusy(ctx, func() (err error) {
+		body, err = m.Botd().ExportWorkspace(ctx)
+		return err
+	})
+	if err != nil {
+		return Revision{}, fmt.Errorf("checkpoint %s: export (the previous checkpoint is kept): %w", homeKey, err)
+	}
+	defer body.Close()
+	rev, err := c.store.Put(ctx, homeKey, body)
+	if err != nil {
+		if errors.Is(err, client.ErrExportIncomplete) {
+			return Revision{}, fmt.Errorf("checkpoint %s: the export was cut off (the previous checkpoint is kept): %w", homeKey, err)
+		}
+		return Revision{}, fmt.Errorf("checkpoint %s: %w", homeKey, err)
+	}
+	return rev, nil
+}
+
+// Restored reports a restore.
+type Restored struct {
+	Revision Revision
+	Summary  client.WorkspaceSummary
+	Elapsed  time.Duration
+}
+
+// Restore imports homeKey's latest checkpoint into m. ok is false (and
+// nothing is imported) when the key has no checkpoint yet: a new computer
+// starts empty. A corrupt checkpoint is refused before a byte reaches m.
+func (c *Checkpointer) Restore(ctx context.Context, homeKey string, m providers.Machine) (r Restored, ok bool, err error) {
+	if err := ValidKey(homeKey); err != nil {
+		return r, false, err
+	}
+	unlock, err := c.locks.lock(ctx, homeKey)
+	if err != nil {
+		return r, false, err
+	}
+	defer unlock()
+	start := time.Now()
+	rc, rev, err := c.store.Open(ctx, homeKey)
+	if errors.Is(err, ErrNotFound) {
+		return r, false, nil
+	}
+	if err != nil {
+		return r, false, fmt.Errorf("restore %s: %w", homeKey, err)
+	}
+	defer rc.Close()
+	var sum client.WorkspaceSummary
+	importOnce := func() (err error) {
+		sum, err = m.Botd().ImportWorkspace(ctx, rc)
+		return err
+	}
+	if sk, ok := rc.(io.Seeker); ok {
+		err = c.whileBusy(ctx, func() error {
+			if _, err := sk.Seek(0, io.SeekStart); err != nil {
+				return err
+			}
+			return importOnce()
+		})
+	} else {
+		err = importOnce() // a stream cannot be replayed
+	}
+	if err != nil {
+		return r, false, fmt.Errorf("restore %s revision %d: import: %w", homeKey, rev.Number, err)
+	}
+	return Restored{Revision: rev, Summary: sum, Elapsed: time.Since(start)}, true, nil
+}

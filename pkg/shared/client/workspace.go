@@ -1,0 +1,65 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+)
+
+// WorkspaceSummary counts what a workspace export or import carried.
+type WorkspaceSummary struct {
+	Files    int   `json:"files"`
+	Dirs     int   `json:"dirs"`
+	Symlinks int   `json:"symlinks"`
+	Links    int   `json:"links"`
+	Bytes    int64 `json:"bytes"`
+	Skipped  int   `json:"skipped"`
+}
+
+// ErrExportIncomplete: the export stream ended without botd's closing
+// trailers, so it is not a whole workspace.
+var ErrExportIncomplete = errors.New("workspace export ended before botd finished it")
+
+// ExportWorkspace is GET /workspace/export: the portable home as a tar
+// stream. The reader returns ErrExportIncomplete instead of io.EOF when the
+// stream lacks botd's completion trailers (an export that failed midway is
+// never mistaken for a short whole one). The caller closes it.
+func (c *Client) ExportWorkspace(ctx context.Context) (io.ReadCloser, error) {
+	resp, err := c.raw(ctx, http.MethodGet, "/workspace/export", nil, "")
+	if err != nil {
+		return nil, err
+	}
+	return &exportBody{resp: resp}, nil
+}
+
+type exportBody struct {
+	resp *http.Response
+}
+
+func (e *exportBody) Read(p []byte) (int, error) {
+	n, err := e.resp.Body.Read(p)
+	if err == io.EOF && e.resp.Trailer.Get("X-Export-Files") == "" {
+		return n, ErrExportIncomplete
+	}
+	return n, err
+}
+
+func (e *exportBody) Close() error { return e.resp.Body.Close() }
+
+// ImportWorkspace is PUT /workspace/import: it streams r (a tar from
+// ExportWorkspace) into the portable home.
+func (c *Client) ImportWorkspace(ctx context.Context, r io.Reader) (WorkspaceSummary, error) {
+	var sum WorkspaceSummary
+	resp, err := c.raw(ctx, http.MethodPut, "/workspace/import", r, "application/x-tar")
+	if err != nil {
+		return sum, err
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(&sum); err != nil {
+		return sum, fmt.Errorf("botd PUT /workspace/import: decode reply: %w", err)
+	}
+	return sum, nil
+}
