@@ -425,3 +425,40 @@ func mustLink(t *testing.T, d *Dashboard) string {
 	require.NoError(t, err)
 	return l
 }
+
+// Login links and sessions expire; the page then asks to sign in again.
+func TestDashboardLoginExpiry(t *testing.T) {
+	now := time.Now()
+	var mu sync.Mutex
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	be := &realBackend{leases: map[string]string{}} // never reached: every request here is signed out
+	d, err := New(Options{Lister: be, Controller: be, Screens: be, Now: clock, LoginTTL: time.Minute, SessionTTL: time.Hour})
+	require.NoError(t, err)
+	srv := httptest.NewServer(d.Handler())
+	defer srv.Close()
+
+	stale, err := d.LoginLink()
+	require.NoError(t, err)
+	advance(2 * time.Minute)
+	resp, err := http.Get(srv.URL + stale)
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+	require.Contains(t, string(body), "invalid, used or expired")
+
+	jar, _ := cookiejar.New(nil)
+	hc := &http.Client{Jar: jar}
+	fresh, err := d.LoginLink()
+	require.NoError(t, err)
+	resp, err = hc.Get(srv.URL + fresh)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	advance(2 * time.Hour)
+	resp, err = hc.Get(srv.URL + "/dashboard/api/state")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusUnauthorized, resp.StatusCode, "an expired session is signed out")
+}
