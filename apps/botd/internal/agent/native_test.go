@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/open-bot/computer/apps/botd/internal/testenv"
 )
 
 func TestResolveNative(t *testing.T) {
@@ -33,13 +35,23 @@ func TestResolveNative(t *testing.T) {
 	require.Nil(t, env)
 	got, _ = resolveNative("no-such-codex-binary")
 	require.Equal(t, "no-such-codex-binary", got)
+}
 
-	// The installed Codex, when there is one, resolves to its native binary.
-	if p, err := exec.LookPath("codex"); err == nil {
-		if real, _ := filepath.EvalSymlinks(p); filepath.Ext(real) == ".js" {
-			got, _ := resolveNative("codex")
-			require.NotEqual(t, "codex", got)
-			require.FileExists(t, got)
-		}
+// TestResolveNativeInstalledCodex: the installed Codex resolves to its
+// native binary when npm installed it as a script, and is left alone when
+// it is a binary already. CI provisions Codex, so there it cannot skip.
+func TestResolveNativeInstalledCodex(t *testing.T) {
+	testenv.RequireTools(t, "codex")
+	p, err := exec.LookPath("codex")
+	require.NoError(t, err)
+	real, err := filepath.EvalSymlinks(p)
+	require.NoError(t, err)
+	got, _ := resolveNative("codex")
+	if filepath.Ext(real) == ".js" {
+		require.NotEqual(t, "codex", got)
+		require.FileExists(t, got)
+		require.NotEqual(t, ".js", filepath.Ext(got))
+	} else {
+		require.Equal(t, "codex", got)
 	}
 }

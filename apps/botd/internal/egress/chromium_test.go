@@ -17,7 +17,7 @@ import (
 // goes to the proxy unresolved, and the agent resolves it.
 func TestChromiumThroughTunnel(t *testing.T) {
 	testenv.RequireTools(t, "chromium")
-	if testing.Short() {
+	if testing.Short() && !testenv.CI() { // CI runs everything, -short or not
 		t.Skip("starts Chromium")
 	}
 	s := newTunnelSetup(t, Options{}, nil)

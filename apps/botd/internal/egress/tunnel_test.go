@@ -186,7 +186,7 @@ func TestConcurrent200(t *testing.T) {
 // mid-transfer and starts it again.
 func TestWorkerBinaryKilled(t *testing.T) {
 	testenv.RequireTools(t, "go")
-	if testing.Short() {
+	if testing.Short() && !testenv.CI() { // CI runs everything, -short or not
 		t.Skip("builds the worker binary")
 	}
 	dir := t.TempDir()

@@ -6,12 +6,12 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/open-bot/computer/apps/botd/internal/testenv"
 )
 
 func TestPrepareDirsModesAndNoSymlinkFollow(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("chown needs root")
-	}
+	testenv.RequireRoot(t) // chown needs root; under CI=true this fails instead of skipping
 	dir := t.TempDir()
 	me := User{UID: 0, GID: 0}
 	shared := filepath.Join(dir, "shared")

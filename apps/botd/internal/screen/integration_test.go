@@ -279,7 +279,7 @@ func TestIntegrationDisplayGoneMidAction(t *testing.T) {
 		_, err := actIT(e, ctx, "it-gone", l.ID, shared.Action{Type: shared.ActionType, Text: strp(strings.Repeat("x", 3000))})
 		errc <- err
 	}()
-	time.Sleep(300 * time.Millisecond)
+	waitInFlight(t, e, "it-gone") // the display dies mid-action, not before it
 	require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
 	err = <-errc
 	require.Error(t, err)
@@ -327,7 +327,8 @@ func TestIntegrationPreemption(t *testing.T) {
 		_, err = lf(ctx, s)
 		return err
 	}))
-	time.Sleep(1500 * time.Millisecond)
+	// The panel and the desktop are two managed windows; the editor's is a third.
+	waitClients(t, ctx, e, itDisplayBase+8, "it-pre", 3)
 
 	for _, a := range []shared.Action{
 		{Type: shared.ActionWait, Ms: intp(8000)},
@@ -341,15 +342,18 @@ func TestIntegrationPreemption(t *testing.T) {
 				_, err := actIT(e, ctx, "it-pre", l.ID, a)
 				errc <- err
 			}()
-			time.Sleep(400 * time.Millisecond)
+			// Only an action already running can be cut off; one refused
+			// before it started would pass with the same code.
+			waitInFlight(t, e, "it-pre")
 			began := time.Now()
 			u, err := e.m.Leases().Acquire("it-pre", lease.User, "ann", time.Minute)
 			require.NoError(t, err)
 			select {
 			case err := <-errc:
+				// Left alone, the action would end without an error.
 				require.Equal(t, shared.CodeUserHasControl, codeOf(err), "%v", err)
 				t.Logf("%s cut off %v after the user lease", a.Type, time.Since(began))
-			case <-time.After(3 * time.Second):
+			case <-time.After(60 * time.Second): // a liveness bound, not a speed figure
 				t.Fatal("the action was not cut off")
 			}
 			// The agent is refused; the user can act.
@@ -418,7 +422,13 @@ func TestIntegrationFreshScreenshot(t *testing.T) {
 	l, err := e.m.Leases().Acquire("it-shot", lease.Agent, "run", time.Minute)
 	require.NoError(t, err)
 	require.NotEmpty(t, observeIT(t, e, ctx, "it-shot", l.ID).Image)
-	time.Sleep(2 * time.Second) // let the panel and desktop finish drawing
+	// Let the panel and desktop finish drawing: observe until a frame comes
+	// back unchanged, so the move below is what changes the next one.
+	deadline := time.Now().Add(60 * time.Second)
+	for !observeIT(t, e, ctx, "it-shot", l.ID).Unchanged {
+		require.True(t, time.Now().Before(deadline), "the fresh screen never stopped drawing")
+		time.Sleep(250 * time.Millisecond)
+	}
 	// Not (640,400): Xvfb starts the pointer there, and an identical frame
 	// would (rightly) come back unchanged, without bytes.
 	res, err := actIT(e, ctx, "it-shot", l.ID, shared.Action{Type: shared.ActionMove, X: intp(700), Y: intp(450)})
@@ -456,22 +466,65 @@ func TestIntegrationTwoScreensActInParallel(t *testing.T) {
 		leases[id] = l.ID
 		require.NotEmpty(t, observeIT(t, e, ctx, id, l.ID).Image)
 	}
-	// Each batch takes >= 1.5 s + one settle; run back to back they would
-	// take twice that.
-	batch := []shared.Action{{Type: shared.ActionClick, X: intp(900), Y: intp(600)}, {Type: shared.ActionWait, Ms: intp(1500)}}
-	start := time.Now()
-	var wg sync.WaitGroup
-	for _, id := range ids {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			res, err := actIT(e, ctx, id, leases[id], batch...)
-			require.NoError(t, err)
-			require.Len(t, res.Results, 2)
-		}()
+	// a's batch clicks, then waits a minute; b's whole batch (click, short
+	// wait, settle, capture) runs meanwhile. Were the screens serialised,
+	// b would wait out a's minute.
+	actx, acancel := context.WithCancel(ctx)
+	defer acancel()
+	aerr := make(chan error, 1)
+	go func() {
+		_, err := actIT(e, actx, "it-par-a", leases["it-par-a"],
+			shared.Action{Type: shared.ActionClick, X: intp(900), Y: intp(600)}, shared.Action{Type: shared.ActionWait, Ms: intp(60_000)})
+		aerr <- err
+	}()
+	waitInFlight(t, e, "it-par-a")
+	res, err := actIT(e, ctx, "it-par-b", leases["it-par-b"],
+		shared.Action{Type: shared.ActionClick, X: intp(900), Y: intp(600)}, shared.Action{Type: shared.ActionWait, Ms: intp(100)})
+	require.NoError(t, err)
+	require.Len(t, res.Results, 2)
+	require.NotNil(t, res.Observation)
+	require.Equal(t, 1, inFlight(e, "it-par-a"), "b's batch ended while a's was still running")
+	acancel()
+	require.Error(t, <-aerr)
+}
+
+// inFlight counts the screen's running action batches.
+func inFlight(e *itEnv, id string) int {
+	s := e.m.Get(id)
+	if s == nil {
+		return 0
 	}
-	wg.Wait()
-	took := time.Since(start)
-	t.Logf("two screens, one 1.95 s batch each: %v", took)
-	require.Less(t, took, 3500*time.Millisecond)
+	s.inMu.Lock()
+	defer s.inMu.Unlock()
+	return len(s.inflight)
+}
+
+// waitInFlight waits until an action batch runs on screen id.
+func waitInFlight(t testing.TB, e *itEnv, id string) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for inFlight(e, id) == 0 {
+		require.True(t, time.Now().Before(deadline), "no action in flight on %s", id)
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// waitClients waits until the window manager of screen id (displays from
+// base) manages at least n windows.
+func waitClients(t testing.TB, ctx context.Context, e *itEnv, base int, id string, n int) {
+	t.Helper()
+	slot := *mustInfo(e.m, id).Slot
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		x, err := dialX(ctx, base+slot, cookieOf(t, e.m.xauthPath(slot)))
+		require.NoError(t, err)
+		got, err := x.clients()
+		x.Close()
+		require.NoError(t, err)
+		if got >= n {
+			return
+		}
+		require.True(t, time.Now().Before(deadline), "%d windows on %s, want %d", got, id, n)
+		time.Sleep(50 * time.Millisecond)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -56,9 +57,14 @@ func TestEnsureSharesOneStart(t *testing.T) {
 			got <- s
 		}()
 	}
+	var open sync.Once
+	release := func() { open.Do(func() { close(f.be.gate) }) }
+	t.Cleanup(release) // a failed wait below must not leave the start hanging
 	eventually(t, "a start", func() bool { return f.be.starts.Load() == 1 })
-	time.Sleep(20 * time.Millisecond) // give the others time to (not) start again
-	close(f.be.gate)
+	// Every caller (the one that began it too) is parked on that one start,
+	// none starting its own.
+	eventually(t, "every caller waiting on the start", func() bool { return goroutinesIn("screen.(*op).wait") == n })
+	release()
 	first := <-got
 	for i := 1; i < n; i++ {
 		require.Same(t, first, <-got)
@@ -170,8 +176,14 @@ func TestIdleStop(t *testing.T) {
 				eventually(t, "idle stop", func() bool { return f.running() == "" })
 				require.Contains(t, f.be.events(), "stop a")
 			} else {
-				time.Sleep(20 * time.Millisecond)
+				// Sweep begins any stop before it returns: none began.
+				sa := f.m.Get("a")
+				f.m.mu.Lock()
+				stopping := sa.stop != nil
+				f.m.mu.Unlock()
+				require.False(t, stopping, "the sweep began a stop")
 				require.Equal(t, "a@0", f.running())
+				require.NotContains(t, f.be.events(), "stop a")
 			}
 		})
 	}
@@ -296,12 +308,12 @@ func TestPreemptionDuringWaitReturnsNoFrame(t *testing.T) {
 		defer s.inMu.Unlock()
 		return len(s.inflight) == 1
 	})
-	start := time.Now()
 	_, err = f.m.Leases().Acquire("a", lease.User, "ann", 0)
 	require.NoError(t, err)
+	// Left alone, the 5 s wait would succeed (or time out at ctxT's 10 s
+	// with another code): the user's code is the preemption itself.
 	require.Equal(t, shared.CodeUserHasControl, codeOf(<-errc))
 	require.Nil(t, res)
-	require.Less(t, time.Since(start), time.Second)
 }
 
 func TestFIFOKeepsArrivalOrder(t *testing.T) {
@@ -371,21 +383,45 @@ func TestActionsOnOneScreenRunInArrivalOrder(t *testing.T) {
 	require.Equal(t, []string{"move:0", "move:1", "move:2", "move:3", "move:4"}, f.be.stack("a").drv.actions())
 }
 
+// TestTwoScreensActInParallel: a long action on one screen does not hold
+// another screen's actions: b's whole batch runs while a's is in flight.
 func TestTwoScreensActInParallel(t *testing.T) {
 	f := newFixture(t, 4, 0)
 	la, lb := leased(t, f, "a", lease.Agent), leased(t, f, "b", lease.Agent)
-	start := time.Now()
-	var wg sync.WaitGroup
-	for _, x := range []struct{ id, l string }{{"a", la.ID}, {"b", lb.ID}} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, err := act(f, ctxT(t), x.id, x.l, shared.Action{Type: shared.ActionWait, Ms: intp(300)})
-			require.NoError(t, err)
-		}()
+	_, err := f.m.Ensure(ctxT(t), "a")
+	require.NoError(t, err)
+	actx, acancel := context.WithCancel(ctxT(t))
+	defer acancel()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := act(f, actx, "a", la.ID, shared.Action{Type: shared.ActionWait, Ms: intp(60_000)})
+		errc <- err
+	}()
+	inflight := func() int {
+		s := f.m.Get("a")
+		s.inMu.Lock()
+		defer s.inMu.Unlock()
+		return len(s.inflight)
 	}
-	wg.Wait()
-	require.Less(t, time.Since(start), 550*time.Millisecond, "screens should not wait for each other")
+	eventually(t, "a's wait in flight", func() bool { return inflight() == 1 })
+	_, err = act(f, ctxT(t), "b", lb.ID, shared.Action{Type: shared.ActionWait, Ms: intp(1)}, shared.Action{Type: shared.ActionMove, X: intp(3), Y: intp(4)})
+	require.NoError(t, err, "screens should not wait for each other")
+	require.Equal(t, 1, inflight(), "b finished while a was still acting")
+	require.Equal(t, []string{"move:3"}, f.be.stack("b").drv.actions())
+	acancel()
+	require.Error(t, <-errc)
+}
+
+// goroutinesIn counts the goroutines whose stack is inside fn.
+func goroutinesIn(fn string) int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			return strings.Count(string(buf[:n]), fn+"(")
+		}
+		buf = make([]byte, 2*len(buf))
+	}
 }
 
 func TestDisplayGoneMarksCrashedAndRestarts(t *testing.T) {
