@@ -9,7 +9,8 @@ import (
 )
 
 // BenchmarkExecTrue is the /exec round trip for ["true"] over HTTP with
-// auth, as bot: ns/op is the mean; p50_ms and p99_ms are reported too.
+// auth, as bot: ns/op is the mean; p50_ms, and p99_ms from 200 runs on
+// (max_ms below that), are reported too.
 func BenchmarkExecTrue(b *testing.B) {
 	fx := newFixture(b, execsvc.Options{})
 	req := execsvc.Request{Argv: []string{"true"}}
@@ -30,7 +31,11 @@ func BenchmarkExecTrue(b *testing.B) {
 		return float64(durs[int(q*float64(len(durs)-1))].Microseconds()) / 1000
 	}
 	b.ReportMetric(ms(0.50), "p50_ms")
-	b.ReportMetric(ms(0.99), "p99_ms")
+	if len(durs) >= 200 {
+		b.ReportMetric(ms(0.99), "p99_ms")
+	} else {
+		b.ReportMetric(ms(1), "max_ms")
+	}
 }
 
 func TestCloseKillsRunningCommands(t *testing.T) {
