@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -432,7 +433,7 @@ func TestImage(t *testing.T) {
 
 	// The users of the isolation issue, with their fixed ids.
 	ids := mustDocker(t, ctx, "exec", first, "sh", "-c", "id -u desktop; id -u bot; getent group bots | cut -d: -f3")
-	require.Equal(t, "60100\n60101\n1100", ids)
+	assert.Equal(t, "60100\n60101\n1100", ids, "users desktop, bot and group bots must have the fixed ids (scripts/provision.sh)")
 
 	// A workspace file that must outlive the container.
 	st, out := c.call(t, "PUT", "/files?path="+keepPath, []byte(keepText))
