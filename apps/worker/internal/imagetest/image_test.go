@@ -98,6 +98,12 @@ func docker(ctx context.Context, args ...string) (string, error) {
 	return strings.TrimSpace(out.String()), nil
 }
 
+// logs is a container's log, stdout and stderr together (botd logs to stderr).
+func logs(ctx context.Context, name string, tailLines string) string {
+	out, _ := exec.CommandContext(ctx, "docker", "logs", "--tail", tailLines, name).CombinedOutput()
+	return string(out)
+}
+
 func mustDocker(t *testing.T, ctx context.Context, args ...string) string {
 	t.Helper()
 	out, err := docker(ctx, args...)
@@ -219,11 +225,9 @@ func waitHealthy(t *testing.T, ctx context.Context, name string) {
 		case st == "running healthy":
 			return
 		case !strings.HasPrefix(st, "running") || strings.HasSuffix(st, "unhealthy"):
-			logs, _ := docker(ctx, "logs", "--tail", "60", name)
-			t.Fatalf("container %s is %q, not healthy; log:\n%s", name, st, logs)
+			t.Fatalf("container %s is %q, not healthy; log:\n%s", name, st, logs(ctx, name, "60"))
 		case time.Now().After(deadline):
-			logs, _ := docker(ctx, "logs", "--tail", "60", name)
-			t.Fatalf("container %s not healthy within 3 min (%q); log:\n%s", name, st, logs)
+			t.Fatalf("container %s not healthy within 3 min (%q); log:\n%s", name, st, logs(ctx, name, "60"))
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
@@ -568,9 +572,10 @@ func TestImageRefusesBadToken(t *testing.T) {
 			})
 			code := mustDocker(t, ctx, "inspect", "-f", "{{.State.ExitCode}}", name)
 			require.NotEqual(t, "0", code)
-			logs, _ := docker(ctx, "logs", name)
-			require.Contains(t, logs, "refusing to start")
-			require.Contains(t, logs, "BOTD_TOKEN_FILE")
+			l := logs(ctx, name, "all")
+			require.Contains(t, l, "refusing to start")
+			require.Contains(t, l, "BOTD_TOKEN_FILE")
+			require.NotContains(t, l, "botd listening")
 		})
 	}
 }
