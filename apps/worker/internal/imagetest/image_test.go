@@ -629,3 +629,43 @@ func TestImageNoEngine(t *testing.T) {
 		require.Contains(t, string(out), "no Docker engine answers", "%v", argv[1:])
 	}
 }
+
+// TestImageFullDisk: making the base on a full disk fails with a message that
+// says so (both the check before starting and a disk that fills during
+// debootstrap), and tags nothing.
+func TestImageFullDisk(t *testing.T) {
+	requireImage(t) // an engine; the base below is made, never used
+	if os.Geteuid() != 0 {
+		unavailable(t, "needs root (debootstrap, mount)")
+	}
+	if _, err := exec.LookPath("debootstrap"); err != nil {
+		unavailable(t, "debootstrap not on PATH")
+	}
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", dir).CombinedOutput(); err != nil {
+		unavailable(t, "cannot mount a small tmpfs: %v %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("umount", dir).Run() })
+	// Nearly full before debootstrap starts: it fails on its first download.
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "filler"), make([]byte, 7<<20+512<<10), 0o600))
+	base := "open-bot/imagetest-nobase:" + randName("")
+	root := repoRoot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	for _, tc := range []struct{ skipCheck, want string }{
+		{"0", "this step needs about 600 MB"},
+		{"1", "most likely because the disk is full"},
+	} {
+		cmd := exec.CommandContext(ctx, "bash", filepath.Join(root, "scripts/build-image.sh"))
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "TMPDIR="+dir, "IMAGE_SKIP_SPACE_CHECK="+tc.skipCheck,
+			"BASE_IMAGE="+base, "BASE_PULL=0", "IMAGE=open-bot/computer:imagetest-never")
+		out, err := cmd.CombinedOutput()
+		require.Error(t, err, "%s", out)
+		require.Contains(t, string(out), tc.want)
+		_, err = docker(ctx, "image", "inspect", base)
+		require.Error(t, err, "a base was tagged although it could not be made")
+		left, _ := filepath.Glob(filepath.Join(dir, "open-bot-base.*"))
+		require.Empty(t, left, "the half-made base was left behind")
+	}
+}
