@@ -63,6 +63,12 @@ explain_failure() {
 
 docker info >/dev/null 2>&1 || die "no Docker engine answers here (start one: sudo scripts/docker-engine.sh start)"
 
+# One build at a time per checkout (test packages may ask at once): they share
+# build/image and the base.
+mkdir -p "$OUT"
+exec 9>"$OUT/.lock"
+flock 9
+
 # Debian's mirror as apt is configured on this machine: the first repository
 # whose Release file says Origin: Debian, Label: Debian (not -Security).
 # LABEL=Debian-Security gives the security mirror (empty when none).
