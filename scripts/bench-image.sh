@@ -93,16 +93,17 @@ lease_id() { sed -n 's/.*"leaseId":"\([^"]*\)".*/\1/p'; }
 observe_p() {
   local base="$1" out="$2" lid
   for _ in $(seq 1 60); do
-    api "$base" GET /health | grep -q '"ok":true' && break
+    api "$base" GET /health 2>/dev/null | grep -q '"ok":true' && break
     sleep 1
   done
   api "$base" POST /screens/bench/start '{}' >/dev/null
   : >"$out"
   for _ in $(seq 1 "$N"); do
     lid="$(api "$base" POST /screens/bench/lease '{"kind":"agent","holder":"bench","ttlSeconds":60}' | lease_id)"
-    curl -fsS -o /dev/null -w '%{time_total}\n' -X POST -H "Authorization: Bearer $TOK" \
+    curl -fsS -o /dev/null -w '%{time_total} %{size_download}\n' -X POST -H "Authorization: Bearer $TOK" \
       -H 'Content-Type: application/json' --data "{\"leaseId\":\"$lid\"}" \
-      "$base/screens/bench/observe" | awk '{printf "%.1f\n", $1*1000}' >>"$out"
+      "$base/screens/bench/observe" | awk '$2 < 10000 {print "bench-image: observe returned no full frame" > "/dev/stderr"; exit 1}
+        {printf "%.1f\n", $1*1000}' >>"$out"
     api "$base" DELETE "/screens/bench/lease/$lid" >/dev/null
   done
 }

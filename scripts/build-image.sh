@@ -30,24 +30,44 @@ die() {
   exit 1
 }
 
-# A full disk shows up as ENOSPC somewhere deep in a tool's output; name it.
+# A full disk shows up as ENOSPC somewhere deep in a tool's output, or not
+# at all (debootstrap says only "Couldn't download"); name it.
+free_mb() { df -Pm "$1" 2>/dev/null | awk 'NR==2 {print $4}'; }
 check_space() {
-  local dir="$1" need_mb="$2" avail
+  local dir="$1" need_mb="$2" hint="$3" avail
   [ "${IMAGE_SKIP_SPACE_CHECK:-0}" = 1 ] && return 0
-  avail="$(df -Pm "$dir" 2>/dev/null | awk 'NR==2 {print $4}')"
+  avail="$(free_mb "$dir")"
   if [ -n "$avail" ] && [ "$avail" -lt "$need_mb" ]; then
-    die "only ${avail} MB free on the filesystem of $dir; the image build needs about ${need_mb} MB (free space, or point Docker's data-root elsewhere)"
+    die "only ${avail} MB free on the filesystem of $dir; this step needs about ${need_mb} MB ($hint)"
   fi
 }
+# explain_failure WHAT LOG DIR=MB...: die, saying the disk is full when the
+# log says so, or when a DIR's filesystem has less than the MB the step needs
+# (tools that clean up after a failed write leave some space behind).
 explain_failure() {
-  local what="$1" logf="$2"
-  if grep -qiE 'no space left on device|ENOSPC' "$logf"; then
+  local what="$1" logf="$2" d need avail
+  shift 2
+  if grep -qiE 'no space left on device|ENOSPC' "$logf" 2>/dev/null; then
     die "$what failed: the disk is full (no space left on device); free space and run make image again"
   fi
+  for d in "$@"; do
+    need="${d##*=}"
+    d="${d%=*}"
+    avail="$(free_mb "$d")"
+    if [ -n "$avail" ] && [ "$avail" -lt "$need" ]; then
+      die "$what failed, most likely because the disk is full: only ${avail} MB free on the filesystem of $d, about ${need} MB needed; free space and run make image again"
+    fi
+  done
   die "$what failed; see the output above"
 }
 
 docker info >/dev/null 2>&1 || die "no Docker engine answers here (start one: sudo scripts/docker-engine.sh start)"
+
+# One build at a time per checkout (test packages may ask at once): they share
+# build/image and the base.
+mkdir -p "$OUT"
+exec 9>"$OUT/.lock"
+flock 9
 
 # Debian's mirror as apt is configured on this machine: the first repository
 # whose Release file says Origin: Debian, Label: Debian (not -Security).
@@ -83,11 +103,11 @@ make_base() {
   logf="$tmp.log"
   # shellcheck disable=SC2064
   trap "rm -rf '$tmp' '$logf'" EXIT
-  check_space "$tmp" 600
+  check_space "$tmp" 600 "set TMPDIR to a roomier place"
   log "making $BASE_IMAGE: debootstrap --variant=minbase $BASE_SUITE from $mirror"
   if ! debootstrap --variant=minbase "$BASE_SUITE" "$tmp/root" "$mirror" >"$logf" 2>&1; then
     tail -n 20 "$logf" >&2
-    explain_failure "debootstrap" "$logf"
+    explain_failure "debootstrap" "$logf" "$tmp=600"
   fi
   # Updates and security fixes, as in the official image.
   local sec
@@ -105,7 +125,7 @@ make_base() {
     [ -z "$id" ]; then
     [ -n "${id:-}" ] && docker rmi "$id" >/dev/null 2>&1
     cat "$logf" >&2
-    explain_failure "docker import of the base" "$logf"
+    explain_failure "docker import of the base" "$logf" "$(docker info --format '{{.DockerRootDir}}' 2>/dev/null || echo /var/lib/docker)=600"
   fi
   docker tag "$id" "$BASE_IMAGE"
   rm -rf "$tmp" "$logf"
@@ -115,17 +135,17 @@ make_base() {
 
 if docker image inspect "$BASE_IMAGE" >/dev/null 2>&1; then
   :
-elif timeout "${PULL_TIMEOUT_SECONDS:-60}" docker pull -q "$BASE_IMAGE" >/dev/null 2>&1; then
+elif [ "${BASE_PULL:-1}" = 1 ] && timeout "${PULL_TIMEOUT_SECONDS:-60}" docker pull -q "$BASE_IMAGE" >/dev/null 2>&1; then
   log "pulled $BASE_IMAGE"
 else
-  log "$BASE_IMAGE is absent and cannot be pulled"
+  log "$BASE_IMAGE is absent and cannot be pulled (BASE_PULL=${BASE_PULL:-1})"
   make_base
 fi
 
 # botd with cgo and the static libturbojpeg, fully static (osusergo, netgo) so
 # it runs on any base; the worker is pure Go.
 mkdir -p "$OUT"
-check_space "$OUT" 200
+check_space "$OUT" 200 "the Go build writes build/image and Go's build cache"
 gologf="$(mktemp)"
 trap 'rm -f "$gologf"' EXIT
 if ! {
@@ -133,7 +153,7 @@ if ! {
     CGO_ENABLED=0 "$GO" build -trimpath -ldflags '-s -w' -o "$OUT/worker.new" ./apps/worker
 } 2> >(tee "$gologf" >&2); then
   rm -f "$OUT/botd.new" "$OUT/worker.new"
-  explain_failure "go build (needs Go and libturbojpeg0-dev: scripts/provision.sh installs them)" "$gologf"
+  explain_failure "go build (needs Go and libturbojpeg0-dev: scripts/provision.sh installs them)" "$gologf" "$OUT=200" "$("$GO" env GOCACHE 2>/dev/null || echo "$OUT")=200"
 fi
 # Replace only when the content changed, so the engine's cache still matches.
 for b in botd worker; do
@@ -150,10 +170,11 @@ else
   [ -e "$OUT/build-ca.crt" ] && [ ! -s "$OUT/build-ca.crt" ] || : >"$OUT/build-ca.crt"
 fi
 
-check_space "$(docker info --format '{{.DockerRootDir}}' 2>/dev/null || echo /var/lib/docker)" 3000
+droot="$(docker info --format '{{.DockerRootDir}}' 2>/dev/null || echo /var/lib/docker)"
+check_space "$droot" 3000 "the engine's data-root; free space or move Docker's data-root"
 buildlog="$(mktemp)"
 trap 'rm -f "$gologf" "$buildlog"' EXIT
 log "docker build -t $IMAGE (base $BASE_IMAGE)"
 if ! docker build --force-rm --build-arg "BASE_IMAGE=$BASE_IMAGE" -f "$DOCKERFILE" -t "$IMAGE" . 2>&1 | tee "$buildlog"; then
-  explain_failure "docker build" "$buildlog"
+  explain_failure "docker build" "$buildlog" "$droot=3000"
 fi

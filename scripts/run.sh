@@ -15,6 +15,8 @@ TOKEN_FILE="${BOTD_TOKEN_FILE:-$STATE_DIR/token}"
 PORT="${BOTD_PORT:-7000}"
 IMAGE="${IMAGE:-open-bot/computer:dev}"
 NAME="${CONTAINER_NAME:-open-bot-computer}"
+HOME_VOLUME="${HOME_VOLUME:-open-bot-home}"
+VIEWER_PORTS="${VIEWER_PORTS:-6080-6087}" # host ports for the containers' 6080-6087
 
 if [ ! -s "$TOKEN_FILE" ]; then
   mkdir -p "$(dirname "$TOKEN_FILE")"
@@ -49,11 +51,11 @@ if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then
     secret=(-v "$NAME-secrets:/run/secrets:ro")
   fi
   docker run -d --name "$NAME" --restart unless-stopped --shm-size=1g \
-    -p "127.0.0.1:$PORT:7000" -p 127.0.0.1:6080-6087:6080-6087 \
-    -v open-bot-home:/home "${secret[@]}" \
+    -p "127.0.0.1:$PORT:7000" -p "127.0.0.1:$VIEWER_PORTS:6080-6087" \
+    -v "$HOME_VOLUME:/home" "${secret[@]}" \
     "$IMAGE" >/dev/null
   say_how
-  echo "runs in Docker: container $NAME (image $IMAGE), /home on the volume open-bot-home"
+  echo "runs in Docker: container $NAME (image $IMAGE), /home on the volume $HOME_VOLUME"
   echo "logs: docker logs -f $NAME    stop: docker stop $NAME"
   exit 0
 fi

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -95,6 +96,12 @@ func docker(ctx context.Context, args ...string) (string, error) {
 		return out.String(), fmt.Errorf("docker %s: %w: %s", args[0], err, strings.TrimSpace(errb.String()))
 	}
 	return strings.TrimSpace(out.String()), nil
+}
+
+// logs is a container's log, stdout and stderr together (botd logs to stderr).
+func logs(ctx context.Context, name string, tailLines string) string {
+	out, _ := exec.CommandContext(ctx, "docker", "logs", "--tail", tailLines, name).CombinedOutput()
+	return string(out)
 }
 
 func mustDocker(t *testing.T, ctx context.Context, args ...string) string {
@@ -218,11 +225,9 @@ func waitHealthy(t *testing.T, ctx context.Context, name string) {
 		case st == "running healthy":
 			return
 		case !strings.HasPrefix(st, "running") || strings.HasSuffix(st, "unhealthy"):
-			logs, _ := docker(ctx, "logs", "--tail", "60", name)
-			t.Fatalf("container %s is %q, not healthy; log:\n%s", name, st, logs)
+			t.Fatalf("container %s is %q, not healthy; log:\n%s", name, st, logs(ctx, name, "60"))
 		case time.Now().After(deadline):
-			logs, _ := docker(ctx, "logs", "--tail", "60", name)
-			t.Fatalf("container %s not healthy within 3 min (%q); log:\n%s", name, st, logs)
+			t.Fatalf("container %s not healthy within 3 min (%q); log:\n%s", name, st, logs(ctx, name, "60"))
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
@@ -432,7 +437,7 @@ func TestImage(t *testing.T) {
 
 	// The users of the isolation issue, with their fixed ids.
 	ids := mustDocker(t, ctx, "exec", first, "sh", "-c", "id -u desktop; id -u bot; getent group bots | cut -d: -f3")
-	require.Equal(t, "60100\n60101\n1100", ids)
+	assert.Equal(t, "60100\n60101\n1100", ids, "users desktop, bot and group bots must have the fixed ids (scripts/provision.sh)")
 
 	// A workspace file that must outlive the container.
 	st, out := c.call(t, "PUT", "/files?path="+keepPath, []byte(keepText))
@@ -567,9 +572,10 @@ func TestImageRefusesBadToken(t *testing.T) {
 			})
 			code := mustDocker(t, ctx, "inspect", "-f", "{{.State.ExitCode}}", name)
 			require.NotEqual(t, "0", code)
-			logs, _ := docker(ctx, "logs", name)
-			require.Contains(t, logs, "refusing to start")
-			require.Contains(t, logs, "BOTD_TOKEN_FILE")
+			l := logs(ctx, name, "all")
+			require.Contains(t, l, "refusing to start")
+			require.Contains(t, l, "BOTD_TOKEN_FILE")
+			require.NotContains(t, l, "botd listening")
 		})
 	}
 }
@@ -621,5 +627,45 @@ func TestImageNoEngine(t *testing.T) {
 		out, err := cmd.CombinedOutput()
 		require.Error(t, err, "%v must fail without an engine:\n%s", argv[1:], out)
 		require.Contains(t, string(out), "no Docker engine answers", "%v", argv[1:])
+	}
+}
+
+// TestImageFullDisk: making the base on a full disk fails with a message that
+// says so (both the check before starting and a disk that fills during
+// debootstrap), and tags nothing.
+func TestImageFullDisk(t *testing.T) {
+	requireImage(t) // an engine; the base below is made, never used
+	if os.Geteuid() != 0 {
+		unavailable(t, "needs root (debootstrap, mount)")
+	}
+	if _, err := exec.LookPath("debootstrap"); err != nil {
+		unavailable(t, "debootstrap not on PATH")
+	}
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", dir).CombinedOutput(); err != nil {
+		unavailable(t, "cannot mount a small tmpfs: %v %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("umount", dir).Run() })
+	// Nearly full before debootstrap starts: it fails on its first download.
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "filler"), make([]byte, 7<<20+512<<10), 0o600))
+	base := "open-bot/imagetest-nobase:" + randName("")
+	root := repoRoot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	for _, tc := range []struct{ skipCheck, want string }{
+		{"0", "this step needs about 600 MB"},
+		{"1", "most likely because the disk is full"},
+	} {
+		cmd := exec.CommandContext(ctx, "bash", filepath.Join(root, "scripts/build-image.sh"))
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "TMPDIR="+dir, "IMAGE_SKIP_SPACE_CHECK="+tc.skipCheck,
+			"BASE_IMAGE="+base, "BASE_PULL=0", "IMAGE=open-bot/computer:imagetest-never")
+		out, err := cmd.CombinedOutput()
+		require.Error(t, err, "%s", out)
+		require.Contains(t, string(out), tc.want)
+		_, err = docker(ctx, "image", "inspect", base)
+		require.Error(t, err, "a base was tagged although it could not be made")
+		left, _ := filepath.Glob(filepath.Join(dir, "open-bot-base.*"))
+		require.Empty(t, left, "the half-made base was left behind")
 	}
 }
