@@ -23,7 +23,7 @@ func BenchmarkE2ERun(b *testing.B) {
 // tool running `true`) against the same call made to botd directly.
 func BenchmarkToolRelay(b *testing.B) {
 	c := startComputer(b, "http://127.0.0.1:1", 520)
-	workerURL, wtoken := startWorker(b, c)
+	env := startWorker(b, c, "bench")
 	botd := client.New(c.url, c.token, nil)
 	ctx := context.Background()
 	const n = 200
@@ -39,7 +39,7 @@ func BenchmarkToolRelay(b *testing.B) {
 		var res struct {
 			Success bool `json:"success"`
 		}
-		status := post(b, workerURL+"/v1/tools/shell", wtoken, map[string]any{"botId": "bench", "arguments": map[string]any{"argv": []string{"true"}}}, &res)
+		status := env.do(b, "POST", "/tools/shell", map[string]any{"botId": "bench", "args": map[string]any{"argv": []string{"true"}}}, &res)
 		require.Equal(b, http.StatusOK, status)
 		require.True(b, res.Success)
 		relayed = append(relayed, float64(time.Since(t0).Microseconds())/1000)

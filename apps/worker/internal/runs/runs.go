@@ -1,6 +1,9 @@
 // Package runs drives teammates' runs: one Codex thread per run over botd's
 // /agent relay, the tools registered as dynamic tools, every server request
-// answered, events recorded and streamed, the lease released at the end.
+// answered, events recorded (in the store) and streamed. One computer-use run
+// per bot: a run holds the bot's fenced lease in the store, and every write
+// it makes carries the lease's epoch, so a run that lost its lease (a
+// restarted worker took over) can no longer change anything.
 package runs
 
 import (
@@ -18,17 +21,20 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/open-bot/computer/apps/worker/internal/codexrpc"
+	"github.com/open-bot/computer/apps/worker/internal/computers"
+	"github.com/open-bot/computer/apps/worker/internal/store"
 	"github.com/open-bot/computer/apps/worker/internal/tools"
+	"github.com/open-bot/computer/pkg/shared"
 	"github.com/open-bot/computer/pkg/shared/client"
 )
 
 // Status is a run's state. It only moves forward:
-// starting → running ⇄ waiting_takeover → completed | failed | stopped.
+// queued → running ⇄ waiting_takeover → completed | failed | stopped.
 type Status string
 
 // Run states.
 const (
-	StatusStarting        Status = "starting"
+	StatusQueued          Status = "queued"
 	StatusRunning         Status = "running"
 	StatusWaitingTakeover Status = "waiting_takeover"
 	StatusCompleted       Status = "completed"
@@ -36,7 +42,8 @@ const (
 	StatusStopped         Status = "stopped"
 )
 
-func (s Status) ended() bool {
+// Ended reports whether s is final.
+func (s Status) Ended() bool {
 	return s == StatusCompleted || s == StatusFailed || s == StatusStopped
 }
 
@@ -54,12 +61,17 @@ const (
 	ApproveAll ApprovalPolicy = "accept"
 )
 
+// MaxPrompt bounds a run's prompt.
+const MaxPrompt = 64 << 10
+
+// LeaseTTL is the bot lease's lifetime; a live run renews it every third.
+const LeaseTTL = 60 * time.Second
+
 // Options configures the manager.
 type Options struct {
-	Botd *client.Client
-	// AgentURL is botd's ws /agent URL (the token goes in a header).
-	AgentURL string
-	Model    string
+	Store     store.Store
+	Computers *computers.Service
+	Model     string
 	// ModelProvider, when set, is passed on thread/start.
 	ModelProvider string
 	Approvals     ApprovalPolicy
@@ -68,7 +80,7 @@ type Options struct {
 	TurnTimeout time.Duration
 }
 
-// Manager holds every run of this worker process.
+// Manager holds the live runs of this worker process (the store holds all).
 type Manager struct {
 	o Options
 	// mu guards runs.
@@ -115,26 +127,33 @@ type ToolCall struct {
 
 // Snapshot is a run as the API shows it.
 type Snapshot struct {
-	ID        string     `json:"id"`
-	BotID     string     `json:"botId"`
-	Status    Status     `json:"status"`
-	Error     string     `json:"error,omitempty"`
-	ThreadID  string     `json:"threadId,omitempty"`
-	TurnID    string     `json:"turnId,omitempty"`
-	Message   string     `json:"message,omitempty"`
-	ToolCalls []ToolCall `json:"toolCalls"`
-	StartedAt time.Time  `json:"startedAt"`
-	EndedAt   *time.Time `json:"endedAt,omitempty"`
-	Takeover  string     `json:"takeoverReason,omitempty"`
+	ID         string     `json:"id"`
+	ComputerID string     `json:"computerId"`
+	BotID      string     `json:"botId"`
+	Status     Status     `json:"status"`
+	Error      string     `json:"error,omitempty"`
+	ThreadID   string     `json:"threadId,omitempty"`
+	TurnID     string     `json:"turnId,omitempty"`
+	Message    string     `json:"message,omitempty"`
+	ToolCalls  []ToolCall `json:"toolCalls"`
+	StartedAt  time.Time  `json:"startedAt"`
+	EndedAt    *time.Time `json:"endedAt,omitempty"`
+	Takeover   string     `json:"takeoverReason,omitempty"`
 }
 
 // Run is one teammate run.
 type Run struct {
-	m       *Manager
-	id      string
-	botID   string
-	session *tools.Session
-	cancel  context.CancelFunc
+	m          *Manager
+	id         string
+	botID      string
+	computerID string
+	botd       *client.Client
+	leaseKey   string
+	epoch      int64
+	session    *tools.Session
+	cancel     context.CancelFunc
+	// fenced is set when the store refused a write as stale: the run stops.
+	fenced bool
 
 	// mu guards everything below.
 	mu        sync.Mutex
@@ -148,47 +167,183 @@ type Run struct {
 }
 
 // ErrNotFound is returned for unknown run ids.
-var ErrNotFound = errors.New("no such run")
+var ErrNotFound = shared.Errorf(http.StatusNotFound, shared.CodeNotFound, "no such run")
 
-// Start begins a run and returns at once.
-func (m *Manager) Start(req StartRequest) (*Run, error) {
-	if !tools.ValidID(req.BotID) {
-		return nil, fmt.Errorf("invalid botId %q: want [A-Za-z0-9_-]{1,64}", req.BotID)
+// Start begins a run of req.BotID on computer computerID and returns at
+// once; 409 while that bot has a run.
+func (m *Manager) Start(ctx context.Context, computerID string, req StartRequest) (*Run, error) {
+	if len(req.Prompt) > MaxPrompt {
+		return nil, shared.Errorf(http.StatusRequestEntityTooLarge, shared.CodeTooLarge, "prompt is %d bytes; the limit is %d", len(req.Prompt), MaxPrompt)
 	}
 	if strings.TrimSpace(req.Prompt) == "" {
-		return nil, errors.New("prompt is required")
+		return nil, shared.Errorf(http.StatusBadRequest, shared.CodeBadRequest, "prompt is required")
 	}
-	id := newID()
-	sess, err := tools.NewSession(m.o.Botd, req.BotID, "run-"+id)
+	c, err := m.o.Computers.HasBot(ctx, computerID, req.BotID)
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), m.o.TurnTimeout)
-	r := &Run{m: m, id: id, botID: req.BotID, session: sess, cancel: cancel, subs: map[chan Event]struct{}{},
-		done: make(chan struct{}), turnDone: make(chan codexrpc.Turn, 1),
-		snap: Snapshot{ID: id, BotID: req.BotID, Status: StatusStarting, StartedAt: time.Now().UTC(), ToolCalls: []ToolCall{}}}
-	sess.Takeover = r.waitTakeover
-	m.mu.Lock()
-	m.runs[id] = r
-	m.mu.Unlock()
+	botd, machine, err := m.o.Computers.Botd(ctx, computerID)
+	if err != nil {
+		return nil, err
+	}
+	id := newID()
+	key := computers.LeaseKey(c, req.BotID)
+	lease, err := m.o.Store.AcquireLease(ctx, key, id, LeaseTTL)
+	if errors.Is(err, store.ErrBusy) {
+		return nil, shared.Errorf(http.StatusConflict, shared.CodeConflict, "bot %s already has a computer-use run; stop it first", req.BotID)
+	}
+	if err != nil {
+		return nil, err
+	}
 	model := req.Model
 	if model == "" {
 		model = m.o.Model
 	}
-	go r.run(ctx, req.Prompt, model)
+	if err := m.o.Store.CreateRun(ctx, store.Run{ID: id, ComputerID: c.ID, BotID: req.BotID, LeaseKey: key, Epoch: lease.Epoch,
+		State: string(StatusQueued), Prompt: req.Prompt, Model: model}); err != nil {
+		_ = m.o.Store.ReleaseLease(context.WithoutCancel(ctx), key, lease.Epoch)
+		return nil, err
+	}
+	sess, err := tools.NewSession(botd, req.BotID, "run-"+id)
+	if err != nil {
+		return nil, err
+	}
+	sess.CheckScreen = machine.CheckScreen
+	rctx, cancel := context.WithTimeout(context.Background(), m.o.TurnTimeout)
+	r := &Run{m: m, id: id, botID: req.BotID, computerID: c.ID, botd: botd, leaseKey: key, epoch: lease.Epoch,
+		session: sess, cancel: cancel, subs: map[chan Event]struct{}{},
+		done: make(chan struct{}), turnDone: make(chan codexrpc.Turn, 1),
+		snap: Snapshot{ID: id, ComputerID: c.ID, BotID: req.BotID, Status: StatusQueued, StartedAt: time.Now().UTC(), ToolCalls: []ToolCall{}}}
+	sess.Takeover = r.waitTakeover
+	m.mu.Lock()
+	m.runs[id] = r
+	m.mu.Unlock()
+	go r.renew(rctx)
+	go r.run(rctx, req.Prompt, model)
 	return r, nil
 }
 
-// Get returns a run by id.
-func (m *Manager) Get(id string) (*Run, error) {
+// renew keeps the bot's lease alive while the run lives; losing it (a
+// stale epoch) fences the run.
+func (r *Run) renew(ctx context.Context) {
+	t := time.NewTicker(LeaseTTL / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.done:
+			return
+		case <-t.C:
+			if _, err := r.m.o.Store.RenewLease(ctx, r.leaseKey, r.epoch, LeaseTTL); errors.Is(err, store.ErrStaleEpoch) {
+				r.fence()
+				return
+			}
+		}
+	}
+}
+
+// fence stops a run whose lease moved on: it must not act any more.
+func (r *Run) fence() {
+	r.mu.Lock()
+	r.fenced = true
+	r.mu.Unlock()
+	r.m.o.Log.Warn().Str("run", r.id).Msg("run lost its bot lease (stale epoch); stopping it")
+	r.cancel()
+}
+
+// Live returns a run of this process by id.
+func (m *Manager) Live(id string) (*Run, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	r, ok := m.runs[id]
-	if !ok {
-		return nil, ErrNotFound
-	}
-	return r, nil
+	return r, ok
 }
+
+// Get returns run id of computer computerID: the live one's snapshot, or
+// the stored record of one that is not live in this process.
+func (m *Manager) Get(ctx context.Context, computerID, id string) (Snapshot, *Run, error) {
+	if r, ok := m.Live(id); ok {
+		if r.computerID != computerID {
+			return Snapshot{}, nil, ErrNotFound
+		}
+		return r.Snapshot(), r, nil
+	}
+	if !computers.ValidID(id) {
+		return Snapshot{}, nil, ErrNotFound
+	}
+	sr, err := m.o.Store.GetRun(ctx, id)
+	if errors.Is(err, store.ErrNotFound) || (err == nil && sr.ComputerID != computerID) {
+		return Snapshot{}, nil, ErrNotFound
+	}
+	if err != nil {
+		return Snapshot{}, nil, err
+	}
+	snap := Snapshot{ID: sr.ID, ComputerID: sr.ComputerID, BotID: sr.BotID, Status: Status(sr.State), Error: sr.Error,
+		ThreadID: sr.ThreadID, TurnID: sr.TurnID, Message: sr.Message, StartedAt: sr.CreatedAt, ToolCalls: []ToolCall{}}
+	if !sr.EndedAt.IsZero() {
+		t := sr.EndedAt
+		snap.EndedAt = &t
+	}
+	evs, err := m.o.Store.Events(ctx, id, 0)
+	if err != nil {
+		return Snapshot{}, nil, err
+	}
+	for _, e := range evs {
+		if e.Type == "tool_result" {
+			var tc ToolCall
+			if json.Unmarshal(e.Data, &tc) == nil {
+				snap.ToolCalls = append(snap.ToolCalls, tc)
+			}
+		}
+	}
+	return snap, nil, nil
+}
+
+// StoredEvents returns a run's recorded events (for runs not live here).
+func (m *Manager) StoredEvents(ctx context.Context, id string) ([]Event, error) {
+	evs, err := m.o.Store.Events(ctx, id, 0)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Event, 0, len(evs))
+	for _, e := range evs {
+		out = append(out, Event{Seq: int(e.Seq), At: e.At, Type: e.Type, Data: json.RawMessage(e.Data)})
+	}
+	return out, nil
+}
+
+// Recover runs at start, before the API serves: no run stays running
+// forever. Each run a previous worker left unfinished is fenced (its lease
+// re-taken by the same holder, bumping the epoch, so a zombie writer is
+// refused) and failed with the reason; its lease is then released.
+func (m *Manager) Recover(ctx context.Context) error {
+	left, err := m.o.Store.ListRuns(ctx, "", string(StatusQueued), string(StatusRunning), string(StatusWaitingTakeover))
+	if err != nil {
+		return err
+	}
+	for _, sr := range left {
+		lease, err := m.o.Store.AcquireLease(ctx, sr.LeaseKey, sr.ID, LeaseTTL)
+		if err != nil {
+			m.o.Log.Warn().Str("run", sr.ID).Err(err).Msg("cannot fence a run left running; another holder has its bot")
+			continue
+		}
+		msg := "the worker restarted while this run was " + sr.State + "; the run was not resumed"
+		if sr.ThreadID != "" {
+			msg += " (Codex thread " + sr.ThreadID + ")"
+		}
+		b, _ := json.Marshal(map[string]string{"status": string(StatusFailed), "error": msg})
+		_, _ = m.o.Store.AppendEvent(ctx, sr.ID, lease.Epoch, "status", b)
+		if _, err := m.o.Store.UpdateRun(ctx, sr.ID, lease.Epoch, store.RunUpdate{State: ptr(string(StatusFailed)), Error: &msg}); err != nil {
+			return err
+		}
+		_ = m.o.Store.ReleaseLease(ctx, sr.LeaseKey, lease.Epoch)
+		m.o.Log.Info().Str("run", sr.ID).Str("bot", sr.BotID).Msg("run left by a previous worker failed with the reason")
+	}
+	return nil
+}
+
+func ptr[T any](v T) *T { return &v }
 
 // ID is the run's id.
 func (r *Run) ID() string { return r.id }
@@ -232,7 +387,7 @@ func (r *Run) Subscribe() (<-chan Event, func()) {
 	for _, e := range r.events {
 		ch <- e
 	}
-	if r.snap.Status.ended() {
+	if r.snap.Status.Ended() {
 		close(ch)
 		return ch, func() {}
 	}
@@ -249,6 +404,21 @@ func (r *Run) Subscribe() (<-chan Event, func()) {
 
 func (r *Run) emitLocked(typ string, data any) {
 	e := Event{Seq: len(r.events) + 1, At: time.Now().UTC(), Type: typ, Data: data}
+	if !r.fenced {
+		b, _ := json.Marshal(data)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		seq, err := r.m.o.Store.AppendEvent(ctx, r.id, r.epoch, typ, b)
+		cancel()
+		switch {
+		case errors.Is(err, store.ErrStaleEpoch):
+			r.fenced = true
+			go r.fence()
+		case err != nil:
+			r.m.o.Log.Warn().Str("run", r.id).Err(err).Msg("record run event")
+		default:
+			e.Seq = int(seq)
+		}
+	}
 	r.events = append(r.events, e)
 	for ch := range r.subs {
 		select {
@@ -257,6 +427,21 @@ func (r *Run) emitLocked(typ string, data any) {
 			delete(r.subs, ch)
 			close(ch)
 		}
+	}
+}
+
+// persistLocked writes the run's record under its epoch.
+func (r *Run) persistLocked(u store.RunUpdate) {
+	if r.fenced {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := r.m.o.Store.UpdateRun(ctx, r.id, r.epoch, u); errors.Is(err, store.ErrStaleEpoch) {
+		r.fenced = true
+		go r.fence()
+	} else if err != nil {
+		r.m.o.Log.Warn().Str("run", r.id).Err(err).Msg("record run")
 	}
 }
 
@@ -269,13 +454,14 @@ func (r *Run) emit(typ string, data any) {
 func (r *Run) setStatus(s Status, errMsg string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.snap.Status.ended() {
+	if r.snap.Status.Ended() {
 		return
 	}
 	r.snap.Status = s
 	if errMsg != "" {
 		r.snap.Error = errMsg
 	}
+	r.persistLocked(store.RunUpdate{State: ptr(string(s)), Error: ptr(r.snap.Error), Message: ptr(r.agentText.String())})
 	r.emitLocked("status", map[string]string{"status": string(s), "error": errMsg})
 }
 
@@ -284,24 +470,40 @@ func (r *Run) run(ctx context.Context, prompt, model string) {
 	log := r.m.o.Log.With().Str("run", r.id).Str("bot", r.botID).Logger()
 	defer func() {
 		rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
 		r.session.Release(rctx)
-		cancel()
 		r.cancel()
 		r.mu.Lock()
 		now := time.Now().UTC()
 		r.snap.EndedAt = &now
 		r.snap.Message = r.agentText.String()
+		if !r.snap.Status.Ended() {
+			r.snap.Status, r.snap.Error = StatusFailed, "the run ended without an outcome"
+		}
+		r.persistLocked(store.RunUpdate{State: ptr(string(r.snap.Status)), Error: ptr(r.snap.Error), Message: ptr(r.snap.Message)})
+		if !r.fenced {
+			_ = r.m.o.Store.ReleaseLease(rctx, r.leaseKey, r.epoch)
+		}
 		for ch := range r.subs {
 			delete(r.subs, ch)
 			close(ch)
 		}
 		r.mu.Unlock()
 		close(r.done)
+		r.m.mu.Lock()
+		delete(r.m.runs, r.id) // the store has it from now on
+		r.m.mu.Unlock()
 		log.Info().Str("status", string(r.Snapshot().Status)).Msg("run ended")
 	}()
 	if err := r.drive(ctx, prompt, model); err != nil {
 		if ctx.Err() != nil && r.Snapshot().Status == StatusStopped {
 			return
+		}
+		r.mu.Lock()
+		fenced := r.fenced
+		r.mu.Unlock()
+		if fenced {
+			return // another holder owns the bot now; nothing to write
 		}
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			err = fmt.Errorf("the run took longer than %s", r.m.o.TurnTimeout)
@@ -313,12 +515,13 @@ func (r *Run) run(ctx context.Context, prompt, model string) {
 
 func (r *Run) drive(ctx context.Context, prompt, model string) error {
 	o := r.m.o
+	agentURL := "ws" + strings.TrimPrefix(r.botd.BaseURL(), "http") + "/agent"
 	// The bot's own folder is the thread's working directory.
 	cwd, err := r.botDir(ctx)
 	if err != nil {
 		return fmt.Errorf("prepare the bot's folder: %w", err)
 	}
-	conn, err := codexrpc.Dial(ctx, o.AgentURL, http.Header{"Authorization": {"Bearer " + o.Botd.Token()}}, r)
+	conn, err := codexrpc.Dial(ctx, agentURL, http.Header{"Authorization": {"Bearer " + r.botd.Token()}}, r)
 	if err != nil {
 		return err
 	}
@@ -352,6 +555,7 @@ func (r *Run) drive(ctx context.Context, prompt, model string) error {
 	}
 	r.mu.Lock()
 	r.snap.ThreadID, r.snap.TurnID = ts.Thread.ID, turn.Turn.ID
+	r.persistLocked(store.RunUpdate{ThreadID: &ts.Thread.ID, TurnID: &turn.Turn.ID})
 	r.mu.Unlock()
 	r.setStatus(StatusRunning, "")
 
@@ -384,10 +588,10 @@ func (r *Run) drive(ctx context.Context, prompt, model string) error {
 // botDir makes sure bots/<bot-id> exists and returns its absolute path.
 func (r *Run) botDir(ctx context.Context) (string, error) {
 	rel := "bots/" + r.botID
-	if _, err := r.m.o.Botd.Exec(ctx, client.ExecRequest{Argv: []string{"mkdir", "-p", rel}}); err != nil {
+	if _, err := r.botd.Exec(ctx, client.ExecRequest{Argv: []string{"mkdir", "-p", rel}}); err != nil {
 		return "", err
 	}
-	res, err := r.m.o.Botd.Exec(ctx, client.ExecRequest{Argv: []string{"pwd", "-P"}, Cwd: rel})
+	res, err := r.botd.Exec(ctx, client.ExecRequest{Argv: []string{"pwd", "-P"}, Cwd: rel})
 	if err != nil {
 		return "", err
 	}
@@ -411,6 +615,7 @@ func (r *Run) waitTakeover(ctx context.Context, screen, reason string) error {
 	r.takeover = ch
 	r.snap.Status = StatusWaitingTakeover
 	r.snap.Takeover = reason
+	r.persistLocked(store.RunUpdate{State: ptr(string(StatusWaitingTakeover))})
 	r.emitLocked("status", map[string]string{"status": string(StatusWaitingTakeover), "screen": screen, "reason": reason})
 	r.mu.Unlock()
 	select {
