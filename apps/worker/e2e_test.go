@@ -107,7 +107,7 @@ func startComputer(t testing.TB, modelURL string, displayBase int) *computer {
 }
 
 // startComputerWith builds and starts botd with Codex using prov.
-func startComputerWith(t testing.TB, prov provider, displayBase int) *computer {
+func startComputerWith(t testing.TB, prov provider, displayBase int, env ...string) *computer {
 	t.Helper()
 	requireIntegration(t, "codex", "Xvfb", "chromium", "x11vnc")
 	dir, err := os.MkdirTemp("", "e2e-")
@@ -138,6 +138,7 @@ stream_max_retries = 0
 		"CODEX_CONFIG_EXTRA_FILE="+extra, "CODEX_ENV_PASS="+prov.KeyEnv, prov.KeyEnv+"="+prov.Key,
 		"MAX_SCREENS=2",
 	)
+	c.cmd.Env = append(c.cmd.Env, env...) // later entries win
 	c.cmd.Stdout, c.cmd.Stderr = c.logs, c.logs
 	require.NoError(t, c.cmd.Start())
 	done := make(chan struct{})
