@@ -304,8 +304,8 @@ func TestWorkerKilledMidRun(t *testing.T) {
 	tokFile := filepath.Join(dir, "botd-token")
 	require.NoError(t, os.WriteFile(tokFile, []byte(c.token+"\n"), 0o600))
 	var created struct {
-		Computer struct{ ID string } `json:"computer"`
-		Capability string            `json:"capability"`
+		Computer   struct{ ID string } `json:"computer"`
+		Capability string              `json:"capability"`
 	}
 	require.Equal(t, http.StatusCreated, post(t, env.url+"/v1/computers", token, map[string]any{
 		"scope": map[string]string{"team": "t1"}, "provider": "attach", "attach": map[string]string{"url": c.url, "tokenFile": tokFile}}, &created))
