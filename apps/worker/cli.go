@@ -127,10 +127,11 @@ func (c cliComputer) scope() string {
 	return "session:" + c.Scope.Session
 }
 
-const computersUsage = `usage: worker computers <create|list|add-bot|stop|start|destroy> [flags]
+const computersUsage = `usage: worker computers <create|list|adopt|add-bot|stop|start|destroy> [flags]
   create  [--team T | --session S | --account] [--kind team|private] [--provider KIND]
           [--attach-url URL --attach-token-file FILE]   prints the capability once
   list
+  adopt ID   a new capability (the old one stops working; a restart forgets them all)
   add-bot  --capability C ID BOT
   stop|start|destroy --capability C ID
 common flags: --url (WORKER_URL) --json; the token: WORKER_TOKEN(_FILE) or DATA_DIR/worker-token
@@ -228,6 +229,20 @@ func runComputers(ctx context.Context, args []string) error {
 		}
 		if !c.asJSON {
 			fmt.Printf("bot %s added: works in %s, screen %s\n", out.Bot.ID, out.Bot.Dir, out.Bot.Screen)
+		}
+		return nil
+	case "adopt":
+		if err := needID(1); err != nil {
+			return err
+		}
+		var out struct {
+			Capability string `json:"capability"`
+		}
+		if err := c.call(ctx, "POST", "/v1/computers/"+pos[0]+"/adopt", nil, &out); err != nil {
+			return err
+		}
+		if !c.asJSON {
+			fmt.Printf("new capability for %s (the old one no longer works):\n%s\n", pos[0], out.Capability)
 		}
 		return nil
 	case "stop", "start", "destroy":
