@@ -311,10 +311,33 @@ func TestWorkerKilledMidRun(t *testing.T) {
 		"scope": map[string]string{"team": "t1"}, "provider": "attach", "attach": map[string]string{"url": c.url, "tokenFile": tokFile}}, &created))
 	env.computer, env.capa = created.Computer.ID, created.Capability
 	require.Equal(t, http.StatusCreated, env.do(t, "POST", "/bots", map[string]string{"id": "alice"}, nil))
+	require.Equal(t, http.StatusCreated, env.do(t, "POST", "/bots", map[string]string{"id": "bob"}, nil))
+	// Two Team bots work at once, each on its own screen.
 	runID := env.startRun(t, "alice", "look")
-	waitFor(t, "the run to be mid-turn", 3*time.Minute, func() bool {
-		return len(env.getRun(t, runID).ToolCalls) >= 1 && model.Requests() >= 2
+	bobRun := env.startRun(t, "bob", "look")
+	waitFor(t, "both runs to be mid-turn", 3*time.Minute, func() bool {
+		a, b := env.getRun(t, runID), env.getRun(t, bobRun)
+		return len(a.ToolCalls) >= 1 && len(b.ToolCalls) >= 1 && model.Requests() >= 4
 	})
+	for _, id := range []string{runID, bobRun} {
+		s := env.getRun(t, id)
+		require.Equal(t, runs.StatusRunning, s.Status)
+		require.True(t, s.ToolCalls[0].Success, "%s: %s", s.BotID, s.ToolCalls[0].Output)
+	}
+	var screens struct {
+		Screens []struct {
+			ID    string `json:"id"`
+			Lease *struct {
+				Kind string `json:"kind"`
+			} `json:"lease"`
+		} `json:"screens"`
+	}
+	getJSON(t, c.url+"/screens", c.token, &screens)
+	leased := map[string]bool{}
+	for _, sc := range screens.Screens {
+		leased[sc.ID] = sc.Lease != nil
+	}
+	require.Equal(t, map[string]bool{"alice": true, "bob": true}, leased, "two distinct screens, both held")
 	require.NoError(t, w1.Process.Signal(syscall.SIGKILL))
 	_ = w1.Wait()
 
@@ -327,10 +350,12 @@ func TestWorkerKilledMidRun(t *testing.T) {
 	require.Equal(t, http.StatusOK, st, body)
 	require.NoError(t, json.Unmarshal([]byte(body), &adopted))
 	env.capa = adopted.Capability
-	snap := env.getRun(t, runID)
-	require.Equal(t, runs.StatusFailed, snap.Status)
-	require.Contains(t, snap.Error, "the worker restarted")
-	require.Len(t, snap.ToolCalls, 1, "the events recorded before the kill survive")
+	for _, id := range []string{runID, bobRun} {
+		snap := env.getRun(t, id)
+		require.Equal(t, runs.StatusFailed, snap.Status)
+		require.Contains(t, snap.Error, "the worker restarted")
+		require.Len(t, snap.ToolCalls, 1, "the events recorded before the kill survive")
+	}
 	var comp struct {
 		Computer struct{ State string } `json:"computer"`
 	}
