@@ -106,7 +106,7 @@ func (f *fixture) create(t *testing.T, body any) (int, string, string) {
 	t.Helper()
 	st, out := f.req(t, "POST", "/v1/computers", token, "", body)
 	var c struct {
-		Computer struct{ ID string } `json:"computer"`
+		Computer   struct{ ID string } `json:"computer"`
 		Capability string
 	}
 	_ = json.Unmarshal([]byte(out), &c)
