@@ -206,6 +206,7 @@ func newWorker(ctx context.Context, c serveConfig, log zerolog.Logger) (*worker,
 		if err := comps.Reconcile(context.WithoutCancel(ctx)); err != nil {
 			log.Warn().Err(err).Msg("reconcile computers")
 		}
+		comps.Watch(ctx, 30*time.Second)
 	}()
 	h := httpapi.Handler(httpapi.Options{Token: c.Token, Computers: comps, Runs: m, Log: log.With().Str("sub", "api").Logger()})
 	return &worker{Store: st, Computers: comps, Runs: m, Handler: h}, nil

@@ -254,8 +254,19 @@ func (s *Service) spec(c store.Computer) (providers.Spec, error) {
 	return spec, nil
 }
 
+// ConnectTimeout bounds a reconnect made for a request; Reconcile gives a
+// booting machine longer (ReconcileTimeout).
+const (
+	ConnectTimeout   = 20 * time.Second
+	ReconcileTimeout = 90 * time.Second
+)
+
 // connect reconnects a computer's machine and records it running.
 func (s *Service) connect(ctx context.Context, c store.Computer) (providers.Machine, error) {
+	return s.connectWithin(ctx, c, ConnectTimeout)
+}
+
+func (s *Service) connectWithin(ctx context.Context, c store.Computer, d time.Duration) (providers.Machine, error) {
 	p, ok := s.o.Providers[c.Provider]
 	if !ok {
 		err := fmt.Errorf("%w %q: this worker has no such provider", providers.ErrUnknownKind, c.Provider)
@@ -267,7 +278,7 @@ func (s *Service) connect(ctx context.Context, c store.Computer) (providers.Mach
 		s.fail(c.ID, err)
 		return nil, err
 	}
-	rctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	rctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	m, err := p.Reconnect(rctx, c.ProviderRef, spec)
 	if err != nil {
@@ -473,14 +484,48 @@ func (s *Service) Reconcile(ctx context.Context) error {
 					s.fail(c.ID, errors.New("the worker stopped while this computer was being created; recover makes it"))
 					return
 				}
-				_, _ = s.connect(ctx, c)
+				_, _ = s.connectWithin(ctx, c, ReconcileTimeout)
 			}()
-		case !c.StateDeadline.IsZero() && time.Now().After(c.StateDeadline):
-			s.fail(c.ID, fmt.Errorf("stuck in %s past its deadline", c.ObservedState))
 		}
 	}
 	wg.Wait()
 	return nil
+}
+
+// SweepDeadlines moves every computer whose transitional state outlived its
+// deadline to error, with the reason, so nothing stays "starting" forever;
+// recover (start) is the way out.
+func (s *Service) SweepDeadlines(ctx context.Context) error {
+	cs, err := s.o.Store.ListComputers(ctx)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	for _, c := range cs {
+		switch c.ObservedState {
+		case store.StateCreating, store.StateStarting, store.StateStopping, store.StateDestroying:
+			if !c.StateDeadline.IsZero() && now.After(c.StateDeadline) {
+				s.fail(c.ID, fmt.Errorf("stuck in %s past its deadline; recover retries", c.ObservedState))
+			}
+		}
+	}
+	return nil
+}
+
+// Watch sweeps deadlines every interval until ctx ends.
+func (s *Service) Watch(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := s.SweepDeadlines(ctx); err != nil {
+				s.o.Log.Warn().Err(err).Msg("sweep computer deadlines")
+			}
+		}
+	}
 }
 
 // Botd returns the botd client of computer id's machine.
