@@ -60,6 +60,10 @@ func newFixture(t *testing.T) *fixture {
 	dir := t.TempDir()
 	st, err := store.OpenSQLite(t.Context(), filepath.Join(dir, "worker.db"))
 	require.NoError(t, err)
+	return newFixtureOn(t, dir, st)
+}
+
+func newFixtureOn(t *testing.T, dir string, st store.Store) *fixture {
 	t.Cleanup(func() { st.Close() })
 	sealer, err := secret.LoadOrCreate(filepath.Join(dir, "secret.key"))
 	require.NoError(t, err)
