@@ -366,4 +366,29 @@ func TestWorkerKilledMidRun(t *testing.T) {
 	// The bot is free again.
 	run2 := env.startRun(t, "alice", "again")
 	require.Equal(t, http.StatusOK, env.do(t, "POST", "/runs/"+run2+"/stop", nil, nil))
+
+	// The CLI people use says the same, readable or as JSON.
+	cli := func(args ...string) string {
+		cmd := exec.Command(bin, args...)
+		cmd.Env = append(os.Environ(), "WORKER_URL="+env.url, "WORKER_TOKEN="+token, "WORKER_CAPABILITY="+env.capa)
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "worker %v: %s", args, out)
+		return string(out)
+	}
+	out = []byte(cli("computers", "list"))
+	require.Regexp(t, env.computer+`\s+team\s+attach\s+team:t1\s+running`, string(out))
+	require.NotContains(t, string(out), env.capa)
+	var listed struct {
+		Computers []struct{ ID, State string } `json:"computers"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(cli("computers", "list", "--json")), &listed))
+	require.Equal(t, env.computer, listed.Computers[0].ID)
+	watched := cli("runs", "watch", "--computer", env.computer, runID)
+	require.Contains(t, watched, "run ended: failed (the worker restarted")
+	require.Contains(t, cli("runs", "stop", "--computer", env.computer, run2), "is stopped")
+	bad := exec.Command(bin, "runs", "start", "--computer", env.computer, "--bot", "alice", "--prompt", "")
+	bad.Env = append(os.Environ(), "WORKER_URL="+env.url, "WORKER_TOKEN="+token, "WORKER_CAPABILITY=wrong")
+	out, err = bad.CombinedOutput()
+	require.Error(t, err)
+	require.Contains(t, string(out), "no such computer (404 not_found)")
 }
