@@ -363,6 +363,22 @@ func TestWorkerKilledMidRun(t *testing.T) {
 		env.do(t, "GET", "", nil, &comp)
 		return comp.Computer.State == "running"
 	})
+	// The dead runs' screen leases are given back (well before botd's
+	// 120 s lease TTL would have freed them).
+	waitFor(t, "the dead runs' screen leases to be released", 60*time.Second, func() bool {
+		var now struct {
+			Screens []struct {
+				Lease *struct{ Holder string } `json:"lease"`
+			} `json:"screens"`
+		}
+		getJSON(t, c.url+"/screens", c.token, &now)
+		for _, sc := range now.Screens {
+			if sc.Lease != nil {
+				return false
+			}
+		}
+		return true
+	})
 	// The bot is free again.
 	run2 := env.startRun(t, "alice", "again")
 	require.Equal(t, http.StatusOK, env.do(t, "POST", "/runs/"+run2+"/stop", nil, nil))

@@ -339,8 +339,42 @@ func (m *Manager) Recover(ctx context.Context) error {
 		}
 		_ = m.o.Store.ReleaseLease(ctx, sr.LeaseKey, lease.Epoch)
 		m.o.Log.Info().Str("run", sr.ID).Str("bot", sr.BotID).Msg("run left by a previous worker failed with the reason")
+		go m.releaseScreens(context.WithoutCancel(ctx), sr.ComputerID, "run-"+sr.ID)
 	}
 	return nil
+}
+
+// releaseScreens gives back the botd screen leases a dead run held, so its
+// bot's screens are free now rather than when the leases expire. botd hands
+// the same holder its own lease back, which is then released.
+func (m *Manager) releaseScreens(ctx context.Context, computerID, holder string) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	botd, _, err := m.o.Computers.Botd(ctx, computerID)
+	if err != nil {
+		return
+	}
+	var list struct {
+		Screens []struct {
+			ID    string `json:"id"`
+			Lease *struct {
+				Kind   string `json:"kind"`
+				Holder string `json:"holder"`
+			} `json:"lease"`
+		} `json:"screens"`
+	}
+	if err := botd.Do(ctx, http.MethodGet, "/screens", nil, &list); err != nil {
+		return
+	}
+	for _, sc := range list.Screens {
+		if sc.Lease == nil || sc.Lease.Holder != holder || sc.Lease.Kind != "agent" {
+			continue
+		}
+		if l, err := botd.AcquireLease(ctx, sc.ID, "agent", holder, tools.LeaseTTL); err == nil {
+			_ = botd.ReleaseLease(ctx, sc.ID, l.LeaseID)
+			m.o.Log.Info().Str("screen", sc.ID).Msg("released a dead run's screen lease")
+		}
+	}
 }
 
 func ptr[T any](v T) *T { return &v }
