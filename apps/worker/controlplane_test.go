@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -75,15 +76,30 @@ func raw(t testing.TB, method, url, token, capa string, body any) (int, string) 
 	return resp.StatusCode, buf.String()
 }
 
-// hangingModel observes once, then "thinks" until the test ends.
-func hangingModel(t testing.TB) (*mockmodel.Server, string) {
+// hangingModel observes once, then "thinks" until the test ends: the
+// first hangs requests after an observation hang (-1: all of them); later
+// ones answer "resumed and done".
+func hangingModel(t testing.TB, hangs ...int) (*mockmodel.Server, string) {
 	hang := make(chan struct{})
+	left := -1
+	if len(hangs) > 0 {
+		left = hangs[0]
+	}
+	var mu sync.Mutex
 	model := mockmodel.New(func(outs []mockmodel.Output) mockmodel.Step {
 		if len(outs) == 0 {
 			return mockmodel.Step{Tool: "computer_observe", Args: map[string]any{}}
 		}
-		<-hang
-		return mockmodel.Step{Message: "done"}
+		mu.Lock()
+		wait := left != 0
+		if left > 0 {
+			left--
+		}
+		mu.Unlock()
+		if wait {
+			<-hang
+		}
+		return mockmodel.Step{Message: "resumed and done"}
 	})
 	srv := httptest.NewServer(model)
 	t.Cleanup(srv.Close)
@@ -262,12 +278,14 @@ func startWorkerOnSame(t testing.TB, env *workerEnv, c *computer) string {
 	return created.Capability
 }
 
-// TestWorkerKilledMidRun: a worker process SIGKILLed while a run is running,
-// then started again on the same DATA_DIR: the run is failed with the
-// reason (not left running), its bot is free for a new run, and the old
-// capability no longer works (adopt mints a new one).
+// TestWorkerKilledMidRun: a worker process SIGKILLed while two Team bots'
+// runs are mid-turn, then started again on the same DATA_DIR: each run's
+// Codex thread is resumed (the orphaned turn interrupted, a new turn
+// started) and completes; nothing is left running; the dead process's screen
+// leases are given back; the old capability no longer works (adopt mints a
+// new one).
 func TestWorkerKilledMidRun(t *testing.T) {
-	model, modelURL := hangingModel(t)
+	model, modelURL := hangingModel(t, 2) // the two turns the kill interrupts
 	c := startComputerWith(t, scripted(modelURL), 402, "VNC_PORT_BASE=31200", "VIEW_PORT_BASE=31300")
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "worker")
@@ -351,10 +369,12 @@ func TestWorkerKilledMidRun(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(body), &adopted))
 	env.capa = adopted.Capability
 	for _, id := range []string{runID, bobRun} {
-		snap := env.getRun(t, id)
-		require.Equal(t, runs.StatusFailed, snap.Status)
-		require.Contains(t, snap.Error, "the worker restarted")
-		require.Len(t, snap.ToolCalls, 1, "the events recorded before the kill survive")
+		final, events := waitRun(t, env, id, 3*time.Minute)
+		require.Equal(t, runs.StatusCompleted, final.Status, "run %s: %s", id, final.Error)
+		require.Equal(t, "resumed and done", final.Message)
+		require.Contains(t, events, "resumed")
+		require.Len(t, final.ToolCalls, 1, "the events recorded before the kill survive")
+		require.True(t, final.ToolCalls[0].Success)
 	}
 	var comp struct {
 		Computer struct{ State string } `json:"computer"`
@@ -400,7 +420,8 @@ func TestWorkerKilledMidRun(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(cli("computers", "list", "--json")), &listed))
 	require.Equal(t, env.computer, listed.Computers[0].ID)
 	watched := cli("runs", "watch", "--computer", env.computer, runID)
-	require.Contains(t, watched, "run ended: failed (the worker restarted")
+	require.Contains(t, watched, "run ended: completed")
+	require.Contains(t, watched, "resumed")
 	require.Contains(t, cli("runs", "stop", "--computer", env.computer, run2), "is stopped")
 	bad := exec.Command(bin, "runs", "start", "--computer", env.computer, "--bot", "alice", "--prompt", "")
 	bad.Env = append(os.Environ(), "WORKER_URL="+env.url, "WORKER_TOKEN="+token, "WORKER_CAPABILITY=wrong")

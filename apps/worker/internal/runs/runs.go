@@ -154,6 +154,9 @@ type Run struct {
 	cancel     context.CancelFunc
 	// fenced is set when the store refused a write as stale: the run stops.
 	fenced bool
+	// resumed: a previous worker process started this run; screen leases it
+	// took under the run's holder name are given back at the end too.
+	resumed bool
 
 	// mu guards everything below.
 	mu        sync.Mutex
@@ -212,14 +215,14 @@ func (m *Manager) Start(ctx context.Context, computerID string, req StartRequest
 	rctx, cancel := context.WithTimeout(context.Background(), m.o.TurnTimeout)
 	r := &Run{m: m, id: id, botID: req.BotID, computerID: c.ID, botd: botd, leaseKey: key, epoch: lease.Epoch,
 		session: sess, cancel: cancel, subs: map[chan Event]struct{}{},
-		done: make(chan struct{}), turnDone: make(chan codexrpc.Turn, 1),
+		done: make(chan struct{}), turnDone: make(chan codexrpc.Turn, 4),
 		snap: Snapshot{ID: id, ComputerID: c.ID, BotID: req.BotID, Status: StatusQueued, StartedAt: time.Now().UTC(), ToolCalls: []ToolCall{}}}
 	sess.Takeover = r.waitTakeover
 	m.mu.Lock()
 	m.runs[id] = r
 	m.mu.Unlock()
 	go r.renew(rctx)
-	go r.run(rctx, req.Prompt, model)
+	go r.run(rctx, func(ctx context.Context) error { return r.drive(ctx, req.Prompt, model) })
 	return r, nil
 }
 
@@ -314,9 +317,12 @@ func (m *Manager) StoredEvents(ctx context.Context, id string) ([]Event, error) 
 }
 
 // Recover runs at start, before the API serves: no run stays running
-// forever. Each run a previous worker left unfinished is fenced (its lease
-// re-taken by the same holder, bumping the epoch, so a zombie writer is
-// refused) and failed with the reason; its lease is then released.
+// forever. Each run a previous worker left unfinished is fenced first (its
+// lease re-taken by the same holder, bumping the epoch, so a zombie writer
+// is refused). A run whose Codex thread had started is resumed: the thread
+// is picked up again, the orphaned turn interrupted and a new turn tells the
+// model the worker restarted. Any other (or one whose resume fails) is
+// failed with the reason and its lease released.
 func (m *Manager) Recover(ctx context.Context) error {
 	left, err := m.o.Store.ListRuns(ctx, "", string(StatusQueued), string(StatusRunning), string(StatusWaitingTakeover))
 	if err != nil {
@@ -326,6 +332,10 @@ func (m *Manager) Recover(ctx context.Context) error {
 		lease, err := m.o.Store.AcquireLease(ctx, sr.LeaseKey, sr.ID, LeaseTTL)
 		if err != nil {
 			m.o.Log.Warn().Str("run", sr.ID).Err(err).Msg("cannot fence a run left running; another holder has its bot")
+			continue
+		}
+		if sr.ThreadID != "" && m.o.Computers != nil {
+			m.resume(sr, lease)
 			continue
 		}
 		msg := "the worker restarted while this run was " + sr.State + "; the run was not resumed"
@@ -344,10 +354,61 @@ func (m *Manager) Recover(ctx context.Context) error {
 	return nil
 }
 
+// resume brings back a run a previous worker left mid-turn, under its new
+// epoch, with its recorded events; failing that, it fails the run with the
+// reason.
+func (m *Manager) resume(sr store.Run, lease store.Lease) {
+	ctx, cancel := context.WithTimeout(context.Background(), m.o.TurnTimeout)
+	r := &Run{m: m, id: sr.ID, botID: sr.BotID, computerID: sr.ComputerID, leaseKey: sr.LeaseKey, epoch: lease.Epoch,
+		cancel: cancel, resumed: true, subs: map[chan Event]struct{}{}, done: make(chan struct{}), turnDone: make(chan codexrpc.Turn, 4),
+		snap: Snapshot{ID: sr.ID, ComputerID: sr.ComputerID, BotID: sr.BotID, Status: Status(sr.State), ThreadID: sr.ThreadID,
+			TurnID: sr.TurnID, StartedAt: sr.CreatedAt, ToolCalls: []ToolCall{}}}
+	if evs, err := m.StoredEvents(ctx, sr.ID); err == nil {
+		r.events = evs
+		for _, e := range evs {
+			if raw, ok := e.Data.(json.RawMessage); ok && e.Type == "tool_result" {
+				var tc ToolCall
+				if json.Unmarshal(raw, &tc) == nil {
+					r.snap.ToolCalls = append(r.snap.ToolCalls, tc)
+				}
+			}
+		}
+	}
+	m.mu.Lock()
+	m.runs[r.id] = r
+	m.mu.Unlock()
+	go r.renew(ctx)
+	go r.run(ctx, func(ctx context.Context) error {
+		botd, machine, err := m.o.Computers.Botd(ctx, sr.ComputerID)
+		if err != nil {
+			return fmt.Errorf("the worker restarted mid-run and the computer did not answer: %w", err)
+		}
+		sess, err := tools.NewSession(botd, sr.BotID, "run-"+sr.ID)
+		if err != nil {
+			return err
+		}
+		sess.CheckScreen = machine.CheckScreen
+		sess.Takeover = r.waitTakeover
+		r.mu.Lock()
+		r.botd, r.session = botd, sess
+		r.mu.Unlock()
+		// The dead process's screen leases were held by this same holder:
+		// botd hands them back to the session on first use.
+		if err := r.driveResumed(ctx, sr.Prompt, sr.ThreadID, sr.TurnID); err != nil {
+			return fmt.Errorf("the worker restarted mid-run; resuming its Codex thread failed: %w", err)
+		}
+		return nil
+	})
+	m.o.Log.Info().Str("run", sr.ID).Str("bot", sr.BotID).Str("thread", sr.ThreadID).Msg("resuming a run a previous worker left mid-turn")
+}
+
 // releaseScreens gives back the botd screen leases a dead run held, so its
 // bot's screens are free now rather than when the leases expire. botd hands
 // the same holder its own lease back, which is then released.
 func (m *Manager) releaseScreens(ctx context.Context, computerID, holder string) {
+	if m.o.Computers == nil {
+		return
+	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	botd, _, err := m.o.Computers.Botd(ctx, computerID)
@@ -500,12 +561,17 @@ func (r *Run) setStatus(s Status, errMsg string) {
 }
 
 // run is the run's whole life.
-func (r *Run) run(ctx context.Context, prompt, model string) {
+func (r *Run) run(ctx context.Context, drive func(context.Context) error) {
 	log := r.m.o.Log.With().Str("run", r.id).Str("bot", r.botID).Logger()
 	defer func() {
 		rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		r.session.Release(rctx)
+		if r.session != nil {
+			r.session.Release(rctx)
+		}
+		if r.resumed {
+			r.m.releaseScreens(rctx, r.computerID, "run-"+r.id)
+		}
 		r.cancel()
 		r.mu.Lock()
 		now := time.Now().UTC()
@@ -529,7 +595,7 @@ func (r *Run) run(ctx context.Context, prompt, model string) {
 		r.m.mu.Unlock()
 		log.Info().Str("status", string(r.Snapshot().Status)).Msg("run ended")
 	}()
-	if err := r.drive(ctx, prompt, model); err != nil {
+	if err := drive(ctx); err != nil {
 		if ctx.Err() != nil && r.Snapshot().Status == StatusStopped {
 			return
 		}
@@ -547,29 +613,40 @@ func (r *Run) run(ctx context.Context, prompt, model string) {
 	}
 }
 
-func (r *Run) drive(ctx context.Context, prompt, model string) error {
-	o := r.m.o
+// open prepares the bot's folder (the thread's working directory) and an
+// initialized connection to the computer's Codex app-server.
+func (r *Run) open(ctx context.Context) (*codexrpc.Conn, string, error) {
 	agentURL := "ws" + strings.TrimPrefix(r.botd.BaseURL(), "http") + "/agent"
-	// The bot's own folder is the thread's working directory.
 	cwd, err := r.botDir(ctx)
 	if err != nil {
-		return fmt.Errorf("prepare the bot's folder: %w", err)
+		return nil, "", fmt.Errorf("prepare the bot's folder: %w", err)
 	}
 	conn, err := codexrpc.Dial(ctx, agentURL, http.Header{"Authorization": {"Bearer " + r.botd.Token()}}, r)
 	if err != nil {
-		return err
+		return nil, "", err
 	}
-	defer conn.Close()
 	var initRes json.RawMessage
 	if err := conn.Call(ctx, codexrpc.MethodInitialize, codexrpc.InitializeParams{
 		ClientInfo:   codexrpc.ClientInfo{Name: "open-bot-worker", Version: "0.1.0", Title: "open-bot worker"},
 		Capabilities: codexrpc.InitializeCapabilities{ExperimentalAPI: true},
 	}, &initRes); err != nil {
-		return err
+		conn.Close()
+		return nil, "", err
 	}
 	if err := conn.Notify(ctx, codexrpc.MethodInitialized, nil); err != nil {
+		conn.Close()
+		return nil, "", err
+	}
+	return conn, cwd, nil
+}
+
+func (r *Run) drive(ctx context.Context, prompt, model string) error {
+	o := r.m.o
+	conn, cwd, err := r.open(ctx)
+	if err != nil {
 		return err
 	}
+	defer conn.Close()
 	specs := make([]codexrpc.DynamicToolSpec, 0, len(tools.All))
 	for _, t := range tools.All {
 		specs = append(specs, codexrpc.DynamicToolSpec{Type: "function", Name: t.Name, Description: t.Description, InputSchema: json.RawMessage(t.Schema)})
@@ -581,41 +658,80 @@ func (r *Run) drive(ctx context.Context, prompt, model string) error {
 	}, &ts); err != nil {
 		return err
 	}
+	return r.turn(ctx, conn, ts.Thread.ID, prompt)
+}
+
+// resumeText is the new turn a resumed run starts with.
+func resumeText(prompt string) string {
+	return "The open-bot worker restarted while you were working on this task, so your last step may not have " +
+		"finished: take a screenshot or check the files to see where things stand, then continue. The task was:\n\n" + prompt
+}
+
+// driveResumed picks up the Codex thread a previous worker process left
+// mid-turn: resume the thread, interrupt the orphaned turn, and start a
+// new turn that tells the model what happened.
+func (r *Run) driveResumed(ctx context.Context, prompt, threadID, oldTurn string) error {
+	conn, cwd, err := r.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	var tr codexrpc.ThreadResumeResponse
+	if err := conn.Call(ctx, codexrpc.MethodThreadResume, codexrpc.ThreadResumeParams{ThreadID: threadID, ModelProvider: r.m.o.ModelProvider,
+		Cwd: cwd, ApprovalPolicy: "never", Sandbox: "danger-full-access", ExcludeTurns: true}, &tr); err != nil {
+		return fmt.Errorf("resume Codex thread %s: %w", threadID, err)
+	}
+	if oldTurn != "" {
+		ictx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_ = conn.Call(ictx, codexrpc.MethodTurnInterrupt, codexrpc.TurnInterruptParams{ThreadID: threadID, TurnID: oldTurn}, nil)
+		cancel()
+	}
+	r.emit("resumed", map[string]string{"threadId": threadID, "interruptedTurn": oldTurn})
+	return r.turn(ctx, conn, threadID, resumeText(prompt))
+}
+
+// turn starts a turn on the thread and follows it to its end.
+func (r *Run) turn(ctx context.Context, conn *codexrpc.Conn, threadID, text string) error {
 	var turn codexrpc.TurnStartResponse
 	if err := conn.Call(ctx, codexrpc.MethodTurnStart, codexrpc.TurnStartParams{
-		ThreadID: ts.Thread.ID, Input: []codexrpc.UserInput{{Type: "text", Text: prompt}},
+		ThreadID: threadID, Input: []codexrpc.UserInput{{Type: "text", Text: text}},
 	}, &turn); err != nil {
 		return err
 	}
 	r.mu.Lock()
-	r.snap.ThreadID, r.snap.TurnID = ts.Thread.ID, turn.Turn.ID
-	r.persistLocked(store.RunUpdate{ThreadID: &ts.Thread.ID, TurnID: &turn.Turn.ID})
+	r.snap.ThreadID, r.snap.TurnID = threadID, turn.Turn.ID
+	r.persistLocked(store.RunUpdate{ThreadID: &threadID, TurnID: &turn.Turn.ID})
 	r.mu.Unlock()
 	r.setStatus(StatusRunning, "")
 
-	select {
-	case t := <-r.turnDone:
-		switch t.Status {
-		case "completed":
-			r.setStatus(StatusCompleted, "")
-			return nil
-		case "interrupted":
-			r.setStatus(StatusStopped, "the turn was interrupted")
-			return nil
-		default:
-			msg := "the turn failed"
-			if t.Error != nil && t.Error.Message != "" {
-				msg += ": " + t.Error.Message
+	for {
+		select {
+		case t := <-r.turnDone:
+			if t.ID != "" && t.ID != turn.Turn.ID {
+				continue // an older turn's end (e.g. the one a resume interrupted)
 			}
-			return errors.New(msg)
+			switch t.Status {
+			case "completed":
+				r.setStatus(StatusCompleted, "")
+				return nil
+			case "interrupted":
+				r.setStatus(StatusStopped, "the turn was interrupted")
+				return nil
+			default:
+				msg := "the turn failed"
+				if t.Error != nil && t.Error.Message != "" {
+					msg += ": " + t.Error.Message
+				}
+				return errors.New(msg)
+			}
+		case <-conn.Done():
+			return fmt.Errorf("the Codex app-server went away mid-turn (%v)", conn.Err())
+		case <-ctx.Done():
+			ictx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = conn.Call(ictx, codexrpc.MethodTurnInterrupt, codexrpc.TurnInterruptParams{ThreadID: threadID, TurnID: turn.Turn.ID}, nil)
+			cancel()
+			return ctx.Err()
 		}
-	case <-conn.Done():
-		return fmt.Errorf("the Codex app-server went away mid-turn (%v)", conn.Err())
-	case <-ctx.Done():
-		ictx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_ = conn.Call(ictx, codexrpc.MethodTurnInterrupt, codexrpc.TurnInterruptParams{ThreadID: ts.Thread.ID, TurnID: turn.Turn.ID}, nil)
-		cancel()
-		return ctx.Err()
 	}
 }
 

@@ -116,3 +116,26 @@ func TestFencedRunStops(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "running", got.State, "the stale run could not complete itself")
 }
+
+// TestRecoverFailsWhatCannotResume: a run left queued (no Codex thread yet)
+// by a dead worker is failed with the reason at start, under a new epoch,
+// and its bot's lease is free again.
+func TestRecoverFailsWhatCannotResume(t *testing.T) {
+	_, st := newTestRun(t, ApproveNone)
+	ctx := t.Context()
+	old, err := st.GetLease(ctx, "team:t/alice")
+	require.NoError(t, err)
+	m := NewManager(Options{Store: st, Log: zerolog.Nop()})
+	require.NoError(t, m.Recover(ctx))
+	got, err := st.GetRun(ctx, "r1")
+	require.NoError(t, err)
+	require.Equal(t, string(StatusFailed), got.State)
+	require.Contains(t, got.Error, "the worker restarted while this run was running; the run was not resumed")
+	require.Greater(t, got.Epoch, old.Epoch, "written under a new epoch")
+	l, err := st.AcquireLease(ctx, "team:t/alice", "r2", time.Minute)
+	require.NoError(t, err, "the bot is free")
+	require.Greater(t, l.Epoch, got.Epoch)
+	// The old epoch can write nothing now.
+	_, err = st.AppendEvent(ctx, "r1", old.Epoch, "status", []byte(`{}`))
+	require.ErrorIs(t, err, store.ErrStaleEpoch)
+}
