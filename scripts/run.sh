@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # run.sh — `make run`: start the computer with sensible defaults.
 #
-# Where a Docker engine answers: build the image and run it (API and viewer
+# Where a Docker engine answers (and RUN_MODE is not "host"): build the image and run it (API and viewer
 # ports published on loopback, /home on a named volume). Otherwise, as root on
-# Debian: provision this host and run botd on it in the foreground.
+# Debian: provision this host, run botd and the worker (the control plane,
+# SQLite under $STATE_DIR/worker) with one computer attached to that botd,
+# and print the worker URL, where its token is and how to start a first run.
 # Either way a token is generated on first run into a 0600 file and never
 # printed; this script prints where it is.
 set -euo pipefail
@@ -35,7 +37,7 @@ open-bot computer is starting.
 TXT
 }
 
-if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then
+if [ "${RUN_MODE:-}" != host ] && command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then
   IMAGE="$IMAGE" bash scripts/build-image.sh
   docker rm -f "$NAME" >/dev/null 2>&1 || true
   # The token reaches botd as a root-only file, never as an environment
@@ -67,8 +69,51 @@ fi
 bash scripts/provision.sh
 make build
 install -D -m 0755 bin/botd /opt/botd/botd
+
+# botd and the worker (SQLite under $STATE_DIR/worker) in the background;
+# the worker gets one computer attached to this botd.
+WORKER_PORT="${WORKER_PORT:-7100}"
+WORKER_URL="http://127.0.0.1:$WORKER_PORT"
+export DATA_DIR="${DATA_DIR:-$STATE_DIR/worker}"
+CAP_FILE="$STATE_DIR/capability"
+mkdir -p "$DATA_DIR"
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait; }
+trap cleanup EXIT INT TERM
+BOTD_TOKEN_FILE="$TOKEN_FILE" BOTD_LISTEN="${BOTD_LISTEN:-:$PORT}" /opt/botd/botd >>"$STATE_DIR/botd.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 1 600); do
+  curl -fsS -o /dev/null -H "Authorization: Bearer $(cat "$TOKEN_FILE")" "http://127.0.0.1:$PORT/health" 2>/dev/null && break
+  sleep 0.2
+done
+WORKER_LISTEN="127.0.0.1:$WORKER_PORT" WORKER_PROVIDER=attach bin/worker serve >>"$STATE_DIR/worker.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 1 150); do curl -fsS -o /dev/null "$WORKER_URL/healthz" 2>/dev/null && break; sleep 0.2; done
+export WORKER_URL WORKER_TOKEN_FILE="$DATA_DIR/worker-token"
+# Capabilities live in the worker's memory only: adopt the computer made on
+# an earlier run (a new capability), or create it.
+id="$(bin/worker computers list --json | sed -n 's/.*"id":"\([^"]*\)".*/\1/p' | head -1)"
+if [ -n "$id" ]; then
+  capa="$(bin/worker computers adopt --json "$id" | sed -n 's/.*"capability":"\([^"]*\)".*/\1/p')"
+else
+  out="$(bin/worker computers create --json --team local --provider attach \
+    --attach-url "http://127.0.0.1:$PORT" --attach-token-file "$TOKEN_FILE")"
+  id="$(printf '%s' "$out" | sed -n 's/.*"id":"\([^"]*\)".*/\1/p')"
+  capa="$(printf '%s' "$out" | sed -n 's/.*"capability":"\([^"]*\)".*/\1/p')"
+fi
+(umask 077 && printf '%s\n' "$capa" >"$CAP_FILE")
+WORKER_CAPABILITY="$capa" bin/worker computers add-bot "$id" alice >/dev/null 2>&1 || true
 say_how
-echo "botd runs in the foreground; Ctrl-C stops it and every process it started."
-export BOTD_TOKEN_FILE="$TOKEN_FILE"
-export BOTD_LISTEN="${BOTD_LISTEN:-:$PORT}"
-exec /opt/botd/botd
+cat <<TXT
+worker (control plane):
+  URL:         $WORKER_URL
+  token:       $DATA_DIR/worker-token   (0600)
+  computer:    $id (attached to the botd above; bot "alice" added)
+  capability:  $CAP_FILE   (0600; a worker restart forgets it, \`worker computers adopt\` mints a new one)
+  first run:   export WORKER_TOKEN_FILE=$DATA_DIR/worker-token WORKER_CAPABILITY=\$(cat $CAP_FILE)
+               bin/worker runs start --computer $id --bot alice --prompt "Open example.org and tell me its title" --watch
+               (Codex needs a model: WORKER_MODEL / WORKER_MODEL_PROVIDER and botd's CODEX_CONFIG_EXTRA_FILE)
+  logs:        $STATE_DIR/botd.log, $STATE_DIR/worker.log
+Ctrl-C stops the worker, botd and every process botd started.
+TXT
+wait -n "${pids[@]}"

@@ -12,6 +12,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -106,7 +107,7 @@ func startComputer(t testing.TB, modelURL string, displayBase int) *computer {
 }
 
 // startComputerWith builds and starts botd with Codex using prov.
-func startComputerWith(t testing.TB, prov provider, displayBase int) *computer {
+func startComputerWith(t testing.TB, prov provider, displayBase int, env ...string) *computer {
 	t.Helper()
 	requireIntegration(t, "codex", "Xvfb", "chromium", "x11vnc")
 	dir, err := os.MkdirTemp("", "e2e-")
@@ -137,6 +138,7 @@ stream_max_retries = 0
 		"CODEX_CONFIG_EXTRA_FILE="+extra, "CODEX_ENV_PASS="+prov.KeyEnv, prov.KeyEnv+"="+prov.Key,
 		"MAX_SCREENS=2",
 	)
+	c.cmd.Env = append(c.cmd.Env, env...) // later entries win
 	c.cmd.Stdout, c.cmd.Stderr = c.logs, c.logs
 	require.NoError(t, c.cmd.Start())
 	done := make(chan struct{})
@@ -180,20 +182,96 @@ func tail(s string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-// startWorker serves the worker's API in-process against c.
-func startWorker(t testing.TB, c *computer) (url, token string) {
-	return startWorkerModel(t, c, "scripted-model")
+// workerEnv is a worker served in-process with one computer attached to a
+// test botd.
+type workerEnv struct {
+	url, token     string
+	computer, capa string
+	w              *worker
+	dataDir        string
 }
 
-// startWorkerModel is startWorker with a model name.
-func startWorkerModel(t testing.TB, c *computer, model string) (url, token string) {
+// startWorker serves the worker's API in-process against c.
+func startWorker(t testing.TB, c *computer, bots ...string) *workerEnv {
+	return startWorkerModel(t, c, "scripted-model", bots...)
+}
+
+// startWorkerModel is startWorker with a model name: a fresh DATA_DIR
+// (SQLite), one Team computer attached to c, and bots added to it.
+func startWorkerModel(t testing.TB, c *computer, model string, bots ...string) *workerEnv {
 	t.Helper()
-	token = "worker-token-0123456789"
-	h, err := newServer(serveConfig{BotdURL: c.url, BotdToken: c.token, Token: token, Model: model, Provider: "mock", Approvals: "decline"}, zerolog.Nop())
+	e := &workerEnv{token: "worker-token-0123456789", dataDir: t.TempDir()}
+	e.serve(t, model)
+	tokFile := filepath.Join(e.dataDir, "botd-token")
+	require.NoError(t, os.WriteFile(tokFile, []byte(c.token+"\n"), 0o600))
+	var created struct {
+		Computer struct {
+			ID    string `json:"id"`
+			State string `json:"state"`
+		} `json:"computer"`
+		Capability string `json:"capability"`
+	}
+	require.Equal(t, http.StatusCreated, post(t, e.url+"/v1/computers", e.token, map[string]any{
+		"scope": map[string]string{"team": "t1"}, "provider": "attach", "attach": map[string]string{"url": c.url, "tokenFile": tokFile}}, &created))
+	require.Equal(t, "running", created.Computer.State)
+	e.computer, e.capa = created.Computer.ID, created.Capability
+	for _, b := range bots {
+		require.Equal(t, http.StatusCreated, e.do(t, "POST", "/bots", map[string]string{"id": b}, nil))
+	}
+	return e
+}
+
+// serve (re)starts the worker on e's DATA_DIR.
+func (e *workerEnv) serve(t testing.TB, model string) {
+	t.Helper()
+	w, err := newWorker(t.Context(), serveConfig{DataDir: e.dataDir, Provider: "attach", Token: e.token, Model: model,
+		ModelProvider: "mock", Approvals: "decline"}, zerolog.Nop())
 	require.NoError(t, err)
-	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
-	return srv.URL, token
+	srv := httptest.NewServer(w.Handler)
+	t.Cleanup(func() { srv.Close(); w.Close() })
+	e.url, e.w = srv.URL, w
+}
+
+// do sends method to the computer's path (relative to /v1/computers/{id})
+// with both credentials.
+func (e *workerEnv) do(t testing.TB, method, path string, body, out any) int {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, e.url+"/v1/computers/"+e.computer+path, rd)
+	req.Header.Set("Authorization", "Bearer "+e.token)
+	req.Header.Set("X-Computer-Capability", e.capa)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	if out != nil {
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(out))
+	}
+	return resp.StatusCode
+}
+
+// startRun starts a run and returns its id.
+func (e *workerEnv) startRun(t testing.TB, bot, prompt string) string {
+	t.Helper()
+	var started struct {
+		Run runs.Snapshot `json:"run"`
+	}
+	require.Equal(t, http.StatusCreated, e.do(t, "POST", "/runs", map[string]string{"botId": bot, "prompt": prompt}, &started))
+	return started.Run.ID
+}
+
+// getRun returns the run's snapshot.
+func (e *workerEnv) getRun(t testing.TB, id string) runs.Snapshot {
+	t.Helper()
+	var got struct {
+		Run runs.Snapshot `json:"run"`
+	}
+	require.Equal(t, http.StatusOK, e.do(t, "GET", "/runs/"+id, nil, &got))
+	return got.Run
 }
 
 func post(t testing.TB, url, token string, body any, out any) int {
@@ -213,12 +291,13 @@ func post(t testing.TB, url, token string, body any, out any) int {
 
 // waitRun follows the run's SSE stream to its end and returns the final
 // snapshot and the event types seen.
-func waitRun(t testing.TB, workerURL, token, id string, timeout time.Duration) (runs.Snapshot, []string) {
+func waitRun(t testing.TB, e *workerEnv, id string, timeout time.Duration) (runs.Snapshot, []string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "GET", workerURL+"/v1/runs/"+id+"/events", nil)
-	req.Header.Set("Authorization", "Bearer "+token)
+	req, _ := http.NewRequestWithContext(ctx, "GET", e.url+"/v1/computers/"+e.computer+"/runs/"+id+"/events", nil)
+	req.Header.Set("Authorization", "Bearer "+e.token)
+	req.Header.Set("X-Computer-Capability", e.capa)
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
@@ -307,12 +386,11 @@ func acceptance(t testing.TB, live *provider, modelName string, displayBase int)
 	} else {
 		c = startComputerWith(t, *live, displayBase)
 	}
-	workerURL, wtoken := startWorkerModel(t, c, modelName)
+	env := startWorkerModel(t, c, modelName, bot)
 
 	start := time.Now()
-	var started runs.Snapshot
-	require.Equal(t, http.StatusCreated, post(t, workerURL+"/v1/runs", wtoken, map[string]string{"botId": bot, "prompt": prompt}, &started))
-	final, events := waitRun(t, workerURL, wtoken, started.ID, 10*time.Minute)
+	runID := env.startRun(t, bot, prompt)
+	final, events := waitRun(t, env, runID, 10*time.Minute)
 	wall := time.Since(start)
 
 	require.Equal(t, runs.StatusCompleted, final.Status, "run error: %s; tool calls: %+v", final.Error, final.ToolCalls)
@@ -375,16 +453,14 @@ func TestEndToEndBadInput(t *testing.T) {
 	defer modelSrv.Close()
 	defer close(hang) // before Close, which waits for the hung handler
 	c := startComputer(t, modelSrv.URL, 460)
-	workerURL, wtoken := startWorker(t, c)
-
-	var started runs.Snapshot
-	require.Equal(t, http.StatusCreated, post(t, workerURL+"/v1/runs", wtoken, map[string]string{"botId": bot, "prompt": "go"}, &started))
+	env := startWorker(t, c, bot)
+	runID := env.startRun(t, bot, "go")
 	// Wait until the fourth tool call (the lease-taking observe) is recorded
 	// and the model hangs; then kill Codex.
 	deadline := time.Now().Add(3 * time.Minute)
 	var snap runs.Snapshot
 	for {
-		getJSON(t, workerURL+"/v1/runs/"+started.ID, wtoken, &snap)
+		snap = env.getRun(t, runID)
 		if len(snap.ToolCalls) >= 4 && model.Requests() >= 5 {
 			break
 		}
@@ -428,7 +504,7 @@ func TestEndToEndBadInput(t *testing.T) {
 	fmt.Sscanf(string(out)[i+4:], "%d", &pid)
 	require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
 
-	final, _ := waitRun(t, workerURL, wtoken, started.ID, time.Minute)
+	final, _ := waitRun(t, env, runID, time.Minute)
 	require.Equal(t, runs.StatusFailed, final.Status)
 	require.Contains(t, final.Error, "Codex app-server went away")
 	require.Nil(t, screenOf(bot).Lease, "the failed run's lease was released")

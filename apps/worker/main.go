@@ -14,8 +14,10 @@ import (
 const usage = `usage: worker <command> [flags]
 
 commands:
-  serve    run the worker's API (runs, SSE events, direct tool calls)
-  egress   run the egress agent (botd's tunnel mode dials out through it)
+  serve      run the worker's API (computers, runs, SSE events, direct tool calls)
+  computers  create|list|add-bot|stop|start|destroy computers on a running worker
+  runs       start|watch|stop runs on a running worker
+  egress     run the egress agent (botd's tunnel mode dials out through it)
 `
 
 func main() {
@@ -29,6 +31,10 @@ func main() {
 	switch os.Args[1] {
 	case "serve":
 		err = runServe(ctx, os.Args[2:])
+	case "computers":
+		err = runComputers(ctx, os.Args[2:])
+	case "runs":
+		err = runRuns(ctx, os.Args[2:])
 	case "egress":
 		err = runEgress(ctx, os.Args[2:])
 	case "-h", "--help", "help":

@@ -2,26 +2,38 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
+	"sort"
 	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/open-bot/computer/apps/worker/internal/capability"
+	"github.com/open-bot/computer/apps/worker/internal/computers"
 	"github.com/open-bot/computer/apps/worker/internal/httpapi"
+	"github.com/open-bot/computer/apps/worker/internal/providers"
 	"github.com/open-bot/computer/apps/worker/internal/runs"
-	"github.com/open-bot/computer/pkg/shared/client"
+	"github.com/open-bot/computer/apps/worker/internal/secret"
+	"github.com/open-bot/computer/apps/worker/internal/store"
 )
 
 // serveConfig is the worker's configuration (flags default to the env).
 type serveConfig struct {
-	Listen, BotdURL, Model, Provider, Approvals string
-	Token, BotdToken                            string
+	Listen, DataDir, DatabaseURL    string
+	Provider                        string // default provider kind
+	Model, ModelProvider, Approvals string
+	Token                           string
+	// TokenFile is where the token came from (shown to people, never the token).
+	TokenFile string
 }
 
 func envOr(k, def string) string {
@@ -31,77 +43,171 @@ func envOr(k, def string) string {
 	return def
 }
 
-// secret reads a secret from the env var name, or from the file named by
+// secretEnv reads a secret from the env var name, or from the file named by
 // name_FILE; it is never printed.
-func secret(name string) (string, error) {
+func secretEnv(name string) (val, file string, err error) {
 	if v := os.Getenv(name); v != "" {
-		return v, nil
+		return v, "", nil
 	}
 	if f := os.Getenv(name + "_FILE"); f != "" {
 		b, err := os.ReadFile(f)
 		if err != nil {
-			return "", fmt.Errorf("%s_FILE: %w", name, err)
+			return "", "", fmt.Errorf("%s_FILE: %w", name, err)
 		}
-		return strings.TrimSpace(string(b)), nil
+		return strings.TrimSpace(string(b)), f, nil
 	}
-	return "", nil
+	return "", "", nil
+}
+
+func defaultDataDir() string {
+	if home, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(home, ".open-bot", "worker")
+	}
+	return "/var/lib/open-bot/worker"
+}
+
+// workerToken returns WORKER_TOKEN(_FILE), or the token in
+// DATA_DIR/worker-token, made (0600) on first start.
+func workerToken(dataDir string) (tok, file string, err error) {
+	if tok, file, err = secretEnv("WORKER_TOKEN"); err != nil || tok != "" {
+		return tok, file, err
+	}
+	file = filepath.Join(dataDir, "worker-token")
+	if b, err := os.ReadFile(file); err == nil {
+		return strings.TrimSpace(string(b)), file, nil
+	}
+	var b [24]byte
+	_, _ = rand.Read(b[:])
+	tok = hex.EncodeToString(b[:])
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return "", "", err
+	}
+	if err := os.WriteFile(file, []byte(tok+"\n"), 0o600); err != nil {
+		return "", "", err
+	}
+	return tok, file, nil
 }
 
 func runServe(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	var c serveConfig
 	fs.StringVar(&c.Listen, "listen", envOr("WORKER_LISTEN", "127.0.0.1:7100"), "API listen address (WORKER_LISTEN)")
-	fs.StringVar(&c.BotdURL, "botd", envOr("BOTD_URL", "http://127.0.0.1:7000"), "botd base URL (BOTD_URL)")
+	fs.StringVar(&c.DataDir, "data-dir", envOr("DATA_DIR", defaultDataDir()), "state directory: worker.db, secret.key, worker-token (DATA_DIR)")
+	fs.StringVar(&c.Provider, "provider", envOr("WORKER_PROVIDER", providers.KindAttach), "default provider kind for new computers (WORKER_PROVIDER)")
 	fs.StringVar(&c.Model, "model", envOr("WORKER_MODEL", "gpt-6.1-sol"), "default model (WORKER_MODEL)")
-	fs.StringVar(&c.Provider, "model-provider", envOr("WORKER_MODEL_PROVIDER", ""), "Codex model provider id (WORKER_MODEL_PROVIDER)")
+	fs.StringVar(&c.ModelProvider, "model-provider", envOr("WORKER_MODEL_PROVIDER", ""), "Codex model provider id (WORKER_MODEL_PROVIDER)")
 	fs.StringVar(&c.Approvals, "approvals", envOr("WORKER_APPROVALS", "decline"), "answer to Codex approval requests: decline|accept (WORKER_APPROVALS)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	c.DatabaseURL = os.Getenv("WORKER_DATABASE_URL")
 	var err error
-	if c.Token, err = secret("WORKER_TOKEN"); err != nil {
-		return err
-	}
-	if c.BotdToken, err = secret("BOTD_TOKEN"); err != nil {
+	if c.Token, c.TokenFile, err = workerToken(c.DataDir); err != nil {
 		return err
 	}
 	if len(c.Token) < 16 {
 		return errors.New("WORKER_TOKEN (or WORKER_TOKEN_FILE) must be at least 16 characters")
 	}
-	if c.BotdToken == "" {
-		return errors.New("BOTD_TOKEN (or BOTD_TOKEN_FILE) is required")
-	}
 	if c.Approvals != "decline" && c.Approvals != "accept" {
 		return fmt.Errorf("approvals: want decline or accept, got %q", c.Approvals)
 	}
 	log := zerolog.New(os.Stderr).With().Timestamp().Str("component", "worker").Logger()
-	h, err := newServer(c, log)
+	w, err := newWorker(ctx, c, log)
 	if err != nil {
 		return err
 	}
+	defer w.Close()
 	ln, err := net.Listen("tcp", c.Listen)
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: w.Handler, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(sctx)
 	}()
-	log.Info().Str("listen", ln.Addr().String()).Str("botd", c.BotdURL).Msg("worker listening")
+	where := "from WORKER_TOKEN"
+	if c.TokenFile != "" {
+		where = "in " + c.TokenFile
+	}
+	fmt.Fprintf(os.Stderr, "worker: serving http://%s (store: %s; bearer token %s)\n", ln.Addr(), w.Store.Engine(), where)
 	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
 	return nil
 }
 
-// newServer wires the worker's API.
-func newServer(c serveConfig, log zerolog.Logger) (http.Handler, error) {
-	botd := client.New(c.BotdURL, c.BotdToken, nil)
-	agentURL := "ws" + strings.TrimPrefix(strings.TrimRight(c.BotdURL, "/"), "http") + "/agent"
-	m := runs.NewManager(runs.Options{Botd: botd, AgentURL: agentURL, Model: c.Model, ModelProvider: c.Provider,
-		Approvals: runs.ApprovalPolicy(c.Approvals), Log: log})
-	return httpapi.Handler(httpapi.Options{Token: c.Token, Runs: m, Botd: botd, Log: log}), nil
+// registry is every provider kind this worker can use, by kind. New kinds
+// (local, docker, single-screen) register here.
+func registry(c serveConfig) map[string]providers.Provider {
+	return map[string]providers.Provider{
+		providers.KindAttach: providers.NewAttach(),
+	}
+}
+
+// worker is the wired control plane.
+type worker struct {
+	Store     store.Store
+	Computers *computers.Service
+	Runs      *runs.Manager
+	Handler   http.Handler
+}
+
+func (w *worker) Close() error { return w.Store.Close() }
+
+// newWorker wires the control plane in one place: store, secrets,
+// providers, computers (reconciled), runs (recovered), API.
+func newWorker(ctx context.Context, c serveConfig, log zerolog.Logger) (*worker, error) {
+	reg := registry(c)
+	if _, ok := reg[c.Provider]; !ok {
+		var known []string
+		for k := range reg {
+			known = append(known, k)
+		}
+		sort.Strings(known)
+		return nil, fmt.Errorf("WORKER_PROVIDER=%q: unknown provider kind (this worker has: %s)", c.Provider, strings.Join(known, ", "))
+	}
+	if err := os.MkdirAll(c.DataDir, 0o700); err != nil {
+		return nil, err
+	}
+	var st store.Store
+	var err error
+	if c.DatabaseURL != "" {
+		st, err = store.OpenPostgres(ctx, c.DatabaseURL)
+	} else {
+		st, err = store.OpenSQLite(ctx, filepath.Join(c.DataDir, "worker.db"))
+	}
+	if err != nil {
+		return nil, err
+	}
+	sealer, err := secret.LoadOrCreate(filepath.Join(c.DataDir, "secret.key"))
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	comps, err := computers.New(computers.Options{Store: st, Providers: reg, DefaultProvider: c.Provider, Sealer: sealer,
+		Caps: capability.NewSet(), Log: log.With().Str("sub", "computers").Logger()})
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	m := runs.NewManager(runs.Options{Store: st, Computers: comps, Model: c.Model, ModelProvider: c.ModelProvider,
+		Approvals: runs.ApprovalPolicy(c.Approvals), Log: log.With().Str("sub", "runs").Logger()})
+	// Runs first: none a previous worker left may stay running; then
+	// machines are reconnected (in the background: a slow provider must not
+	// hold the API back).
+	if err := m.Recover(ctx); err != nil {
+		st.Close()
+		return nil, fmt.Errorf("recover runs: %w", err)
+	}
+	go func() {
+		if err := comps.Reconcile(context.WithoutCancel(ctx)); err != nil {
+			log.Warn().Err(err).Msg("reconcile computers")
+		}
+		comps.Watch(ctx, 30*time.Second)
+	}()
+	h := httpapi.Handler(httpapi.Options{Token: c.Token, Computers: comps, Runs: m, Log: log.With().Str("sub", "api").Logger()})
+	return &worker{Store: st, Computers: comps, Runs: m, Handler: h}, nil
 }

@@ -11,6 +11,7 @@ const (
 	MethodInitialize            = "initialize"
 	MethodInitialized           = "initialized"
 	MethodThreadStart           = "thread/start"
+	MethodThreadResume          = "thread/resume"
 	MethodTurnStart             = "turn/start"
 	MethodTurnInterrupt         = "turn/interrupt"
 	MethodToolCall              = "item/tool/call"
@@ -79,6 +80,22 @@ type ThreadStartParams struct {
 	DeveloperInstructions string            `json:"developerInstructions,omitempty"`
 	DynamicTools          []DynamicToolSpec `json:"dynamicTools,omitempty"`
 	Ephemeral             bool              `json:"ephemeral,omitempty"`
+}
+
+// ThreadResumeParams is thread/resume's request: the thread (still loaded in
+// the app-server, or read back from its rollout) with the same policy.
+type ThreadResumeParams struct {
+	ThreadID       string `json:"threadId"`
+	ModelProvider  string `json:"modelProvider,omitempty"`
+	Cwd            string `json:"cwd,omitempty"`
+	ApprovalPolicy string `json:"approvalPolicy,omitempty"`
+	Sandbox        string `json:"sandbox,omitempty"`
+	ExcludeTurns   bool   `json:"excludeTurns,omitempty"`
+}
+
+// ThreadResumeResponse is thread/resume's reply (the part the worker reads).
+type ThreadResumeResponse struct {
+	Thread Thread `json:"thread"`
 }
 
 // Thread is the part of a Thread the worker reads.

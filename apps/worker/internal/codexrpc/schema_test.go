@@ -40,6 +40,7 @@ func TestTypesMatchInstalledCodexSchema(t *testing.T) {
 	for name, v := range map[string]any{
 		"InitializeParams": InitializeParams{}, "ClientInfo": ClientInfo{}, "InitializeCapabilities": InitializeCapabilities{},
 		"ThreadStartParams": ThreadStartParams{}, "ThreadStartResponse": ThreadStartResponse{},
+		"ThreadResumeParams": ThreadResumeParams{}, "ThreadResumeResponse": ThreadResumeResponse{},
 		"TurnStartParams": TurnStartParams{}, "TurnStartResponse": TurnStartResponse{}, "Turn": Turn{}, "TurnError": TurnError{},
 		"TurnCompletedNotification": TurnCompletedNotification{}, "TurnInterruptParams": TurnInterruptParams{},
 		"ErrorNotification": ErrorNotification{}, "DynamicToolCallParams": DynamicToolCallParams{},

@@ -1,32 +1,39 @@
-// Package httpapi is the worker's HTTP API: start a run for a bot, stream its
-// events (SSE), stop or resume it; and the same tools callable directly by
-// any other harness. Every route needs the worker's bearer token.
+// Package httpapi is the worker's HTTP API (CONTROL-PLANE.md, Routes):
+// computers and their capabilities, bots, runs with their SSE events, and the
+// tools callable directly. Every /v1 route needs the worker's bearer token;
+// every per-computer route also needs the computer's capability, and a
+// capability that does not match answers 404, as if the computer did not
+// exist.
 package httpapi
 
 import (
+	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/open-bot/computer/apps/worker/internal/capability"
+	"github.com/open-bot/computer/apps/worker/internal/computers"
 	"github.com/open-bot/computer/apps/worker/internal/runs"
-	"github.com/open-bot/computer/apps/worker/internal/tools"
+	"github.com/open-bot/computer/apps/worker/internal/store"
 	"github.com/open-bot/computer/pkg/shared"
-	"github.com/open-bot/computer/pkg/shared/client"
 )
 
 // Options configures the API.
 type Options struct {
-	Token string
-	Runs  *runs.Manager
-	Botd  *client.Client
-	Log   zerolog.Logger
+	Token     string
+	Computers *computers.Service
+	Runs      *runs.Manager
+	Log       zerolog.Logger
+	// Mount, when set, adds more per-computer routes (takeover, checkpoint)
+	// to the mux; gate wraps a handler with the capability check.
+	Mount func(mux *http.ServeMux, gate func(http.HandlerFunc) http.HandlerFunc)
 }
 
 // Handler returns the API's handler.
@@ -34,22 +41,73 @@ func Handler(o Options) http.Handler {
 	a := &api{o: o, tokenHash: sha256.Sum256([]byte(o.Token))}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok")) })
-	mux.HandleFunc("POST /v1/runs", a.startRun)
-	mux.HandleFunc("GET /v1/runs/{id}", a.getRun)
-	mux.HandleFunc("GET /v1/runs/{id}/events", a.events)
-	mux.HandleFunc("POST /v1/runs/{id}/stop", a.stopRun)
-	mux.HandleFunc("POST /v1/runs/{id}/resume", a.resumeRun)
+
+	mux.HandleFunc("POST /v1/computers", a.createComputer)
+	mux.HandleFunc("GET /v1/computers", a.listComputers)
+	mux.HandleFunc("POST /v1/computers/{id}/adopt", a.adopt) // worker token only
+	mux.HandleFunc("GET /v1/computers/{id}", a.gate(a.getComputer))
+	mux.HandleFunc("POST /v1/computers/{id}/start", a.gate(a.lifecycle(a.o.Computers.Start)))
+	mux.HandleFunc("POST /v1/computers/{id}/recover", a.gate(a.lifecycle(a.o.Computers.Start)))
+	mux.HandleFunc("POST /v1/computers/{id}/stop", a.gate(a.lifecycle(a.o.Computers.Stop)))
+	mux.HandleFunc("DELETE /v1/computers/{id}", a.gate(a.lifecycle(a.o.Computers.Destroy)))
+	mux.HandleFunc("POST /v1/computers/{id}/bots", a.gate(a.addBot))
+
+	mux.HandleFunc("POST /v1/computers/{id}/runs", a.gate(a.startRun))
+	mux.HandleFunc("GET /v1/computers/{id}/runs/{run}", a.gate(a.getRun))
+	mux.HandleFunc("GET /v1/computers/{id}/runs/{run}/events", a.gate(a.events))
+	mux.HandleFunc("POST /v1/computers/{id}/runs/{run}/stop", a.gate(a.stopRun))
+	mux.HandleFunc("POST /v1/computers/{id}/runs/{run}/resume", a.gate(a.resumeRun))
+
 	mux.HandleFunc("GET /v1/tools", a.listTools)
-	mux.HandleFunc("POST /v1/tools/{name}", a.callTool)
+	mux.HandleFunc("POST /v1/computers/{id}/tools/{name}", a.gate(a.callTool))
+
+	// Takeover and checkpoint routes are mounted here (helper "homes").
+	if o.Mount != nil {
+		o.Mount(mux, a.gate)
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusNotFound, shared.CodeNotFound, "no such route")
 	})
-	return a.auth(mux)
+	return a.accessLog(a.auth(mux))
 }
 
 type api struct {
 	o         Options
 	tokenHash [32]byte
+}
+
+// statusWriter records the status for the access log.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusWriter) WriteHeader(code int) {
+	if s.status == 0 {
+		s.status = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusWriter) Write(b []byte) (int, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+// accessLog logs method, path, status and duration: never a header, query
+// or body (credentials travel in headers).
+func (a *api) accessLog(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w}
+		next.ServeHTTP(sw, r)
+		a.o.Log.Info().Str("method", r.Method).Str("path", r.URL.Path).Int("status", sw.status).
+			Int64("duration_ms", time.Since(start).Milliseconds()).Msg("request")
+	})
 }
 
 func (a *api) auth(next http.Handler) http.Handler {
@@ -68,6 +126,19 @@ func (a *api) auth(next http.Handler) http.Handler {
 	})
 }
 
+// gate admits a per-computer request only with that computer's capability;
+// anything else is the same 404 as an unknown computer.
+func (a *api) gate(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		id := r.PathValue("id")
+		if !computers.ValidID(id) || !a.o.Computers.Caps().Check(id, r.Header.Get(capability.Header)) {
+			fail(w, computers.ErrNotFound)
+			return
+		}
+		h(w, r)
+	}
+}
+
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
@@ -76,6 +147,23 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 func writeErr(w http.ResponseWriter, status int, code shared.Code, msg string) {
 	writeJSON(w, status, shared.ErrorEnvelope{Error: shared.ErrorBody{Code: code, Message: msg}})
+}
+
+// fail renders any error as the envelope; internals never reach the caller.
+func fail(w http.ResponseWriter, err error) {
+	var ae *shared.APIError
+	switch {
+	case errors.As(err, &ae):
+		writeErr(w, ae.Status, ae.Code, ae.Message)
+	case errors.Is(err, store.ErrNotFound):
+		writeErr(w, http.StatusNotFound, shared.CodeNotFound, "not found")
+	case errors.Is(err, store.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
+		writeErr(w, http.StatusServiceUnavailable, shared.CodeUnavailable, "the worker's database is unavailable; try again")
+	case errors.Is(err, store.ErrStaleEpoch):
+		writeErr(w, http.StatusConflict, shared.CodeConflict, "stale lease epoch: another holder owns this bot now")
+	default:
+		writeErr(w, http.StatusInternalServerError, shared.CodeInternal, "internal error")
+	}
 }
 
 func decode(w http.ResponseWriter, r *http.Request, v any) bool {
@@ -91,132 +179,4 @@ func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 		return false
 	}
 	return true
-}
-
-func (a *api) startRun(w http.ResponseWriter, r *http.Request) {
-	var req runs.StartRequest
-	if !decode(w, r, &req) {
-		return
-	}
-	run, err := a.o.Runs.Start(req)
-	if err != nil {
-		writeErr(w, http.StatusBadRequest, shared.CodeBadRequest, err.Error())
-		return
-	}
-	writeJSON(w, http.StatusCreated, run.Snapshot())
-}
-
-func (a *api) run(w http.ResponseWriter, r *http.Request) *runs.Run {
-	run, err := a.o.Runs.Get(r.PathValue("id"))
-	if err != nil {
-		writeErr(w, http.StatusNotFound, shared.CodeNotFound, "no such run")
-		return nil
-	}
-	return run
-}
-
-func (a *api) getRun(w http.ResponseWriter, r *http.Request) {
-	if run := a.run(w, r); run != nil {
-		writeJSON(w, http.StatusOK, run.Snapshot())
-	}
-}
-
-func (a *api) stopRun(w http.ResponseWriter, r *http.Request) {
-	if run := a.run(w, r); run != nil {
-		run.Stop()
-		select {
-		case <-run.Done():
-		case <-time.After(15 * time.Second):
-		}
-		writeJSON(w, http.StatusOK, run.Snapshot())
-	}
-}
-
-func (a *api) resumeRun(w http.ResponseWriter, r *http.Request) {
-	if run := a.run(w, r); run != nil {
-		if err := run.Resume(); err != nil {
-			writeErr(w, http.StatusConflict, shared.CodeConflict, err.Error())
-			return
-		}
-		writeJSON(w, http.StatusOK, run.Snapshot())
-	}
-}
-
-// events streams the run's events as server-sent events, history first.
-func (a *api) events(w http.ResponseWriter, r *http.Request) {
-	run := a.run(w, r)
-	if run == nil {
-		return
-	}
-	rc := http.NewResponseController(w)
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(http.StatusOK)
-	ch, cancel := run.Subscribe()
-	defer cancel()
-	keepalive := time.NewTicker(15 * time.Second)
-	defer keepalive.Stop()
-	for {
-		select {
-		case <-r.Context().Done():
-			return
-		case <-keepalive.C:
-			_, _ = fmt.Fprint(w, ": keepalive\n\n")
-			_ = rc.Flush()
-		case e, ok := <-ch:
-			if !ok {
-				b, _ := json.Marshal(run.Snapshot())
-				_, _ = fmt.Fprintf(w, "event: end\ndata: %s\n\n", b)
-				_ = rc.Flush()
-				return
-			}
-			b, _ := json.Marshal(e)
-			_, _ = fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", e.Seq, e.Type, b)
-			_ = rc.Flush()
-		}
-	}
-}
-
-// ToolSpec is a tool as GET /v1/tools lists it.
-type ToolSpec struct {
-	Name        string          `json:"name"`
-	Description string          `json:"description"`
-	InputSchema json.RawMessage `json:"inputSchema"`
-}
-
-func (a *api) listTools(w http.ResponseWriter, r *http.Request) {
-	out := make([]ToolSpec, 0, len(tools.All))
-	for _, t := range tools.All {
-		if t.Name == "request_takeover" {
-			continue // only inside a run
-		}
-		out = append(out, ToolSpec{Name: t.Name, Description: t.Description, InputSchema: json.RawMessage(t.Schema)})
-	}
-	writeJSON(w, http.StatusOK, out)
-}
-
-// callTool is the direct tool API for other harnesses:
-// POST /v1/tools/{name} {"botId":"…","arguments":{…}}. The caller's session
-// (and lease) is keyed by bot id; POST with "release":true gives it back.
-func (a *api) callTool(w http.ResponseWriter, r *http.Request) {
-	var req struct {
-		BotID     string          `json:"botId"`
-		Arguments json.RawMessage `json:"arguments"`
-	}
-	if !decode(w, r, &req) {
-		return
-	}
-	sess, err := tools.NewSession(a.o.Botd, req.BotID, "harness-"+req.BotID)
-	if err != nil {
-		writeErr(w, http.StatusBadRequest, shared.CodeBadRequest, err.Error())
-		return
-	}
-	if _, ok := tools.Find(r.PathValue("name")); !ok {
-		writeErr(w, http.StatusNotFound, shared.CodeNotFound, "no such tool")
-		return
-	}
-	res := tools.Call(r.Context(), sess, r.PathValue("name"), req.Arguments)
-	// A direct call is one-shot: give the lease back at once.
-	sess.Release(r.Context())
-	writeJSON(w, res.Status, res)
 }

@@ -1,6 +1,9 @@
 // Package runs drives teammates' runs: one Codex thread per run over botd's
 // /agent relay, the tools registered as dynamic tools, every server request
-// answered, events recorded and streamed, the lease released at the end.
+// answered, events recorded (in the store) and streamed. One computer-use run
+// per bot: a run holds the bot's fenced lease in the store, and every write
+// it makes carries the lease's epoch, so a run that lost its lease (a
+// restarted worker took over) can no longer change anything.
 package runs
 
 import (
@@ -18,17 +21,20 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/open-bot/computer/apps/worker/internal/codexrpc"
+	"github.com/open-bot/computer/apps/worker/internal/computers"
+	"github.com/open-bot/computer/apps/worker/internal/store"
 	"github.com/open-bot/computer/apps/worker/internal/tools"
+	"github.com/open-bot/computer/pkg/shared"
 	"github.com/open-bot/computer/pkg/shared/client"
 )
 
 // Status is a run's state. It only moves forward:
-// starting → running ⇄ waiting_takeover → completed | failed | stopped.
+// queued → running ⇄ waiting_takeover → completed | failed | stopped.
 type Status string
 
 // Run states.
 const (
-	StatusStarting        Status = "starting"
+	StatusQueued          Status = "queued"
 	StatusRunning         Status = "running"
 	StatusWaitingTakeover Status = "waiting_takeover"
 	StatusCompleted       Status = "completed"
@@ -36,7 +42,8 @@ const (
 	StatusStopped         Status = "stopped"
 )
 
-func (s Status) ended() bool {
+// Ended reports whether s is final.
+func (s Status) Ended() bool {
 	return s == StatusCompleted || s == StatusFailed || s == StatusStopped
 }
 
@@ -54,12 +61,17 @@ const (
 	ApproveAll ApprovalPolicy = "accept"
 )
 
+// MaxPrompt bounds a run's prompt.
+const MaxPrompt = 64 << 10
+
+// LeaseTTL is the bot lease's lifetime; a live run renews it every third.
+const LeaseTTL = 60 * time.Second
+
 // Options configures the manager.
 type Options struct {
-	Botd *client.Client
-	// AgentURL is botd's ws /agent URL (the token goes in a header).
-	AgentURL string
-	Model    string
+	Store     store.Store
+	Computers *computers.Service
+	Model     string
 	// ModelProvider, when set, is passed on thread/start.
 	ModelProvider string
 	Approvals     ApprovalPolicy
@@ -68,7 +80,7 @@ type Options struct {
 	TurnTimeout time.Duration
 }
 
-// Manager holds every run of this worker process.
+// Manager holds the live runs of this worker process (the store holds all).
 type Manager struct {
 	o Options
 	// mu guards runs.
@@ -115,26 +127,36 @@ type ToolCall struct {
 
 // Snapshot is a run as the API shows it.
 type Snapshot struct {
-	ID        string     `json:"id"`
-	BotID     string     `json:"botId"`
-	Status    Status     `json:"status"`
-	Error     string     `json:"error,omitempty"`
-	ThreadID  string     `json:"threadId,omitempty"`
-	TurnID    string     `json:"turnId,omitempty"`
-	Message   string     `json:"message,omitempty"`
-	ToolCalls []ToolCall `json:"toolCalls"`
-	StartedAt time.Time  `json:"startedAt"`
-	EndedAt   *time.Time `json:"endedAt,omitempty"`
-	Takeover  string     `json:"takeoverReason,omitempty"`
+	ID         string     `json:"id"`
+	ComputerID string     `json:"computerId"`
+	BotID      string     `json:"botId"`
+	Status     Status     `json:"status"`
+	Error      string     `json:"error,omitempty"`
+	ThreadID   string     `json:"threadId,omitempty"`
+	TurnID     string     `json:"turnId,omitempty"`
+	Message    string     `json:"message,omitempty"`
+	ToolCalls  []ToolCall `json:"toolCalls"`
+	StartedAt  time.Time  `json:"startedAt"`
+	EndedAt    *time.Time `json:"endedAt,omitempty"`
+	Takeover   string     `json:"takeoverReason,omitempty"`
 }
 
 // Run is one teammate run.
 type Run struct {
-	m       *Manager
-	id      string
-	botID   string
-	session *tools.Session
-	cancel  context.CancelFunc
+	m          *Manager
+	id         string
+	botID      string
+	computerID string
+	botd       *client.Client
+	leaseKey   string
+	epoch      int64
+	session    *tools.Session
+	cancel     context.CancelFunc
+	// fenced is set when the store refused a write as stale: the run stops.
+	fenced bool
+	// resumed: a previous worker process started this run; screen leases it
+	// took under the run's holder name are given back at the end too.
+	resumed bool
 
 	// mu guards everything below.
 	mu        sync.Mutex
@@ -148,47 +170,275 @@ type Run struct {
 }
 
 // ErrNotFound is returned for unknown run ids.
-var ErrNotFound = errors.New("no such run")
+var ErrNotFound = shared.Errorf(http.StatusNotFound, shared.CodeNotFound, "no such run")
 
-// Start begins a run and returns at once.
-func (m *Manager) Start(req StartRequest) (*Run, error) {
-	if !tools.ValidID(req.BotID) {
-		return nil, fmt.Errorf("invalid botId %q: want [A-Za-z0-9_-]{1,64}", req.BotID)
+// Start begins a run of req.BotID on computer computerID and returns at
+// once; 409 while that bot has a run.
+func (m *Manager) Start(ctx context.Context, computerID string, req StartRequest) (*Run, error) {
+	if len(req.Prompt) > MaxPrompt {
+		return nil, shared.Errorf(http.StatusRequestEntityTooLarge, shared.CodeTooLarge, "prompt is %d bytes; the limit is %d", len(req.Prompt), MaxPrompt)
 	}
 	if strings.TrimSpace(req.Prompt) == "" {
-		return nil, errors.New("prompt is required")
+		return nil, shared.Errorf(http.StatusBadRequest, shared.CodeBadRequest, "prompt is required")
 	}
-	id := newID()
-	sess, err := tools.NewSession(m.o.Botd, req.BotID, "run-"+id)
+	c, err := m.o.Computers.HasBot(ctx, computerID, req.BotID)
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), m.o.TurnTimeout)
-	r := &Run{m: m, id: id, botID: req.BotID, session: sess, cancel: cancel, subs: map[chan Event]struct{}{},
-		done: make(chan struct{}), turnDone: make(chan codexrpc.Turn, 1),
-		snap: Snapshot{ID: id, BotID: req.BotID, Status: StatusStarting, StartedAt: time.Now().UTC(), ToolCalls: []ToolCall{}}}
-	sess.Takeover = r.waitTakeover
-	m.mu.Lock()
-	m.runs[id] = r
-	m.mu.Unlock()
+	botd, machine, err := m.o.Computers.Botd(ctx, computerID)
+	if err != nil {
+		return nil, err
+	}
+	id := newID()
+	key := computers.LeaseKey(c, req.BotID)
+	lease, err := m.o.Store.AcquireLease(ctx, key, id, LeaseTTL)
+	if errors.Is(err, store.ErrBusy) {
+		return nil, shared.Errorf(http.StatusConflict, shared.CodeConflict, "bot %s already has a computer-use run; stop it first", req.BotID)
+	}
+	if err != nil {
+		return nil, err
+	}
 	model := req.Model
 	if model == "" {
 		model = m.o.Model
 	}
-	go r.run(ctx, req.Prompt, model)
+	if err := m.o.Store.CreateRun(ctx, store.Run{ID: id, ComputerID: c.ID, BotID: req.BotID, LeaseKey: key, Epoch: lease.Epoch,
+		State: string(StatusQueued), Prompt: req.Prompt, Model: model}); err != nil {
+		_ = m.o.Store.ReleaseLease(context.WithoutCancel(ctx), key, lease.Epoch)
+		return nil, err
+	}
+	sess, err := tools.NewSession(botd, req.BotID, "run-"+id)
+	if err != nil {
+		return nil, err
+	}
+	sess.CheckScreen = machine.CheckScreen
+	rctx, cancel := context.WithTimeout(context.Background(), m.o.TurnTimeout)
+	r := &Run{m: m, id: id, botID: req.BotID, computerID: c.ID, botd: botd, leaseKey: key, epoch: lease.Epoch,
+		session: sess, cancel: cancel, subs: map[chan Event]struct{}{},
+		done: make(chan struct{}), turnDone: make(chan codexrpc.Turn, 4),
+		snap: Snapshot{ID: id, ComputerID: c.ID, BotID: req.BotID, Status: StatusQueued, StartedAt: time.Now().UTC(), ToolCalls: []ToolCall{}}}
+	sess.Takeover = r.waitTakeover
+	m.mu.Lock()
+	m.runs[id] = r
+	m.mu.Unlock()
+	go r.renew(rctx)
+	go r.run(rctx, func(ctx context.Context) error { return r.drive(ctx, req.Prompt, model) })
 	return r, nil
 }
 
-// Get returns a run by id.
-func (m *Manager) Get(id string) (*Run, error) {
+// renew keeps the bot's lease alive while the run lives; losing it (a
+// stale epoch) fences the run.
+func (r *Run) renew(ctx context.Context) {
+	t := time.NewTicker(LeaseTTL / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.done:
+			return
+		case <-t.C:
+			if _, err := r.m.o.Store.RenewLease(ctx, r.leaseKey, r.epoch, LeaseTTL); errors.Is(err, store.ErrStaleEpoch) {
+				r.fence()
+				return
+			}
+		}
+	}
+}
+
+// fence stops a run whose lease moved on: it must not act any more.
+func (r *Run) fence() {
+	r.mu.Lock()
+	r.fenced = true
+	r.mu.Unlock()
+	r.m.o.Log.Warn().Str("run", r.id).Msg("run lost its bot lease (stale epoch); stopping it")
+	r.cancel()
+}
+
+// Live returns a run of this process by id.
+func (m *Manager) Live(id string) (*Run, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	r, ok := m.runs[id]
-	if !ok {
-		return nil, ErrNotFound
-	}
-	return r, nil
+	return r, ok
 }
+
+// Get returns run id of computer computerID: the live one's snapshot, or
+// the stored record of one that is not live in this process.
+func (m *Manager) Get(ctx context.Context, computerID, id string) (Snapshot, *Run, error) {
+	if r, ok := m.Live(id); ok {
+		if r.computerID != computerID {
+			return Snapshot{}, nil, ErrNotFound
+		}
+		return r.Snapshot(), r, nil
+	}
+	if !computers.ValidID(id) {
+		return Snapshot{}, nil, ErrNotFound
+	}
+	sr, err := m.o.Store.GetRun(ctx, id)
+	if errors.Is(err, store.ErrNotFound) || (err == nil && sr.ComputerID != computerID) {
+		return Snapshot{}, nil, ErrNotFound
+	}
+	if err != nil {
+		return Snapshot{}, nil, err
+	}
+	snap := Snapshot{ID: sr.ID, ComputerID: sr.ComputerID, BotID: sr.BotID, Status: Status(sr.State), Error: sr.Error,
+		ThreadID: sr.ThreadID, TurnID: sr.TurnID, Message: sr.Message, StartedAt: sr.CreatedAt, ToolCalls: []ToolCall{}}
+	if !sr.EndedAt.IsZero() {
+		t := sr.EndedAt
+		snap.EndedAt = &t
+	}
+	evs, err := m.o.Store.Events(ctx, id, 0)
+	if err != nil {
+		return Snapshot{}, nil, err
+	}
+	for _, e := range evs {
+		if e.Type == "tool_result" {
+			var tc ToolCall
+			if json.Unmarshal(e.Data, &tc) == nil {
+				snap.ToolCalls = append(snap.ToolCalls, tc)
+			}
+		}
+	}
+	return snap, nil, nil
+}
+
+// StoredEvents returns a run's recorded events (for runs not live here).
+func (m *Manager) StoredEvents(ctx context.Context, id string) ([]Event, error) {
+	evs, err := m.o.Store.Events(ctx, id, 0)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Event, 0, len(evs))
+	for _, e := range evs {
+		out = append(out, Event{Seq: int(e.Seq), At: e.At, Type: e.Type, Data: json.RawMessage(e.Data)})
+	}
+	return out, nil
+}
+
+// Recover runs at start, before the API serves: no run stays running
+// forever. Each run a previous worker left unfinished is fenced first (its
+// lease re-taken by the same holder, bumping the epoch, so a zombie writer
+// is refused). A run whose Codex thread had started is resumed: the thread
+// is picked up again, the orphaned turn interrupted and a new turn tells the
+// model the worker restarted. Any other (or one whose resume fails) is
+// failed with the reason and its lease released.
+func (m *Manager) Recover(ctx context.Context) error {
+	left, err := m.o.Store.ListRuns(ctx, "", string(StatusQueued), string(StatusRunning), string(StatusWaitingTakeover))
+	if err != nil {
+		return err
+	}
+	for _, sr := range left {
+		lease, err := m.o.Store.AcquireLease(ctx, sr.LeaseKey, sr.ID, LeaseTTL)
+		if err != nil {
+			m.o.Log.Warn().Str("run", sr.ID).Err(err).Msg("cannot fence a run left running; another holder has its bot")
+			continue
+		}
+		if sr.ThreadID != "" && m.o.Computers != nil {
+			m.resume(sr, lease)
+			continue
+		}
+		msg := "the worker restarted while this run was " + sr.State + "; the run was not resumed"
+		if sr.ThreadID != "" {
+			msg += " (Codex thread " + sr.ThreadID + ")"
+		}
+		b, _ := json.Marshal(map[string]string{"status": string(StatusFailed), "error": msg})
+		_, _ = m.o.Store.AppendEvent(ctx, sr.ID, lease.Epoch, "status", b)
+		if _, err := m.o.Store.UpdateRun(ctx, sr.ID, lease.Epoch, store.RunUpdate{State: ptr(string(StatusFailed)), Error: &msg}); err != nil {
+			return err
+		}
+		_ = m.o.Store.ReleaseLease(ctx, sr.LeaseKey, lease.Epoch)
+		m.o.Log.Info().Str("run", sr.ID).Str("bot", sr.BotID).Msg("run left by a previous worker failed with the reason")
+		go m.releaseScreens(context.WithoutCancel(ctx), sr.ComputerID, "run-"+sr.ID)
+	}
+	return nil
+}
+
+// resume brings back a run a previous worker left mid-turn, under its new
+// epoch, with its recorded events; failing that, it fails the run with the
+// reason.
+func (m *Manager) resume(sr store.Run, lease store.Lease) {
+	ctx, cancel := context.WithTimeout(context.Background(), m.o.TurnTimeout)
+	r := &Run{m: m, id: sr.ID, botID: sr.BotID, computerID: sr.ComputerID, leaseKey: sr.LeaseKey, epoch: lease.Epoch,
+		cancel: cancel, resumed: true, subs: map[chan Event]struct{}{}, done: make(chan struct{}), turnDone: make(chan codexrpc.Turn, 4),
+		snap: Snapshot{ID: sr.ID, ComputerID: sr.ComputerID, BotID: sr.BotID, Status: Status(sr.State), ThreadID: sr.ThreadID,
+			TurnID: sr.TurnID, StartedAt: sr.CreatedAt, ToolCalls: []ToolCall{}}}
+	if evs, err := m.StoredEvents(ctx, sr.ID); err == nil {
+		r.events = evs
+		for _, e := range evs {
+			if raw, ok := e.Data.(json.RawMessage); ok && e.Type == "tool_result" {
+				var tc ToolCall
+				if json.Unmarshal(raw, &tc) == nil {
+					r.snap.ToolCalls = append(r.snap.ToolCalls, tc)
+				}
+			}
+		}
+	}
+	m.mu.Lock()
+	m.runs[r.id] = r
+	m.mu.Unlock()
+	go r.renew(ctx)
+	go r.run(ctx, func(ctx context.Context) error {
+		botd, machine, err := m.o.Computers.Botd(ctx, sr.ComputerID)
+		if err != nil {
+			return fmt.Errorf("the worker restarted mid-run and the computer did not answer: %w", err)
+		}
+		sess, err := tools.NewSession(botd, sr.BotID, "run-"+sr.ID)
+		if err != nil {
+			return err
+		}
+		sess.CheckScreen = machine.CheckScreen
+		sess.Takeover = r.waitTakeover
+		r.mu.Lock()
+		r.botd, r.session = botd, sess
+		r.mu.Unlock()
+		// The dead process's screen leases were held by this same holder:
+		// botd hands them back to the session on first use.
+		if err := r.driveResumed(ctx, sr.Prompt, sr.ThreadID, sr.TurnID); err != nil {
+			return fmt.Errorf("the worker restarted mid-run; resuming its Codex thread failed: %w", err)
+		}
+		return nil
+	})
+	m.o.Log.Info().Str("run", sr.ID).Str("bot", sr.BotID).Str("thread", sr.ThreadID).Msg("resuming a run a previous worker left mid-turn")
+}
+
+// releaseScreens gives back the botd screen leases a dead run held, so its
+// bot's screens are free now rather than when the leases expire. botd hands
+// the same holder its own lease back, which is then released.
+func (m *Manager) releaseScreens(ctx context.Context, computerID, holder string) {
+	if m.o.Computers == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	botd, _, err := m.o.Computers.Botd(ctx, computerID)
+	if err != nil {
+		return
+	}
+	var list struct {
+		Screens []struct {
+			ID    string `json:"id"`
+			Lease *struct {
+				Kind   string `json:"kind"`
+				Holder string `json:"holder"`
+			} `json:"lease"`
+		} `json:"screens"`
+	}
+	if err := botd.Do(ctx, http.MethodGet, "/screens", nil, &list); err != nil {
+		return
+	}
+	for _, sc := range list.Screens {
+		if sc.Lease == nil || sc.Lease.Holder != holder || sc.Lease.Kind != "agent" {
+			continue
+		}
+		if l, err := botd.AcquireLease(ctx, sc.ID, "agent", holder, tools.LeaseTTL); err == nil {
+			_ = botd.ReleaseLease(ctx, sc.ID, l.LeaseID)
+			m.o.Log.Info().Str("screen", sc.ID).Msg("released a dead run's screen lease")
+		}
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
 
 // ID is the run's id.
 func (r *Run) ID() string { return r.id }
@@ -232,7 +482,7 @@ func (r *Run) Subscribe() (<-chan Event, func()) {
 	for _, e := range r.events {
 		ch <- e
 	}
-	if r.snap.Status.ended() {
+	if r.snap.Status.Ended() {
 		close(ch)
 		return ch, func() {}
 	}
@@ -249,6 +499,21 @@ func (r *Run) Subscribe() (<-chan Event, func()) {
 
 func (r *Run) emitLocked(typ string, data any) {
 	e := Event{Seq: len(r.events) + 1, At: time.Now().UTC(), Type: typ, Data: data}
+	if !r.fenced {
+		b, _ := json.Marshal(data)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		seq, err := r.m.o.Store.AppendEvent(ctx, r.id, r.epoch, typ, b)
+		cancel()
+		switch {
+		case errors.Is(err, store.ErrStaleEpoch):
+			r.fenced = true
+			go r.fence()
+		case err != nil:
+			r.m.o.Log.Warn().Str("run", r.id).Err(err).Msg("record run event")
+		default:
+			e.Seq = int(seq)
+		}
+	}
 	r.events = append(r.events, e)
 	for ch := range r.subs {
 		select {
@@ -257,6 +522,21 @@ func (r *Run) emitLocked(typ string, data any) {
 			delete(r.subs, ch)
 			close(ch)
 		}
+	}
+}
+
+// persistLocked writes the run's record under its epoch.
+func (r *Run) persistLocked(u store.RunUpdate) {
+	if r.fenced {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := r.m.o.Store.UpdateRun(ctx, r.id, r.epoch, u); errors.Is(err, store.ErrStaleEpoch) {
+		r.fenced = true
+		go r.fence()
+	} else if err != nil {
+		r.m.o.Log.Warn().Str("run", r.id).Err(err).Msg("record run")
 	}
 }
 
@@ -269,39 +549,61 @@ func (r *Run) emit(typ string, data any) {
 func (r *Run) setStatus(s Status, errMsg string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.snap.Status.ended() {
+	if r.snap.Status.Ended() {
 		return
 	}
 	r.snap.Status = s
 	if errMsg != "" {
 		r.snap.Error = errMsg
 	}
+	r.persistLocked(store.RunUpdate{State: ptr(string(s)), Error: ptr(r.snap.Error), Message: ptr(r.agentText.String())})
 	r.emitLocked("status", map[string]string{"status": string(s), "error": errMsg})
 }
 
 // run is the run's whole life.
-func (r *Run) run(ctx context.Context, prompt, model string) {
+func (r *Run) run(ctx context.Context, drive func(context.Context) error) {
 	log := r.m.o.Log.With().Str("run", r.id).Str("bot", r.botID).Logger()
 	defer func() {
 		rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		r.session.Release(rctx)
-		cancel()
+		defer cancel()
+		if r.session != nil {
+			r.session.Release(rctx)
+		}
+		if r.resumed {
+			r.m.releaseScreens(rctx, r.computerID, "run-"+r.id)
+		}
 		r.cancel()
 		r.mu.Lock()
 		now := time.Now().UTC()
 		r.snap.EndedAt = &now
 		r.snap.Message = r.agentText.String()
+		if !r.snap.Status.Ended() {
+			r.snap.Status, r.snap.Error = StatusFailed, "the run ended without an outcome"
+		}
+		r.persistLocked(store.RunUpdate{State: ptr(string(r.snap.Status)), Error: ptr(r.snap.Error), Message: ptr(r.snap.Message)})
+		if !r.fenced {
+			_ = r.m.o.Store.ReleaseLease(rctx, r.leaseKey, r.epoch)
+		}
 		for ch := range r.subs {
 			delete(r.subs, ch)
 			close(ch)
 		}
 		r.mu.Unlock()
 		close(r.done)
+		r.m.mu.Lock()
+		delete(r.m.runs, r.id) // the store has it from now on
+		r.m.mu.Unlock()
 		log.Info().Str("status", string(r.Snapshot().Status)).Msg("run ended")
 	}()
-	if err := r.drive(ctx, prompt, model); err != nil {
+	if err := drive(ctx); err != nil {
 		if ctx.Err() != nil && r.Snapshot().Status == StatusStopped {
 			return
+		}
+		r.mu.Lock()
+		fenced := r.fenced
+		r.mu.Unlock()
+		if fenced {
+			return // another holder owns the bot now; nothing to write
 		}
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			err = fmt.Errorf("the run took longer than %s", r.m.o.TurnTimeout)
@@ -311,28 +613,40 @@ func (r *Run) run(ctx context.Context, prompt, model string) {
 	}
 }
 
-func (r *Run) drive(ctx context.Context, prompt, model string) error {
-	o := r.m.o
-	// The bot's own folder is the thread's working directory.
+// open prepares the bot's folder (the thread's working directory) and an
+// initialized connection to the computer's Codex app-server.
+func (r *Run) open(ctx context.Context) (*codexrpc.Conn, string, error) {
+	agentURL := "ws" + strings.TrimPrefix(r.botd.BaseURL(), "http") + "/agent"
 	cwd, err := r.botDir(ctx)
 	if err != nil {
-		return fmt.Errorf("prepare the bot's folder: %w", err)
+		return nil, "", fmt.Errorf("prepare the bot's folder: %w", err)
 	}
-	conn, err := codexrpc.Dial(ctx, o.AgentURL, http.Header{"Authorization": {"Bearer " + o.Botd.Token()}}, r)
+	conn, err := codexrpc.Dial(ctx, agentURL, http.Header{"Authorization": {"Bearer " + r.botd.Token()}}, r)
 	if err != nil {
-		return err
+		return nil, "", err
 	}
-	defer conn.Close()
 	var initRes json.RawMessage
 	if err := conn.Call(ctx, codexrpc.MethodInitialize, codexrpc.InitializeParams{
 		ClientInfo:   codexrpc.ClientInfo{Name: "open-bot-worker", Version: "0.1.0", Title: "open-bot worker"},
 		Capabilities: codexrpc.InitializeCapabilities{ExperimentalAPI: true},
 	}, &initRes); err != nil {
-		return err
+		conn.Close()
+		return nil, "", err
 	}
 	if err := conn.Notify(ctx, codexrpc.MethodInitialized, nil); err != nil {
+		conn.Close()
+		return nil, "", err
+	}
+	return conn, cwd, nil
+}
+
+func (r *Run) drive(ctx context.Context, prompt, model string) error {
+	o := r.m.o
+	conn, cwd, err := r.open(ctx)
+	if err != nil {
 		return err
 	}
+	defer conn.Close()
 	specs := make([]codexrpc.DynamicToolSpec, 0, len(tools.All))
 	for _, t := range tools.All {
 		specs = append(specs, codexrpc.DynamicToolSpec{Type: "function", Name: t.Name, Description: t.Description, InputSchema: json.RawMessage(t.Schema)})
@@ -344,50 +658,90 @@ func (r *Run) drive(ctx context.Context, prompt, model string) error {
 	}, &ts); err != nil {
 		return err
 	}
+	return r.turn(ctx, conn, ts.Thread.ID, prompt)
+}
+
+// resumeText is the new turn a resumed run starts with.
+func resumeText(prompt string) string {
+	return "The open-bot worker restarted while you were working on this task, so your last step may not have " +
+		"finished: take a screenshot or check the files to see where things stand, then continue. The task was:\n\n" + prompt
+}
+
+// driveResumed picks up the Codex thread a previous worker process left
+// mid-turn: resume the thread, interrupt the orphaned turn, and start a
+// new turn that tells the model what happened.
+func (r *Run) driveResumed(ctx context.Context, prompt, threadID, oldTurn string) error {
+	conn, cwd, err := r.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	var tr codexrpc.ThreadResumeResponse
+	if err := conn.Call(ctx, codexrpc.MethodThreadResume, codexrpc.ThreadResumeParams{ThreadID: threadID, ModelProvider: r.m.o.ModelProvider,
+		Cwd: cwd, ApprovalPolicy: "never", Sandbox: "danger-full-access", ExcludeTurns: true}, &tr); err != nil {
+		return fmt.Errorf("resume Codex thread %s: %w", threadID, err)
+	}
+	if oldTurn != "" {
+		ictx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_ = conn.Call(ictx, codexrpc.MethodTurnInterrupt, codexrpc.TurnInterruptParams{ThreadID: threadID, TurnID: oldTurn}, nil)
+		cancel()
+	}
+	r.emit("resumed", map[string]string{"threadId": threadID, "interruptedTurn": oldTurn})
+	return r.turn(ctx, conn, threadID, resumeText(prompt))
+}
+
+// turn starts a turn on the thread and follows it to its end.
+func (r *Run) turn(ctx context.Context, conn *codexrpc.Conn, threadID, text string) error {
 	var turn codexrpc.TurnStartResponse
 	if err := conn.Call(ctx, codexrpc.MethodTurnStart, codexrpc.TurnStartParams{
-		ThreadID: ts.Thread.ID, Input: []codexrpc.UserInput{{Type: "text", Text: prompt}},
+		ThreadID: threadID, Input: []codexrpc.UserInput{{Type: "text", Text: text}},
 	}, &turn); err != nil {
 		return err
 	}
 	r.mu.Lock()
-	r.snap.ThreadID, r.snap.TurnID = ts.Thread.ID, turn.Turn.ID
+	r.snap.ThreadID, r.snap.TurnID = threadID, turn.Turn.ID
+	r.persistLocked(store.RunUpdate{ThreadID: &threadID, TurnID: &turn.Turn.ID})
 	r.mu.Unlock()
 	r.setStatus(StatusRunning, "")
 
-	select {
-	case t := <-r.turnDone:
-		switch t.Status {
-		case "completed":
-			r.setStatus(StatusCompleted, "")
-			return nil
-		case "interrupted":
-			r.setStatus(StatusStopped, "the turn was interrupted")
-			return nil
-		default:
-			msg := "the turn failed"
-			if t.Error != nil && t.Error.Message != "" {
-				msg += ": " + t.Error.Message
+	for {
+		select {
+		case t := <-r.turnDone:
+			if t.ID != "" && t.ID != turn.Turn.ID {
+				continue // an older turn's end (e.g. the one a resume interrupted)
 			}
-			return errors.New(msg)
+			switch t.Status {
+			case "completed":
+				r.setStatus(StatusCompleted, "")
+				return nil
+			case "interrupted":
+				r.setStatus(StatusStopped, "the turn was interrupted")
+				return nil
+			default:
+				msg := "the turn failed"
+				if t.Error != nil && t.Error.Message != "" {
+					msg += ": " + t.Error.Message
+				}
+				return errors.New(msg)
+			}
+		case <-conn.Done():
+			return fmt.Errorf("the Codex app-server went away mid-turn (%v)", conn.Err())
+		case <-ctx.Done():
+			ictx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = conn.Call(ictx, codexrpc.MethodTurnInterrupt, codexrpc.TurnInterruptParams{ThreadID: threadID, TurnID: turn.Turn.ID}, nil)
+			cancel()
+			return ctx.Err()
 		}
-	case <-conn.Done():
-		return fmt.Errorf("the Codex app-server went away mid-turn (%v)", conn.Err())
-	case <-ctx.Done():
-		ictx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_ = conn.Call(ictx, codexrpc.MethodTurnInterrupt, codexrpc.TurnInterruptParams{ThreadID: ts.Thread.ID, TurnID: turn.Turn.ID}, nil)
-		cancel()
-		return ctx.Err()
 	}
 }
 
 // botDir makes sure bots/<bot-id> exists and returns its absolute path.
 func (r *Run) botDir(ctx context.Context) (string, error) {
 	rel := "bots/" + r.botID
-	if _, err := r.m.o.Botd.Exec(ctx, client.ExecRequest{Argv: []string{"mkdir", "-p", rel}}); err != nil {
+	if _, err := r.botd.Exec(ctx, client.ExecRequest{Argv: []string{"mkdir", "-p", rel}}); err != nil {
 		return "", err
 	}
-	res, err := r.m.o.Botd.Exec(ctx, client.ExecRequest{Argv: []string{"pwd", "-P"}, Cwd: rel})
+	res, err := r.botd.Exec(ctx, client.ExecRequest{Argv: []string{"pwd", "-P"}, Cwd: rel})
 	if err != nil {
 		return "", err
 	}
@@ -411,6 +765,7 @@ func (r *Run) waitTakeover(ctx context.Context, screen, reason string) error {
 	r.takeover = ch
 	r.snap.Status = StatusWaitingTakeover
 	r.snap.Takeover = reason
+	r.persistLocked(store.RunUpdate{State: ptr(string(StatusWaitingTakeover))})
 	r.emitLocked("status", map[string]string{"status": string(StatusWaitingTakeover), "screen": screen, "reason": reason})
 	r.mu.Unlock()
 	select {

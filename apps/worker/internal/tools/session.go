@@ -40,6 +40,9 @@ type Session struct {
 	// Takeover is called by request_takeover and blocks until a person is
 	// done (nil: the tool reports that takeover is not available here).
 	Takeover func(ctx context.Context, screen, reason string) error
+	// CheckScreen, when set, is the backend's screen limit (a single-screen
+	// provider answers MULTI_SCREEN_UNAVAILABLE for all screens but one).
+	CheckScreen func(ctx context.Context, screen string) error
 
 	// mu guards leases.
 	mu     sync.Mutex

@@ -188,6 +188,11 @@ func leased(ctx context.Context, s *Session, raw json.RawMessage, a screened, ch
 	if err != nil {
 		return err
 	}
+	if s.CheckScreen != nil {
+		if err := s.CheckScreen(ctx, screen); err != nil {
+			return err
+		}
+	}
 	return s.withLease(ctx, screen, func(l string) error { return fn(screen, l) })
 }
 

@@ -1,0 +1,401 @@
+package main
+
+// The people's CLI: `worker computers …` and `worker runs …` talk to a
+// running worker (WORKER_URL, token from WORKER_TOKEN(_FILE) or
+// DATA_DIR/worker-token), print something readable, or JSON with --json.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// cliClient is a client of the worker's API.
+type cliClient struct {
+	url, token, capa string
+	asJSON           bool
+	out              io.Writer
+}
+
+func commonFlags(fs *flag.FlagSet, c *cliClient) {
+	fs.StringVar(&c.url, "url", envOr("WORKER_URL", "http://127.0.0.1:7100"), "worker URL (WORKER_URL)")
+	fs.StringVar(&c.capa, "capability", os.Getenv("WORKER_CAPABILITY"), "the computer's capability (WORKER_CAPABILITY)")
+	fs.BoolVar(&c.asJSON, "json", false, "print JSON")
+}
+
+func (c *cliClient) loadToken() error {
+	tok, _, err := secretEnv("WORKER_TOKEN")
+	if err != nil {
+		return err
+	}
+	if tok == "" {
+		b, err := os.ReadFile(envOr("DATA_DIR", defaultDataDir()) + "/worker-token")
+		if err != nil {
+			return errors.New("no worker token: set WORKER_TOKEN or WORKER_TOKEN_FILE (worker serve prints where it is)")
+		}
+		tok = strings.TrimSpace(string(b))
+	}
+	c.token = tok
+	return nil
+}
+
+func (c *cliClient) request(ctx context.Context, method, path string, body any) (*http.Response, error) {
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(c.url, "/")+path, rd)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	if c.capa != "" {
+		req.Header.Set("X-Computer-Capability", c.capa)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("worker at %s: %w", c.url, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		defer resp.Body.Close()
+		var env struct {
+			Error struct{ Code, Message string } `json:"error"`
+		}
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		if json.Unmarshal(b, &env) == nil && env.Error.Code != "" {
+			return nil, fmt.Errorf("%s (%d %s)", env.Error.Message, resp.StatusCode, env.Error.Code)
+		}
+		return nil, fmt.Errorf("worker answered %s", resp.Status)
+	}
+	return resp, nil
+}
+
+// call sends a request and decodes the JSON answer into out (as a map when
+// out is nil) and prints it with --json.
+func (c *cliClient) call(ctx context.Context, method, path string, body any, out any) error {
+	resp, err := c.request(ctx, method, path, body)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if c.asJSON {
+		_, _ = c.out.Write(raw)
+	}
+	if out != nil {
+		return json.Unmarshal(raw, out)
+	}
+	return nil
+}
+
+type cliComputer struct {
+	ID        string `json:"id"`
+	Kind      string `json:"kind"`
+	Provider  string `json:"provider"`
+	State     string `json:"state"`
+	LastError string `json:"lastError"`
+	Scope     struct {
+		Session, Team string
+		Account       bool
+	} `json:"scope"`
+}
+
+func (c cliComputer) scope() string {
+	switch {
+	case c.Scope.Account:
+		return "account"
+	case c.Scope.Team != "":
+		return "team:" + c.Scope.Team
+	}
+	return "session:" + c.Scope.Session
+}
+
+const computersUsage = `usage: worker computers <create|list|adopt|add-bot|stop|start|destroy> [flags]
+  create  [--team T | --session S | --account] [--kind team|private] [--provider KIND]
+          [--attach-url URL --attach-token-file FILE]   prints the capability once
+  list
+  adopt ID   a new capability (the old one stops working; a restart forgets them all)
+  add-bot  --capability C ID BOT
+  stop|start|destroy --capability C ID
+common flags: --url (WORKER_URL) --json; the token: WORKER_TOKEN(_FILE) or DATA_DIR/worker-token
+`
+
+func runComputers(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		return errors.New(computersUsage)
+	}
+	c := &cliClient{out: os.Stdout}
+	fs := flag.NewFlagSet("computers "+args[0], flag.ContinueOnError)
+	commonFlags(fs, c)
+	team := fs.String("team", "", "team scope (share: true)")
+	session := fs.String("session", "", "session scope (the default: a new session)")
+	account := fs.Bool("account", false, "account scope: one computer for the whole deployment")
+	kind := fs.String("kind", "", "team or private")
+	provider := fs.String("provider", "", "provider kind (default: the worker's WORKER_PROVIDER)")
+	attURL := fs.String("attach-url", "", "attach: the botd URL")
+	attTok := fs.String("attach-token-file", "", "attach: the botd token file (0600, absolute path)")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	if err := c.loadToken(); err != nil {
+		return err
+	}
+	pos := fs.Args()
+	needID := func(n int) error {
+		if len(pos) != n {
+			return errors.New(computersUsage)
+		}
+		return nil
+	}
+	switch args[0] {
+	case "create":
+		body := map[string]any{"scope": map[string]any{}}
+		sc := body["scope"].(map[string]any)
+		if *team != "" {
+			sc["team"] = *team
+		}
+		if *session != "" {
+			sc["session"] = *session
+		}
+		if *account {
+			sc["account"] = true
+		}
+		if *kind != "" {
+			body["kind"] = *kind
+		}
+		if *provider != "" {
+			body["provider"] = *provider
+		}
+		if *attURL != "" || *attTok != "" {
+			body["attach"] = map[string]string{"url": *attURL, "tokenFile": *attTok}
+		}
+		var out struct {
+			Computer   cliComputer `json:"computer"`
+			Capability string      `json:"capability"`
+		}
+		if err := c.call(ctx, "POST", "/v1/computers", body, &out); err != nil {
+			return err
+		}
+		if !c.asJSON {
+			fmt.Printf("computer %s (%s, %s, %s) is %s\n", out.Computer.ID, out.Computer.Kind, out.Computer.Provider, out.Computer.scope(), out.Computer.State)
+			if out.Computer.LastError != "" {
+				fmt.Printf("  last error: %s\n", out.Computer.LastError)
+			}
+			fmt.Printf("capability (shown once; a worker restart forgets it, adopt mints a new one):\n%s\n", out.Capability)
+		}
+		return nil
+	case "list":
+		var out struct {
+			Computers []cliComputer `json:"computers"`
+		}
+		if err := c.call(ctx, "GET", "/v1/computers", nil, &out); err != nil {
+			return err
+		}
+		if !c.asJSON {
+			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tKIND\tPROVIDER\tSCOPE\tSTATE")
+			for _, x := range out.Computers {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", x.ID, x.Kind, x.Provider, x.scope(), x.State)
+			}
+			tw.Flush()
+		}
+		return nil
+	case "add-bot":
+		if err := needID(2); err != nil {
+			return err
+		}
+		var out struct {
+			Bot struct{ ID, Dir, Screen string } `json:"bot"`
+		}
+		if err := c.call(ctx, "POST", "/v1/computers/"+pos[0]+"/bots", map[string]string{"id": pos[1]}, &out); err != nil {
+			return err
+		}
+		if !c.asJSON {
+			fmt.Printf("bot %s added: works in %s, screen %s\n", out.Bot.ID, out.Bot.Dir, out.Bot.Screen)
+		}
+		return nil
+	case "adopt":
+		if err := needID(1); err != nil {
+			return err
+		}
+		var out struct {
+			Capability string `json:"capability"`
+		}
+		if err := c.call(ctx, "POST", "/v1/computers/"+pos[0]+"/adopt", nil, &out); err != nil {
+			return err
+		}
+		if !c.asJSON {
+			fmt.Printf("new capability for %s (the old one no longer works):\n%s\n", pos[0], out.Capability)
+		}
+		return nil
+	case "stop", "start", "destroy":
+		if err := needID(1); err != nil {
+			return err
+		}
+		method, path := "POST", "/v1/computers/"+pos[0]+"/"+args[0]
+		if args[0] == "destroy" {
+			method, path = "DELETE", "/v1/computers/"+pos[0]
+		}
+		var out struct {
+			Computer cliComputer `json:"computer"`
+		}
+		if err := c.call(ctx, method, path, nil, &out); err != nil {
+			return err
+		}
+		if !c.asJSON {
+			fmt.Printf("computer %s is %s\n", out.Computer.ID, out.Computer.State)
+			if out.Computer.LastError != "" {
+				fmt.Printf("  last error: %s\n", out.Computer.LastError)
+			}
+		}
+		return nil
+	}
+	return errors.New(computersUsage)
+}
+
+const runsUsage = `usage: worker runs <start|watch|stop> --computer ID --capability C [flags]
+  start --bot B --prompt TEXT [--model M] [--watch]
+  watch RUN      follow the run's events to its end
+  stop RUN
+`
+
+func runRuns(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		return errors.New(runsUsage)
+	}
+	c := &cliClient{out: os.Stdout}
+	fs := flag.NewFlagSet("runs "+args[0], flag.ContinueOnError)
+	commonFlags(fs, c)
+	comp := fs.String("computer", os.Getenv("WORKER_COMPUTER"), "computer id (WORKER_COMPUTER)")
+	bot := fs.String("bot", "", "bot id")
+	prompt := fs.String("prompt", "", "what the bot should do")
+	model := fs.String("model", "", "model (default: the worker's)")
+	watch := fs.Bool("watch", false, "start: then follow the run")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	if err := c.loadToken(); err != nil {
+		return err
+	}
+	if *comp == "" {
+		return errors.New("--computer is required\n" + runsUsage)
+	}
+	base := "/v1/computers/" + *comp + "/runs"
+	type run struct {
+		ID, BotID, Status, Error, Message string
+	}
+	var out struct {
+		Run run `json:"run"`
+	}
+	switch args[0] {
+	case "start":
+		if err := c.call(ctx, "POST", base, map[string]string{"botId": *bot, "prompt": *prompt, "model": *model}, &out); err != nil {
+			return err
+		}
+		if !c.asJSON {
+			fmt.Printf("run %s started for bot %s (%s)\n", out.Run.ID, out.Run.BotID, out.Run.Status)
+		}
+		if *watch {
+			return c.watch(ctx, base+"/"+out.Run.ID+"/events")
+		}
+		if !c.asJSON {
+			fmt.Printf("follow it: worker runs watch --computer %s %s\n", *comp, out.Run.ID)
+		}
+		return nil
+	case "watch":
+		if fs.NArg() != 1 {
+			return errors.New(runsUsage)
+		}
+		return c.watch(ctx, base+"/"+fs.Arg(0)+"/events")
+	case "stop":
+		if fs.NArg() != 1 {
+			return errors.New(runsUsage)
+		}
+		if err := c.call(ctx, "POST", base+"/"+fs.Arg(0)+"/stop", nil, &out); err != nil {
+			return err
+		}
+		if !c.asJSON {
+			fmt.Printf("run %s is %s\n", out.Run.ID, out.Run.Status)
+		}
+		return nil
+	}
+	return errors.New(runsUsage)
+}
+
+// watch follows a run's SSE stream: each event one line (or its JSON).
+func (c *cliClient) watch(ctx context.Context, path string) error {
+	resp, err := c.request(ctx, "GET", path, nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	event := ""
+	for sc.Scan() {
+		line := sc.Text()
+		if v, ok := strings.CutPrefix(line, "event: "); ok {
+			event = v
+			continue
+		}
+		data, ok := strings.CutPrefix(line, "data: ")
+		if !ok {
+			continue
+		}
+		if c.asJSON {
+			fmt.Fprintf(c.out, "{\"event\":%q,\"data\":%s}\n", event, data)
+			if event == "end" {
+				return nil
+			}
+			continue
+		}
+		var e struct {
+			At   time.Time       `json:"at"`
+			Data json.RawMessage `json:"data"`
+			// end carries the run itself
+			Status, Error, Message string
+		}
+		_ = json.Unmarshal([]byte(data), &e)
+		switch event {
+		case "end":
+			fmt.Fprintf(c.out, "run ended: %s", e.Status)
+			if e.Error != "" {
+				fmt.Fprintf(c.out, " (%s)", e.Error)
+			}
+			fmt.Fprintln(c.out)
+			if e.Message != "" {
+				fmt.Fprintf(c.out, "bot says: %s\n", e.Message)
+			}
+			return nil
+		case "notification":
+			continue // Codex's own chatter; --json shows it
+		default:
+			d := string(e.Data)
+			if len(d) > 200 {
+				d = d[:200] + "…"
+			}
+			fmt.Fprintf(c.out, "%s %-12s %s\n", e.At.Local().Format("15:04:05"), event, d)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return err
+	}
+	return errors.New("the event stream ended before the run did")
+}

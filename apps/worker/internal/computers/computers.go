@@ -1,0 +1,538 @@
+// Package computers is the control plane's view of computers: it creates
+// them through a provider, keeps desired and observed state in the store
+// (every transitional state with a deadline), hands out capabilities,
+// reconnects machines on demand and reconciles everything at start.
+package computers
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"regexp"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/open-bot/computer/apps/worker/internal/capability"
+	"github.com/open-bot/computer/apps/worker/internal/providers"
+	"github.com/open-bot/computer/apps/worker/internal/secret"
+	"github.com/open-bot/computer/apps/worker/internal/store"
+	"github.com/open-bot/computer/pkg/shared"
+	"github.com/open-bot/computer/pkg/shared/client"
+)
+
+// Kinds of computer (seed 000).
+const (
+	KindTeam    = "team"
+	KindPrivate = "private"
+)
+
+// TransitionTimeout bounds every transitional state.
+const TransitionTimeout = 3 * time.Minute
+
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// ValidID reports whether id is a valid computer, team, session or bot id.
+func ValidID(id string) bool { return idPattern.MatchString(id) }
+
+// Options configures the service.
+type Options struct {
+	Store store.Store
+	// Providers maps a kind to its provider; DefaultProvider names the one
+	// used when a create request names none.
+	Providers       map[string]providers.Provider
+	DefaultProvider string
+	Sealer          *secret.Sealer
+	Caps            *capability.Set
+	Log             zerolog.Logger
+}
+
+// Service manages computers.
+type Service struct {
+	o Options
+	// mu guards machines.
+	mu       sync.Mutex
+	machines map[string]providers.Machine
+}
+
+// New returns the service; it fails for an unknown default provider kind.
+func New(o Options) (*Service, error) {
+	if _, ok := o.Providers[o.DefaultProvider]; !ok {
+		return nil, fmt.Errorf("%w %q (known: %v)", providers.ErrUnknownKind, o.DefaultProvider, kinds(o.Providers))
+	}
+	if o.Caps == nil {
+		o.Caps = capability.NewSet()
+	}
+	return &Service{o: o, machines: map[string]providers.Machine{}}, nil
+}
+
+func kinds(m map[string]providers.Provider) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+// Caps is the capability set.
+func (s *Service) Caps() *capability.Set { return s.o.Caps }
+
+// Scope is a create request's scope: exactly one of the three.
+type Scope struct {
+	Session string `json:"session,omitempty"`
+	Team    string `json:"team,omitempty"`
+	Account bool   `json:"account,omitempty"`
+}
+
+// CreateRequest is POST /v1/computers.
+type CreateRequest struct {
+	Scope    Scope  `json:"scope"`
+	Kind     string `json:"kind,omitempty"`
+	Provider string `json:"provider,omitempty"`
+	Attach   *struct {
+		URL       string `json:"url"`
+		TokenFile string `json:"tokenFile"`
+	} `json:"attach,omitempty"`
+}
+
+// View is a computer as callers see it: identity and state, never a
+// capability or token.
+type View struct {
+	ID        string `json:"id"`
+	Kind      string `json:"kind"`
+	Provider  string `json:"provider"`
+	Scope     Scope  `json:"scope"`
+	State     string `json:"state"`
+	Desired   string `json:"desiredState"`
+	LastError string `json:"lastError,omitempty"`
+}
+
+// ViewOf renders a stored computer.
+func ViewOf(c store.Computer) View {
+	v := View{ID: c.ID, Kind: c.Kind, Provider: c.Provider, State: c.ObservedState, Desired: c.DesiredState, LastError: c.LastError}
+	switch c.ScopeKind {
+	case store.ScopeSession:
+		v.Scope.Session = c.ScopeID
+	case store.ScopeTeam:
+		v.Scope.Team = c.ScopeID
+	case store.ScopeAccount:
+		v.Scope.Account = true
+	}
+	return v
+}
+
+func bad(format string, args ...any) error {
+	return shared.Errorf(http.StatusBadRequest, shared.CodeBadRequest, format, args...)
+}
+
+// ErrNotFound is the one answer for a computer that does not exist or whose
+// capability did not match.
+var ErrNotFound = shared.Errorf(http.StatusNotFound, shared.CodeNotFound, "no such computer")
+
+func newID(prefix string) string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}
+
+// Create makes a computer and returns it with its capability (the only time
+// the capability is shown). The computer is recorded before the provider
+// is asked, so a crash mid-create leaves a row that reconcile finds.
+func (s *Service) Create(ctx context.Context, req CreateRequest) (View, string, error) {
+	c := store.Computer{ID: newID("c_"), DesiredState: store.StateRunning, ObservedState: store.StateCreating,
+		StateDeadline: time.Now().Add(TransitionTimeout)}
+	n := 0
+	if req.Scope.Session != "" {
+		n++
+		c.ScopeKind, c.ScopeID = store.ScopeSession, req.Scope.Session
+	}
+	if req.Scope.Team != "" {
+		n++
+		c.ScopeKind, c.ScopeID = store.ScopeTeam, req.Scope.Team
+	}
+	if req.Scope.Account {
+		n++
+		c.ScopeKind = store.ScopeAccount
+	}
+	switch {
+	case n > 1:
+		return View{}, "", bad("scope: give one of session, team or account")
+	case n == 0:
+		c.ScopeKind, c.ScopeID = store.ScopeSession, newID("s_") // one computer per session by default
+	case c.ScopeKind != store.ScopeAccount && !ValidID(c.ScopeID):
+		return View{}, "", bad("scope: ids are [A-Za-z0-9_-]{1,64}")
+	}
+	c.Kind = req.Kind
+	if c.Kind == "" {
+		c.Kind = KindTeam
+	}
+	if c.Kind != KindTeam && c.Kind != KindPrivate {
+		return View{}, "", bad("kind: want team or private")
+	}
+	c.Provider = req.Provider
+	if c.Provider == "" {
+		c.Provider = s.o.DefaultProvider
+	}
+	p, ok := s.o.Providers[c.Provider]
+	if !ok {
+		return View{}, "", bad("provider: unknown kind %q", c.Provider)
+	}
+	spec := providers.Spec{ComputerID: c.ID}
+	if c.Provider == providers.KindAttach {
+		if req.Attach == nil {
+			return View{}, "", bad("attach: {url, tokenFile} is required for the attach provider")
+		}
+		spec.AttachURL, spec.AttachTokenFile = req.Attach.URL, req.Attach.TokenFile
+	} else {
+		if req.Attach != nil {
+			return View{}, "", bad("attach: only for the attach provider")
+		}
+		var tok [32]byte
+		_, _ = rand.Read(tok[:])
+		spec.BotdToken = hex.EncodeToString(tok[:])
+		sealed, err := s.o.Sealer.Seal([]byte(spec.BotdToken), c.ID)
+		if err != nil {
+			return View{}, "", err
+		}
+		c.BotdToken = sealed
+	}
+	c.HomeKey = c.ID
+	if err := s.o.Store.CreateComputer(ctx, c); err != nil {
+		return View{}, "", err
+	}
+	ref, err := p.Provision(ctx, spec)
+	if err != nil {
+		s.fail(c.ID, err)
+		// Attach input errors are the caller's.
+		var ae *shared.APIError
+		if errors.As(err, &ae) || c.Provider == providers.KindAttach {
+			_, _ = s.o.Store.UpdateComputer(context.WithoutCancel(ctx), c.ID, store.StateUpdate{Desired: ptr(store.StateDestroyed), Observed: ptr(store.StateDestroyed)})
+			return View{}, "", bad("%s", err.Error())
+		}
+		return View{}, "", fmt.Errorf("provision: %w", err)
+	}
+	dl := time.Now().Add(TransitionTimeout)
+	if c, err = s.o.Store.UpdateComputer(ctx, c.ID, store.StateUpdate{ProviderRef: &ref, Observed: ptr(store.StateStarting), Deadline: &dl}); err != nil {
+		return View{}, "", err
+	}
+	cap, err := s.o.Caps.Mint(c.ID)
+	if err != nil {
+		return View{}, "", err
+	}
+	if _, err := s.connect(ctx, c); err != nil {
+		c, _ = s.o.Store.GetComputer(context.WithoutCancel(ctx), c.ID)
+		return ViewOf(c), cap, nil // created; the state says what went wrong
+	}
+	c, err = s.o.Store.GetComputer(ctx, c.ID)
+	return ViewOf(c), cap, err
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// fail records err as the computer's last error and moves it to error.
+func (s *Service) fail(id string, err error) {
+	msg := err.Error()
+	zero := time.Time{}
+	_, _ = s.o.Store.UpdateComputer(context.Background(), id, store.StateUpdate{Observed: ptr(store.StateError), LastError: &msg, Deadline: &zero})
+	s.o.Log.Warn().Str("computer", id).Str("error", msg).Msg("computer in error")
+}
+
+// spec rebuilds the provider spec of a stored computer (the token opened).
+func (s *Service) spec(c store.Computer) (providers.Spec, error) {
+	spec := providers.Spec{ComputerID: c.ID}
+	if len(c.BotdToken) > 0 {
+		tok, err := s.o.Sealer.Open(c.BotdToken, c.ID)
+		if err != nil {
+			return spec, err
+		}
+		spec.BotdToken = string(tok)
+	}
+	return spec, nil
+}
+
+// ConnectTimeout bounds a reconnect made for a request; Reconcile gives a
+// booting machine longer (ReconcileTimeout).
+const (
+	ConnectTimeout   = 20 * time.Second
+	ReconcileTimeout = 90 * time.Second
+)
+
+// connect reconnects a computer's machine and records it running.
+func (s *Service) connect(ctx context.Context, c store.Computer) (providers.Machine, error) {
+	return s.connectWithin(ctx, c, ConnectTimeout)
+}
+
+func (s *Service) connectWithin(ctx context.Context, c store.Computer, d time.Duration) (providers.Machine, error) {
+	p, ok := s.o.Providers[c.Provider]
+	if !ok {
+		err := fmt.Errorf("%w %q: this worker has no such provider", providers.ErrUnknownKind, c.Provider)
+		s.fail(c.ID, err)
+		return nil, err
+	}
+	spec, err := s.spec(c)
+	if err != nil {
+		s.fail(c.ID, err)
+		return nil, err
+	}
+	rctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	m, err := p.Reconnect(rctx, c.ProviderRef, spec)
+	if err != nil {
+		if errors.Is(err, providers.ErrGone) {
+			err = fmt.Errorf("the machine is gone (%w); recover makes a replacement", err)
+		}
+		s.fail(c.ID, err)
+		return nil, err
+	}
+	zero := time.Time{}
+	empty := ""
+	if _, err := s.o.Store.UpdateComputer(ctx, c.ID, store.StateUpdate{Observed: ptr(store.StateRunning), Deadline: &zero, LastError: &empty}); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	s.machines[c.ID] = m
+	s.mu.Unlock()
+	return m, nil
+}
+
+// Get returns a stored computer.
+func (s *Service) Get(ctx context.Context, id string) (store.Computer, error) {
+	if !ValidID(id) {
+		return store.Computer{}, ErrNotFound
+	}
+	c, err := s.o.Store.GetComputer(ctx, id)
+	if errors.Is(err, store.ErrNotFound) || (err == nil && c.ObservedState == store.StateDestroyed) {
+		return store.Computer{}, ErrNotFound
+	}
+	return c, err
+}
+
+// List returns every computer that is not destroyed.
+func (s *Service) List(ctx context.Context) ([]View, error) {
+	cs, err := s.o.Store.ListComputers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := []View{}
+	for _, c := range cs {
+		if c.ObservedState != store.StateDestroyed {
+			out = append(out, ViewOf(c))
+		}
+	}
+	return out, nil
+}
+
+// Machine returns the running machine of computer id, reconnecting it if
+// this process has not yet.
+func (s *Service) Machine(ctx context.Context, id string) (providers.Machine, error) {
+	s.mu.Lock()
+	m := s.machines[id]
+	s.mu.Unlock()
+	if m != nil {
+		return m, nil
+	}
+	c, err := s.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if c.DesiredState != store.StateRunning {
+		return nil, shared.Errorf(http.StatusConflict, shared.CodeConflict, "the computer is %s; start it first", c.ObservedState)
+	}
+	m, err = s.connect(ctx, c)
+	if err != nil {
+		return nil, shared.Errorf(http.StatusServiceUnavailable, shared.CodeUnavailable, "the computer's machine does not answer; see its lastError")
+	}
+	return m, nil
+}
+
+// Adopt mints a new capability for computer id; the old one stops working.
+func (s *Service) Adopt(ctx context.Context, id string) (string, error) {
+	if _, err := s.Get(ctx, id); err != nil {
+		return "", err
+	}
+	return s.o.Caps.Mint(id)
+}
+
+func (s *Service) provider(c store.Computer) (providers.Provider, error) {
+	p, ok := s.o.Providers[c.Provider]
+	if !ok {
+		return nil, shared.Errorf(http.StatusConflict, shared.CodeConflict, "this worker has no %q provider", c.Provider)
+	}
+	return p, nil
+}
+
+func (s *Service) drop(id string) {
+	s.mu.Lock()
+	delete(s.machines, id)
+	s.mu.Unlock()
+}
+
+// Stop stops the machine, keeping its home.
+func (s *Service) Stop(ctx context.Context, id string) (View, error) {
+	c, err := s.Get(ctx, id)
+	if err != nil {
+		return View{}, err
+	}
+	p, err := s.provider(c)
+	if err != nil {
+		return View{}, err
+	}
+	if !p.Describe().Capabilities.Stop {
+		return View{}, shared.Errorf(http.StatusConflict, shared.CodeConflict, "the %s provider cannot stop a machine", c.Provider)
+	}
+	dl := time.Now().Add(TransitionTimeout)
+	if _, err := s.o.Store.UpdateComputer(ctx, id, store.StateUpdate{Desired: ptr(store.StateStopped), Observed: ptr(store.StateStopping), Deadline: &dl}); err != nil {
+		return View{}, err
+	}
+	s.drop(id)
+	if err := p.Stop(ctx, c.ProviderRef); err != nil {
+		s.fail(id, err)
+	} else {
+		zero := time.Time{}
+		_, _ = s.o.Store.UpdateComputer(ctx, id, store.StateUpdate{Observed: ptr(store.StateStopped), Deadline: &zero})
+	}
+	c, err = s.o.Store.GetComputer(ctx, id)
+	return ViewOf(c), err
+}
+
+// Start (and Recover) bring the machine back: reconnect, or provision a
+// replacement when it is gone.
+func (s *Service) Start(ctx context.Context, id string) (View, error) {
+	c, err := s.Get(ctx, id)
+	if err != nil {
+		return View{}, err
+	}
+	p, err := s.provider(c)
+	if err != nil {
+		return View{}, err
+	}
+	dl := time.Now().Add(TransitionTimeout)
+	if c, err = s.o.Store.UpdateComputer(ctx, id, store.StateUpdate{Desired: ptr(store.StateRunning), Observed: ptr(store.StateStarting), Deadline: &dl}); err != nil {
+		return View{}, err
+	}
+	s.drop(id)
+	if _, err := s.connect(ctx, c); err != nil && c.Provider != providers.KindAttach {
+		// Gone or broken: a replacement from the same kind.
+		spec, serr := s.spec(c)
+		if serr == nil {
+			if ref, perr := p.Provision(ctx, spec); perr == nil {
+				if c, err = s.o.Store.UpdateComputer(ctx, id, store.StateUpdate{ProviderRef: &ref}); err == nil {
+					_, _ = s.connect(ctx, c)
+				}
+			} else {
+				s.fail(id, perr)
+			}
+		}
+	}
+	c, err = s.o.Store.GetComputer(ctx, id)
+	return ViewOf(c), err
+}
+
+// Destroy removes the machine (an attached botd is only detached) and
+// forgets the capability.
+func (s *Service) Destroy(ctx context.Context, id string) (View, error) {
+	c, err := s.Get(ctx, id)
+	if err != nil {
+		return View{}, err
+	}
+	p, err := s.provider(c)
+	if err != nil {
+		return View{}, err
+	}
+	dl := time.Now().Add(TransitionTimeout)
+	if _, err := s.o.Store.UpdateComputer(ctx, id, store.StateUpdate{Desired: ptr(store.StateDestroyed), Observed: ptr(store.StateDestroying), Deadline: &dl}); err != nil {
+		return View{}, err
+	}
+	s.drop(id)
+	if err := p.Destroy(ctx, c.ProviderRef); err != nil && !errors.Is(err, providers.ErrUnsupported) {
+		s.fail(id, err)
+		c, _ = s.o.Store.GetComputer(ctx, id)
+		return ViewOf(c), nil
+	}
+	zero := time.Time{}
+	c, err = s.o.Store.UpdateComputer(ctx, id, store.StateUpdate{Observed: ptr(store.StateDestroyed), Deadline: &zero})
+	s.o.Caps.Forget(id)
+	return ViewOf(c), err
+}
+
+// Reconcile runs at start: every computer that should run is reconnected;
+// a transitional state past its deadline becomes error with the reason.
+// Failures are recorded on the computer, never fatal to the worker.
+func (s *Service) Reconcile(ctx context.Context) error {
+	cs, err := s.o.Store.ListComputers(ctx)
+	if err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	for _, c := range cs {
+		switch {
+		case c.ObservedState == store.StateDestroyed:
+			continue
+		case c.DesiredState == store.StateDestroyed:
+			// A destroy that a crash interrupted: finish it.
+			wg.Add(1)
+			go func() { defer wg.Done(); _, _ = s.Destroy(ctx, c.ID) }()
+		case c.DesiredState == store.StateRunning:
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if c.ProviderRef == "" {
+					s.fail(c.ID, errors.New("the worker stopped while this computer was being created; recover makes it"))
+					return
+				}
+				_, _ = s.connectWithin(ctx, c, ReconcileTimeout)
+			}()
+		}
+	}
+	wg.Wait()
+	return nil
+}
+
+// SweepDeadlines moves every computer whose transitional state outlived its
+// deadline to error, with the reason, so nothing stays "starting" forever;
+// recover (start) is the way out.
+func (s *Service) SweepDeadlines(ctx context.Context) error {
+	cs, err := s.o.Store.ListComputers(ctx)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	for _, c := range cs {
+		switch c.ObservedState {
+		case store.StateCreating, store.StateStarting, store.StateStopping, store.StateDestroying:
+			if !c.StateDeadline.IsZero() && now.After(c.StateDeadline) {
+				s.fail(c.ID, fmt.Errorf("stuck in %s past its deadline; recover retries", c.ObservedState))
+			}
+		}
+	}
+	return nil
+}
+
+// Watch sweeps deadlines every interval until ctx ends.
+func (s *Service) Watch(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := s.SweepDeadlines(ctx); err != nil {
+				s.o.Log.Warn().Err(err).Msg("sweep computer deadlines")
+			}
+		}
+	}
+}
+
+// Botd returns the botd client of computer id's machine.
+func (s *Service) Botd(ctx context.Context, id string) (*client.Client, providers.Machine, error) {
+	m, err := s.Machine(ctx, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	return m.Botd(), m, nil
+}

@@ -1,0 +1,113 @@
+package httpapi
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/open-bot/computer/apps/worker/internal/computers"
+	"github.com/open-bot/computer/apps/worker/internal/store"
+)
+
+func (a *api) createComputer(w http.ResponseWriter, r *http.Request) {
+	var req computers.CreateRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	v, capa, err := a.o.Computers.Create(r.Context(), req)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, map[string]any{"computer": v, "capability": capa})
+}
+
+func (a *api) listComputers(w http.ResponseWriter, r *http.Request) {
+	list, err := a.o.Computers.List(r.Context())
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"computers": list})
+}
+
+// BotView is a bot as the API shows it.
+type BotView struct {
+	ID     string `json:"id"`
+	Team   string `json:"team"`
+	Screen string `json:"screen"`
+	Dir    string `json:"dir"`
+}
+
+func botView(c store.Computer, b store.Bot) BotView {
+	dir := "."
+	if c.Kind == computers.KindTeam {
+		dir = "bots/" + b.ID
+	}
+	return BotView{ID: b.ID, Team: b.TeamID, Screen: b.ID, Dir: dir}
+}
+
+func (a *api) getComputer(w http.ResponseWriter, r *http.Request) {
+	c, err := a.o.Computers.Get(r.Context(), r.PathValue("id"))
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	bots, err := a.o.Computers.Bots(r.Context(), c.ID)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	views := []BotView{}
+	for _, b := range bots {
+		views = append(views, botView(c, b))
+	}
+	var last any
+	if cp, err := a.o.Computers.LatestCheckpoint(r.Context(), c.ID); err == nil {
+		last = map[string]any{"revision": cp.Revision, "size": cp.Size, "at": cp.At}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"computer": struct {
+		computers.View
+		Bots           []BotView `json:"bots"`
+		LastCheckpoint any       `json:"lastCheckpoint"`
+	}{computers.ViewOf(c), views, last}})
+}
+
+func (a *api) adopt(w http.ResponseWriter, r *http.Request) {
+	capa, err := a.o.Computers.Adopt(r.Context(), r.PathValue("id"))
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"capability": capa})
+}
+
+func (a *api) lifecycle(fn func(context.Context, string) (computers.View, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		v, err := fn(r.Context(), r.PathValue("id"))
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"computer": v})
+	}
+}
+
+func (a *api) addBot(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		ID string `json:"id"`
+	}
+	if !decode(w, r, &req) {
+		return
+	}
+	b, err := a.o.Computers.AddBot(r.Context(), r.PathValue("id"), req.ID)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	c, err := a.o.Computers.Get(r.Context(), b.ComputerID)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, map[string]any{"bot": botView(c, b)})
+}
