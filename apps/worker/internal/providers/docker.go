@@ -246,6 +246,10 @@ func (d *Docker) Provision(ctx context.Context, spec Spec) (string, error) {
 					{Type: mount.TypeVolume, Source: volumeName(machine), Target: "/home"},
 					{Type: mount.TypeBind, Source: tokenFile, Target: containerTokenPath, ReadOnly: true},
 				},
+				// A fresh /tmp at every start: no X lock or socket of the last
+				// run survives a stop, and the X socket dir is 1777 whatever
+				// the image's botd makes of it.
+				Tmpfs:         map[string]string{"/tmp": "rw,nosuid,nodev,mode=1777", "/tmp/.X11-unix": "rw,nosuid,nodev,mode=1777"},
 				ShmSize:       1 << 30,
 				RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyUnlessStopped},
 			},
