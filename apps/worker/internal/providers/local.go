@@ -36,7 +36,8 @@ type LocalOptions struct {
 	// PortBase is the first loopback port of slot 0 (default 20000); slot k
 	// uses PortBase + k*PortsPerSlot onwards (API, Codex, SOCKS, VNC, view).
 	PortBase int
-	// Slots caps the computers this host runs at once (default 32).
+	// Slots caps the local computers on this host (default 32); a stopped
+	// computer keeps its slot.
 	Slots int
 	// MaxScreens is each botd's MAX_SCREENS (default 4).
 	MaxScreens int
