@@ -180,3 +180,35 @@ func TestLocalStaleBotdOfEarlierWorker(t *testing.T) {
 	require.Equal(t, "kept", string(got))
 	require.NoError(t, l2.Destroy(ctx, ref))
 }
+
+// Two local computers at once share the host's desktop and bot users but
+// not their screens, workspaces or APIs: the same screen id runs on each,
+// on its own display, and a file written on one is not in the other.
+func TestLocalTwoComputersAtOnce(t *testing.T) {
+	l := testLocal(t)
+	ctx := testCtx(t, 5*time.Minute)
+	var ms []Machine
+	for _, id := range []string{"twin-a", "twin-b"} {
+		spec := Spec{ComputerID: id, BotdToken: testToken()}
+		ref, err := l.Provision(ctx, spec)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = l.Destroy(context.Background(), ref) })
+		m, err := l.Reconnect(ctx, ref, spec)
+		require.NoError(t, err)
+		ms = append(ms, m)
+	}
+	a, b := ms[0].Botd(), ms[1].Botd()
+	sa, err := a.StartScreen(ctx, "alice")
+	require.NoError(t, err)
+	sb, err := b.StartScreen(ctx, "alice")
+	require.NoError(t, err)
+	require.NotEqual(t, sa.Display, sb.Display, "each computer draws on its own displays")
+	require.NotEmpty(t, observe(t, ctx, a, "alice").Image)
+	require.NotEmpty(t, observe(t, ctx, b, "alice").Image)
+
+	require.NoError(t, a.WriteFile(ctx, "only-a.txt", []byte("a")))
+	_, err = b.ReadFile(ctx, "only-a.txt", 10)
+	require.Error(t, err, "a file of one computer's workspace is not in the other's")
+	_, err = client.New(a.BaseURL(), b.Token(), nil).Health(ctx)
+	require.Error(t, err, "one computer's token does not open the other")
+}
