@@ -121,7 +121,7 @@ func (b *procBackend) start(ctx context.Context, s *Screen, slot int) (st stack,
 	if err := ensureDir(runDir, 0o700, int(u.UID), int(u.GID)); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll("/tmp/.X11-unix", 0o1777); err != nil {
+	if err := x11SocketDir("/tmp/.X11-unix"); err != nil {
 		return nil, fmt.Errorf("x socket dir: %w", err)
 	}
 	cookie, err := newCookie()
@@ -442,4 +442,28 @@ func (m *Manager) slotFreeOnHost(slot int) bool {
 		return false
 	}
 	return true
+}
+
+// x11SocketDir makes /tmp/.X11-unix root's directory with mode 1777, where
+// Xvfb (as desktop) creates its socket. Mkdir's mode goes through botd's
+// umask (002): on a fresh /tmp — every container — the directory came out
+// 0775 and no screen could start. One that is not root's directory is
+// refused, not repaired: /tmp is everyone's, and root never follows a path
+// others can change (in sticky /tmp only root can replace root's entry).
+func x11SocketDir(dir string) error {
+	if err := os.Mkdir(dir, 0o777|os.ModeSticky); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	st, err := os.Lstat(dir)
+	if err != nil {
+		return err
+	}
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	if !st.IsDir() || !ok || sys.Uid != 0 {
+		return fmt.Errorf("%s is not a directory owned by root", dir)
+	}
+	if st.Mode().Perm() != 0o777 || st.Mode()&os.ModeSticky == 0 {
+		return os.Chmod(dir, 0o777|os.ModeSticky)
+	}
+	return nil
 }

@@ -368,8 +368,8 @@ func observe(t *testing.T, ctx context.Context, c *client.Client, screen string)
 	return o
 }
 
-// exportWorkspace reads GET /workspace/export into name → content.
-func exportWorkspace(t *testing.T, ctx context.Context, c *client.Client) map[string]string {
+// exportTar is GET /workspace/export, whole.
+func exportTar(t *testing.T, ctx context.Context, c *client.Client) []byte {
 	t.Helper()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.BaseURL()+"/workspace/export", nil)
 	require.NoError(t, err)
@@ -378,8 +378,16 @@ func exportWorkspace(t *testing.T, ctx context.Context, c *client.Client) map[st
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return b
+}
+
+// exportWorkspace reads GET /workspace/export into name → content.
+func exportWorkspace(t *testing.T, ctx context.Context, c *client.Client) map[string]string {
+	t.Helper()
 	files := map[string]string{}
-	tr := tar.NewReader(resp.Body)
+	tr := tar.NewReader(bytes.NewReader(exportTar(t, ctx, c)))
 	for {
 		h, err := tr.Next()
 		if err == io.EOF {
@@ -406,13 +414,25 @@ func importWorkspace(t *testing.T, ctx context.Context, c *client.Client, files 
 		require.NoError(t, err)
 	}
 	require.NoError(t, tw.Close())
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, c.BaseURL()+"/workspace/import", &buf)
-	require.NoError(t, err)
+	require.NoError(t, importTar(ctx, c, buf.Bytes()))
+}
+
+// importTar is PUT /workspace/import.
+func importTar(ctx context.Context, c *client.Client, archive []byte) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, c.BaseURL()+"/workspace/import", bytes.NewReader(archive))
+	if err != nil {
+		return err
+	}
 	req.Header.Set("Authorization", "Bearer "+c.Token())
 	req.Header.Set("Content-Type", "application/x-tar")
 	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
+	if err != nil {
+		return err
+	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
-	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("import: %d %s", resp.StatusCode, body)
+	}
+	return nil
 }

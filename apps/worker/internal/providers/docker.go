@@ -3,7 +3,6 @@ package providers
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -246,6 +245,10 @@ func (d *Docker) Provision(ctx context.Context, spec Spec) (string, error) {
 					{Type: mount.TypeVolume, Source: volumeName(machine), Target: "/home"},
 					{Type: mount.TypeBind, Source: tokenFile, Target: containerTokenPath, ReadOnly: true},
 				},
+				// A fresh /tmp at every start: no X lock or socket of the last
+				// run survives a stop, and the X socket dir is 1777 whatever
+				// the image's botd makes of it.
+				Tmpfs:         map[string]string{"/tmp": "rw,nosuid,nodev,mode=1777", "/tmp/.X11-unix": "rw,nosuid,nodev,mode=1777"},
 				ShmSize:       1 << 30,
 				RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyUnlessStopped},
 			},
@@ -492,28 +495,4 @@ func (d *Docker) List(ctx context.Context) ([]Listed, error) {
 		out = append(out, Listed{Ref: c.ID, ComputerID: c.Labels[LabelComputer], Running: c.State == container.StateRunning})
 	}
 	return out, nil
-}
-
-// MemoryBytes is the container's memory use without page cache (for figures).
-func (d *Docker) MemoryBytes(ctx context.Context, ref string) (uint64, error) {
-	var body io.ReadCloser
-	if err := d.call(ctx, "container stats", func(ctx context.Context) error {
-		r, err := d.cli.ContainerStats(ctx, ref, dockerclient.ContainerStatsOptions{})
-		body = r.Body
-		return err
-	}); err != nil {
-		return 0, err
-	}
-	defer body.Close()
-	var s container.StatsResponse
-	if err := json.NewDecoder(body).Decode(&s); err != nil {
-		return 0, err
-	}
-	use := s.MemoryStats.Usage
-	for _, k := range []string{"inactive_file", "total_inactive_file", "cache"} {
-		if v, ok := s.MemoryStats.Stats[k]; ok && v < use {
-			return use - v, nil
-		}
-	}
-	return use, nil
 }

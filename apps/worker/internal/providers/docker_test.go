@@ -168,6 +168,36 @@ func TestDockerBotdExitsWithReason(t *testing.T) {
 	requireDockerGone(t, d2, ref)
 }
 
+// The seed's acceptance pattern on Docker: a machine's container is deleted
+// behind the worker's back; Ensure through the stale ref boots a
+// replacement and restores the last checkpoint (the old machine's export)
+// into it before first use.
+func TestDockerReplacementRestoresCheckpoint(t *testing.T) {
+	d := testDocker(t)
+	ctx := testCtx(t, 5*time.Minute)
+	reg := Registry{KindDocker: d}
+	spec := Spec{ComputerID: "replace", BotdToken: testToken()}
+	first, err := Ensure(ctx, reg, KindDocker, "", "", spec, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = d.Destroy(context.Background(), first.Ref) })
+	require.NoError(t, first.Machine.Botd().WriteFile(ctx, "model-made.txt", []byte("made before the loss")))
+	checkpoint := exportTar(t, ctx, first.Machine.Botd())
+
+	_, err = d.cli.ContainerRemove(ctx, first.Ref, dockerclient.ContainerRemoveOptions{Force: true})
+	require.NoError(t, err)
+	second, err := Ensure(ctx, reg, KindDocker, KindDocker, first.Ref, spec, func(ctx context.Context, m Machine) error {
+		return importTar(ctx, m.Botd(), checkpoint)
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = d.Destroy(context.Background(), second.Ref) })
+	require.True(t, second.Replaced)
+	require.NotEqual(t, first.Ref, second.Ref)
+	got, err := second.Machine.Botd().ReadFile(ctx, "model-made.txt", 100)
+	require.NoError(t, err)
+	require.Equal(t, "made before the loss", string(got))
+	require.NoError(t, d.Destroy(ctx, first.Ref), "the lost machine's volume and token are cleaned up")
+}
+
 func TestDockerImageMissing(t *testing.T) {
 	d := testEngine(t)
 	d2, err := NewDocker(DockerOptions{Image: "open-bot/computer:no-such-tag", DataDir: d.o.DataDir})

@@ -1,6 +1,7 @@
 package providers
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -35,7 +36,8 @@ type LocalOptions struct {
 	// PortBase is the first loopback port of slot 0 (default 20000); slot k
 	// uses PortBase + k*PortsPerSlot onwards (API, Codex, SOCKS, VNC, view).
 	PortBase int
-	// Slots caps the computers this host runs at once (default 32).
+	// Slots caps the local computers on this host (default 32); a stopped
+	// computer keeps its slot.
 	Slots int
 	// MaxScreens is each botd's MAX_SCREENS (default 4).
 	MaxScreens int
@@ -127,6 +129,50 @@ func (l *Local) dir(ref string) string   { return filepath.Join(l.computers(), r
 func (l *Local) home(ref string) string  { return filepath.Join(l.dir(ref), "home") }
 func (l *Local) token(ref string) string { return filepath.Join(l.dir(ref), "token") }
 func (l *Local) meta(ref string) string  { return filepath.Join(l.dir(ref), "machine.json") }
+func (l *Local) pidFile(ref string) string {
+	return filepath.Join(l.dir(ref), "botd.pid")
+}
+
+// endStale stops a botd that an earlier worker started on ref's home and
+// that outlived it (Pdeathsig is per thread, not a promise): two botds on
+// one home would corrupt it. The pid is believed only when that process's
+// environment names this home.
+func (l *Local) endStale(ref string) error {
+	b, err := os.ReadFile(l.pidFile(ref))
+	if err != nil {
+		return nil
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 1 {
+		return nil
+	}
+	env, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+	if err != nil || !bytes.Contains(append([]byte{0}, env...), []byte("\x00BOTD_HOME="+l.home(ref)+"\x00")) {
+		return nil
+	}
+	l.log.Warn().Str("ref", ref).Int("pid", pid).Msg("a botd of an earlier worker still runs on this home; stopping it")
+	deadline := time.Now().Add(20 * time.Second)
+	_ = syscall.Kill(pid, syscall.SIGTERM)
+	for procAlive(pid) {
+		if time.Now().After(deadline) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			deadline = time.Now().Add(10 * time.Second)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return nil
+}
+
+// procAlive: pid runs and is not a zombie.
+func procAlive(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i > 0 && len(s) > i+2 && s[i+2] != 'Z'
+}
 
 // checkRef refuses a ref that is not one of ours in shape (a path escape
 // or another kind's ref).
@@ -341,6 +387,9 @@ func (l *Local) startLocked(ref string) (*localProc, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := l.endStale(ref); err != nil {
+		return nil, err
+	}
 	if reason := l.busy(m.Slot); reason != "" {
 		slot, err := l.freeSlotLocked(ref)
 		if err != nil {
@@ -372,7 +421,7 @@ func (l *Local) startLocked(ref string) (*localProc, error) {
 		}
 	}
 	p := &localProc{
-		ref: ref, bin: l.o.BotdBin, env: env, api: "127.0.0.1:" + strconv.Itoa(s.api),
+		ref: ref, bin: l.o.BotdBin, env: env, api: "127.0.0.1:" + strconv.Itoa(s.api), pidFile: l.pidFile(ref),
 		stop: make(chan struct{}), done: make(chan struct{}), log: l.log.With().Str("ref", ref).Logger(),
 	}
 	if err := p.startOnce(); err != nil {

@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -23,6 +25,7 @@ const startSecs = 10 * time.Second
 // or Fatal when it exits during start (the reason is kept for Reconnect).
 type localProc struct {
 	ref, bin, api string
+	pidFile       string // botd's pid, for a later worker to find it
 	env           []string
 	log           zerolog.Logger
 	stop          chan struct{} // closed by terminate
@@ -51,6 +54,9 @@ func (p *localProc) startOnce() error {
 	p.mu.Lock()
 	p.cmd, p.started = cmd, time.Now()
 	p.mu.Unlock()
+	if p.pidFile != "" {
+		_ = os.WriteFile(p.pidFile, []byte(strconv.Itoa(cmd.Process.Pid)), 0o600)
+	}
 	return nil
 }
 

@@ -137,3 +137,78 @@ func TestLocalRefusesBadInput(t *testing.T) {
 		require.ErrorIs(t, err, ErrGone, "ref %q", ref)
 	}
 }
+
+// A botd that outlived its worker (its supervisor gone, the process still
+// on the home): the next worker stops it before starting its own, so two
+// botds never share one home.
+func TestLocalStaleBotdOfEarlierWorker(t *testing.T) {
+	requireHost(t)
+	dataDir := filepath.Join(tmpRoot, "data-stale")
+	opts := LocalOptions{
+		DataDir: dataDir, BotdBin: testBotd(t),
+		DisplayBase: testDisplayBase, PortBase: testPortBase, Slots: testSlots, ReadyTimeout: 3 * time.Minute,
+	}
+	l1, err := NewLocal(opts)
+	require.NoError(t, err)
+	ctx := testCtx(t, 5*time.Minute)
+	spec := Spec{ComputerID: "stale", BotdToken: testToken()}
+	ref, err := l1.Provision(ctx, spec)
+	require.NoError(t, err)
+	m1, err := l1.Reconnect(ctx, ref, spec)
+	require.NoError(t, err)
+	require.NoError(t, m1.Botd().WriteFile(ctx, "kept.txt", []byte("kept")))
+	old := l1.PID(ref)
+	require.NotZero(t, old)
+	// The first worker "dies": its supervisor stops caring, its DATA_DIR
+	// lock goes, its botd keeps running.
+	l1.mu.Lock()
+	p := l1.procs[ref]
+	l1.mu.Unlock()
+	p.stopOnce.Do(func() { close(p.stop) })
+	require.NoError(t, l1.lock.Close())
+	t.Cleanup(func() { _ = p.terminate(context.Background()) })
+
+	l2, err := NewLocal(opts)
+	require.NoError(t, err)
+	defer l2.Close(context.Background())
+	m2, err := l2.Reconnect(ctx, ref, spec)
+	require.NoError(t, err)
+	require.False(t, procAlive(old), "the earlier worker's botd must be stopped")
+	require.NotEqual(t, old, l2.PID(ref))
+	got, err := m2.Botd().ReadFile(ctx, "kept.txt", 100)
+	require.NoError(t, err)
+	require.Equal(t, "kept", string(got))
+	require.NoError(t, l2.Destroy(ctx, ref))
+}
+
+// Two local computers at once share the host's desktop and bot users but
+// not their screens, workspaces or APIs: the same screen id runs on each,
+// on its own display, and a file written on one is not in the other.
+func TestLocalTwoComputersAtOnce(t *testing.T) {
+	l := testLocal(t)
+	ctx := testCtx(t, 5*time.Minute)
+	var ms []Machine
+	for _, id := range []string{"twin-a", "twin-b"} {
+		spec := Spec{ComputerID: id, BotdToken: testToken()}
+		ref, err := l.Provision(ctx, spec)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = l.Destroy(context.Background(), ref) })
+		m, err := l.Reconnect(ctx, ref, spec)
+		require.NoError(t, err)
+		ms = append(ms, m)
+	}
+	a, b := ms[0].Botd(), ms[1].Botd()
+	sa, err := a.StartScreen(ctx, "alice")
+	require.NoError(t, err)
+	sb, err := b.StartScreen(ctx, "alice")
+	require.NoError(t, err)
+	require.NotEqual(t, sa.Display, sb.Display, "each computer draws on its own displays")
+	require.NotEmpty(t, observe(t, ctx, a, "alice").Image)
+	require.NotEmpty(t, observe(t, ctx, b, "alice").Image)
+
+	require.NoError(t, a.WriteFile(ctx, "only-a.txt", []byte("a")))
+	_, err = b.ReadFile(ctx, "only-a.txt", 10)
+	require.Error(t, err, "a file of one computer's workspace is not in the other's")
+	_, err = client.New(a.BaseURL(), b.Token(), nil).Health(ctx)
+	require.Error(t, err, "one computer's token does not open the other")
+}

@@ -1,0 +1,44 @@
+package screen
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// A fresh /tmp (a container's) used to get a 0775 X socket dir that Xvfb,
+// as desktop, could not create its socket in: no screen started in Docker.
+func TestX11SocketDir(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (the directory must be root's)")
+	}
+	tmp := t.TempDir()
+	fresh := filepath.Join(tmp, "fresh")
+	require.NoError(t, x11SocketDir(fresh))
+	st, err := os.Stat(fresh)
+	require.NoError(t, err)
+	require.Equal(t, os.ModeDir|os.ModeSticky|0o777, st.Mode(), "created through the umask")
+
+	narrow := filepath.Join(tmp, "narrow")
+	require.NoError(t, os.Mkdir(narrow, 0o775))
+	require.NoError(t, x11SocketDir(narrow))
+	st, err = os.Stat(narrow)
+	require.NoError(t, err)
+	require.Equal(t, os.ModeDir|os.ModeSticky|0o777, st.Mode(), "an existing 0775 dir is repaired")
+
+	// Not root's, or not a directory: refused, never chmod-ed through.
+	target := filepath.Join(tmp, "target")
+	require.NoError(t, os.Mkdir(target, 0o700))
+	link := filepath.Join(tmp, "link")
+	require.NoError(t, os.Symlink(target, link))
+	require.ErrorContains(t, x11SocketDir(link), "not a directory owned by root")
+	st, err = os.Stat(target)
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o700), st.Mode().Perm())
+	other := filepath.Join(tmp, "other")
+	require.NoError(t, os.Mkdir(other, 0o775))
+	require.NoError(t, os.Chown(other, 65534, 65534))
+	require.ErrorContains(t, x11SocketDir(other), "not a directory owned by root")
+}
