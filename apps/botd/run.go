@@ -98,7 +98,7 @@ func run(ctx context.Context, cfg config.Config) error {
 
 	// The SOCKS5 egress proxy, after Codex and before listening (its /egress
 	// tunnel route is mounted with the others below).
-	egressProxy, err := egress.New(egress.Options{Addr: cfg.SocksAddr, Mode: cfg.EgressMode, Log: log, Hub: hub, Model: model})
+	egressProxy, err := egress.New(egress.Options{Addr: cfg.SocksAddr, Mode: cfg.EgressMode, Allow: cfg.EgressAllow, Log: log, Hub: hub, Model: model})
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/open-bot/computer/pkg/shared/egresspolicy"
 )
 
 // MinTokenLen is the shortest BOTD_TOKEN botd accepts.
@@ -41,6 +43,9 @@ type Config struct {
 	SocksAddr string
 	// EgressMode is direct or tunnel (EGRESS_MODE, default direct).
 	EgressMode string
+	// EgressAllow is EGRESS_ALLOW: CIDRs and host:port entries direct mode
+	// may reach beyond the public internet (default none).
+	EgressAllow *egresspolicy.Policy
 	// DisplayBase is the first display number (DISPLAY_BASE, default 10).
 	DisplayBase int
 	// ViewPortBase is the first noVNC view port (VIEW_PORT_BASE, default 6080).
@@ -126,6 +131,11 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	}
 	if len(c.Token) < MinTokenLen {
 		return c, ErrShortToken
+	}
+	if p, err := egresspolicy.Parse(getenv("EGRESS_ALLOW")); err != nil {
+		errs = append(errs, err)
+	} else {
+		c.EgressAllow = p
 	}
 	if c.EgressMode != "direct" && c.EgressMode != "tunnel" {
 		errs = append(errs, fmt.Errorf("EGRESS_MODE: want direct or tunnel, got %q", c.EgressMode))

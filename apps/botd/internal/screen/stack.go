@@ -232,10 +232,12 @@ func (b *procBackend) start(ctx context.Context, s *Screen, slot int) (st stack,
 	if err := startAll([]procDef{
 		{"xfwm4", []string{"xfwm4", "--compositor=off", "--vblank=off"}, func(ctx context.Context) error { return pollX(ctx, disp, uid, cookie, true) }},
 		// -rfbport 0 -rfbportv6 0 -no6: no TCP listener at all (with
-		// -rfbport 0 alone, x11vnc still listens on [::]:5900).
+		// -rfbport 0 alone, x11vnc still listens on [::]:5900). No
+		// -threads: with it x11vnc accepts on the unix socket but never
+		// greets (checked with x11vnc 0.9.16).
 		{"x11vnc", []string{"x11vnc", "-display", ":" + strconv.Itoa(disp), "-auth", xauth,
 			"-unixsock", vncSock, "-rfbport", "0", "-rfbportv6", "0", "-no6",
-			"-shared", "-forever", "-threads", "-nopw", "-quiet", "-noxdamage"},
+			"-shared", "-forever", "-nopw", "-quiet", "-noxdamage"},
 			func(ctx context.Context) error { return pollDial(ctx, "unix", vncSock, isRFB) }},
 	}); err != nil {
 		return nil, err
