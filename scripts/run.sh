@@ -36,11 +36,16 @@ TXT
 if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then
   docker build -f images/computer/Dockerfile -t "$IMAGE" .
   docker rm -f "$NAME" >/dev/null 2>&1 || true
-  docker run -d --name "$NAME" --restart unless-stopped --shm-size=1g \
+  # The token is copied in as root's 0600 file (docker cp without -a makes
+  # it root's), never bind-mounted: a mounted file keeps the host user's
+  # uid, which desktop or bot could share inside the container.
+  docker create --name "$NAME" --restart unless-stopped --shm-size=1g \
     -p "127.0.0.1:$PORT:7000" -p 127.0.0.1:6080-6087:6080-6087 \
     -v open-bot-home:/home \
-    -v "$TOKEN_FILE:/run/secrets/botd_token:ro" -e BOTD_TOKEN_FILE=/run/secrets/botd_token \
+    -e BOTD_TOKEN_FILE=/etc/botd-token \
     "$IMAGE" >/dev/null
+  docker cp "$TOKEN_FILE" "$NAME:/etc/botd-token"
+  docker start "$NAME" >/dev/null
   say_how
   echo "logs: docker logs -f $NAME"
   exit 0
