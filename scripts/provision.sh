@@ -8,6 +8,11 @@ set -euo pipefail
 
 CODEX_VERSION="${CODEX_VERSION:-0.171.0}"
 BOTS_GID=1100
+# Fixed ids above useradd's UID_MAX (60000), so no host user is ever given
+# desktop's or bot's uid (a host user sharing it could read what they read).
+DESKTOP_UID=60100
+BOT_UID=60101
+BOTD_HOME="${BOTD_HOME:-/home}"
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root_dir="$(cd "$here/.." && pwd)"
 export DEBIAN_FRONTEND=noninteractive
@@ -64,14 +69,43 @@ if [ "$have_codex" != "$CODEX_VERSION" ]; then
   npm install -g --no-fund --no-audit "@openai/codex@$CODEX_VERSION" >/dev/null
 fi
 
-# Group and users.
-if ! getent group bots >/dev/null; then
+# Group and users, with fixed ids. A user or group made earlier with other
+# ids is migrated (usermod/groupmod), and what it owned under BOTD_HOME is
+# handed over to the new id.
+migrate_owner() { # flag old new
+  [ -d "$BOTD_HOME" ] && find "$BOTD_HOME" -xdev "$1" "$2" -exec "${3}" -h "$4" {} + 2>/dev/null || true
+}
+cur_gid="$(getent group bots | cut -d: -f3 || true)"
+if [ -z "$cur_gid" ]; then
   groupadd -g "$BOTS_GID" bots
+elif [ "$cur_gid" != "$BOTS_GID" ]; then
+  log "moving group bots from gid $cur_gid to $BOTS_GID"
+  groupmod -g "$BOTS_GID" bots
+  migrate_owner -gid "$cur_gid" chgrp "$BOTS_GID"
 fi
-for u in desktop bot; do
+for pair in "desktop:$DESKTOP_UID" "bot:$BOT_UID"; do
+  u="${pair%%:*}" want="${pair##*:}"
   if ! id "$u" >/dev/null 2>&1; then
-    useradd -m -s /bin/bash -G bots "$u"
-  elif ! id -nG "$u" | tr ' ' '\n' | grep -qx bots; then
+    getent group "$u" >/dev/null || groupadd -g "$want" "$u"
+    useradd -m -s /bin/bash -u "$want" -g "$u" -G bots "$u"
+    continue
+  fi
+  old_uid="$(id -u "$u")" old_gid="$(id -g "$u")"
+  if [ "$old_uid" != "$want" ]; then
+    log "moving user $u from uid $old_uid to $want"
+    # usermod refuses while $u runs processes: stop botd first.
+    if ! usermod -u "$want" "$u"; then
+      echo "provision.sh: cannot move $u to uid $want while it runs processes; stop botd (and anything running as $u) and run provision.sh again" >&2
+      exit 1
+    fi
+    migrate_owner -uid "$old_uid" chown "$want"
+  fi
+  if [ "$(getent group "$u" | cut -d: -f3)" = "$old_gid" ] && [ "$old_gid" != "$want" ] && ! getent group "$want" >/dev/null; then
+    log "moving group $u from gid $old_gid to $want"
+    groupmod -g "$want" "$u"
+    migrate_owner -gid "$old_gid" chgrp "$want"
+  fi
+  if ! id -nG "$u" | tr ' ' '\n' | grep -qx bots; then
     usermod -aG bots "$u"
   fi
 done

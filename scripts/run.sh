@@ -56,6 +56,8 @@ if [ "${RUN_MODE:-}" != host ] && command -v docker >/dev/null 2>&1 && docker in
     -p "127.0.0.1:$PORT:7000" -p "127.0.0.1:$VIEWER_PORTS:6080-6087" \
     -v "$HOME_VOLUME:/home" "${secret[@]}" \
     "$IMAGE" >/dev/null
+  docker cp "$TOKEN_FILE" "$NAME:/etc/botd-token"
+  docker start "$NAME" >/dev/null
   say_how
   echo "runs in Docker: container $NAME (image $IMAGE), /home on the volume $HOME_VOLUME"
   echo "logs: docker logs -f $NAME    stop: docker stop $NAME"

@@ -85,7 +85,7 @@ func testEnv(t testing.TB, home, token string) (env []string, addr, codex string
 	addr, codex = freePort(t), freePort(t)
 	env = append(os.Environ(),
 		"BOTD_TOKEN="+token, "BOTD_HOME="+home, "BOTD_LISTEN="+addr, "CODEX_LISTEN="+codex,
-		"SOCKS_LISTEN="+freePort(t), "DISPLAY_BASE=300", "VNC_PORT_BASE=27900", "VIEW_PORT_BASE=28080",
+		"SOCKS_LISTEN="+freePort(t), "DISPLAY_BASE=300", "VIEW_PORT_BASE=28080",
 		"BOTD_LOG_LEVEL=debug",
 	)
 	return env, addr, codex

@@ -98,7 +98,7 @@ func run(ctx context.Context, cfg config.Config) error {
 
 	// The SOCKS5 egress proxy, after Codex and before listening (its /egress
 	// tunnel route is mounted with the others below).
-	egressProxy, err := egress.New(egress.Options{Addr: cfg.SocksAddr, Mode: cfg.EgressMode, Log: log, Hub: hub, Model: model})
+	egressProxy, err := egress.New(egress.Options{Addr: cfg.SocksAddr, Mode: cfg.EgressMode, Allow: cfg.EgressAllow, Log: log, Hub: hub, Model: model})
 	if err != nil {
 		return err
 	}
@@ -129,8 +129,9 @@ func run(ctx context.Context, cfg config.Config) error {
 			}
 		},
 	}).Register(srv.Mux())
+	listenHost, _, _ := net.SplitHostPort(cfg.Listen)
 	screens := screen.New(screen.Options{
-		Home: cfg.Home, DisplayBase: cfg.DisplayBase, VNCPortBase: cfg.VNCPortBase, ViewPortBase: cfg.ViewPortBase,
+		Home: cfg.Home, DisplayBase: cfg.DisplayBase, ViewPortBase: cfg.ViewPortBase, PortHost: listenHost,
 		MaxScreens: cfg.MaxScreens, Idle: cfg.ScreenIdle, Desktop: desktopUser, Supervisor: sup, Log: log,
 		Events: hub, Changed: model.Changed, Blocked: browsers.Blocked, BrowserState: browsers.State,
 	})
@@ -143,7 +144,6 @@ func run(ctx context.Context, cfg config.Config) error {
 	// Human takeover: each screen's x11vnc over ws /screens/{id}/vnc and its
 	// own view/control ports (on the API's host), signed viewer links, the
 	// noVNC viewer page. Viewers close when their screen stops.
-	listenHost, _, _ := net.SplitHostPort(cfg.Listen)
 	viewers := vnc.New(vnc.Options{Screens: screens, Token: cfg.Token, Authorized: srv.Authorized, ListenHost: listenHost, Log: log})
 	defer viewers.Close()
 	viewers.Routes(srv.Mux())

@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/open-bot/computer/apps/worker/egressagent"
+	"github.com/open-bot/computer/pkg/shared/egresspolicy"
 )
 
 // runEgress is `worker egress --botd URL --token-file FILE`: the egress agent
@@ -23,6 +24,7 @@ func runEgress(ctx context.Context, args []string) error {
 	botd := fs.String("botd", "", "botd's base URL, e.g. https://computer.example:7000")
 	tokenFile := fs.String("token-file", "", "file holding BOTD_TOKEN (never pass the token itself as an argument)")
 	allowLoopback := fs.Bool("allow-loopback", false, "let the bot reach this machine's own loopback addresses")
+	allowList := fs.String("allow", os.Getenv("EGRESS_ALLOW"), "comma-separated CIDRs and host:port entries the bot may reach on this machine's networks (default $EGRESS_ALLOW; loopback, private, link-local, unique-local and CGNAT are refused otherwise)")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
 		fs.SetOutput(os.Stderr)
@@ -40,6 +42,10 @@ func runEgress(ctx context.Context, args []string) error {
 	if token == "" {
 		return fmt.Errorf("egress: token file %s is empty", *tokenFile)
 	}
+	allow, err := egresspolicy.Parse(*allowList)
+	if err != nil {
+		return fmt.Errorf("egress: %w", err)
+	}
 	lvl, err := zerolog.ParseLevel(*level)
 	if err != nil || *level == "" {
 		lvl = zerolog.InfoLevel
@@ -50,6 +56,7 @@ func runEgress(ctx context.Context, args []string) error {
 		BotdURL:       *botd,
 		Token:         token,
 		Log:           log,
+		Allow:         allow,
 		AllowLoopback: *allowLoopback,
 	})
 }

@@ -20,12 +20,13 @@ import (
 	"net/url"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/coder/websocket"
 	"github.com/hashicorp/yamux"
 	"github.com/rs/zerolog"
+
+	"github.com/open-bot/computer/pkg/shared/egresspolicy"
 )
 
 // Options configures the agent. Zero values get the defaults noted.
@@ -39,12 +40,18 @@ type Options struct {
 	Log zerolog.Logger
 	// HTTPClient makes the websocket handshake (default http.DefaultClient).
 	HTTPClient *http.Client
-	// Dial reaches targets (default a net.Dialer: names resolve on this
-	// machine). Tests inject a resolver of their own here.
+	// Dial reaches targets (default a net.Dialer), always given an ip:port
+	// that the policy let through: names are resolved first (Resolve) and
+	// every address checked (egresspolicy), before any dial.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
-	// AllowLoopback lets the default dialer reach this machine's own
-	// loopback addresses. Off by default: a bot's browser should not reach
-	// services that listen only on the user's localhost.
+	// Resolve looks names up on this machine (default net.DefaultResolver).
+	// Tests inject a stub here.
+	Resolve egresspolicy.Resolver
+	// Allow is what the bot may reach beyond the public internet (nil:
+	// nothing; loopback, private, link-local, unique-local and CGNAT
+	// addresses of this machine's networks are refused).
+	Allow *egresspolicy.Policy
+	// AllowLoopback adds this machine's loopback (127.0.0.0/8, ::1) to Allow.
 	AllowLoopback bool
 
 	// DialTimeout bounds reaching botd and each target (default 30s).
@@ -76,11 +83,14 @@ func (o *Options) setDefaults() {
 	}
 	if o.Dial == nil {
 		d := &net.Dialer{Timeout: o.DialTimeout, KeepAlive: 30 * time.Second}
-		if !o.AllowLoopback {
-			d.Control = refuseLoopback
-		}
 		o.Dial = d.DialContext
 	}
+	pol := o.Allow
+	if o.AllowLoopback {
+		pol = egresspolicy.MustParse(pol.String() + ",127.0.0.0/8,::1/128")
+	}
+	pd := &egresspolicy.Dialer{Policy: pol, Resolve: o.Resolve, Dial: o.Dial}
+	o.Dial = pd.DialContext
 	if o.HeaderTimeout <= 0 {
 		o.HeaderTimeout = 10 * time.Second
 	}
@@ -105,21 +115,6 @@ func (o *Options) setDefaults() {
 	if o.Rand == nil {
 		o.Rand = rand.Float64
 	}
-}
-
-// errLoopbackDenied refuses this machine's own loopback (see AllowLoopback).
-var errLoopbackDenied = errors.New("target is a loopback address of the agent's machine")
-
-// refuseLoopback runs after resolution, on the address about to be dialled.
-func refuseLoopback(_, address string, _ syscall.RawConn) error {
-	host, _, err := net.SplitHostPort(address)
-	if err != nil {
-		return err
-	}
-	if ip := net.ParseIP(host); ip != nil && (ip.IsLoopback() || ip.IsUnspecified()) {
-		return errLoopbackDenied
-	}
-	return nil
 }
 
 // Run keeps the agent connected until ctx ends. It returns an error only for

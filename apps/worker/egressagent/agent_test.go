@@ -18,6 +18,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/hashicorp/yamux"
 
+	"github.com/open-bot/computer/pkg/shared/egresspolicy"
 	"github.com/open-bot/computer/pkg/shared/egresswire"
 )
 
@@ -263,11 +264,11 @@ func TestDefaultDialerRefusesLoopback(t *testing.T) {
 	o := Options{}
 	o.setDefaults()
 	_, err = o.Dial(context.Background(), "tcp", ln.Addr().String())
-	if !errors.Is(err, errLoopbackDenied) {
+	if !errors.Is(err, egresspolicy.ErrRefused) {
 		t.Fatalf("dial loopback: %v", err)
 	}
 	_, port, _ := net.SplitHostPort(ln.Addr().String())
-	if _, err := o.Dial(context.Background(), "tcp", fmt.Sprintf("localhost:%s", port)); !errors.Is(err, errLoopbackDenied) {
+	if _, err := o.Dial(context.Background(), "tcp", fmt.Sprintf("localhost:%s", port)); !errors.Is(err, egresspolicy.ErrRefused) {
 		t.Fatalf("dial localhost: %v", err)
 	}
 	o = Options{AllowLoopback: true}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/yamux"
 
+	"github.com/open-bot/computer/pkg/shared/egresspolicy"
 	"github.com/open-bot/computer/pkg/shared/egresswire"
 )
 
@@ -90,7 +91,7 @@ func (a *agent) serveStream(ctx context.Context, ss *sessionState, st *yamux.Str
 	cancel()
 	if err != nil {
 		status := egresswire.DialStatus(err)
-		if errors.Is(err, errLoopbackDenied) {
+		if errors.Is(err, egresspolicy.ErrRefused) {
 			status = egresswire.StatusDenied
 		}
 		a.log.Debug().Str("target", addr).Err(err).Msg("dial failed")

@@ -32,6 +32,10 @@ func ScreenFlags(o FlagOptions) []string {
 	}
 	flags := []string{
 		"--proxy-server=socks5://" + o.SocksAddr,
+		// Loopback too goes through the proxy (Chromium bypasses it for
+		// localhost and 127/8 by default): a page never reaches botd,
+		// x11vnc or Codex directly, and the proxy's policy decides.
+		"--proxy-bypass-list=<-loopback>",
 		"--host-resolver-rules=" + ResolverRule,
 		"--user-data-dir=" + o.ProfileDir,
 		"--window-size=" + strconv.Itoa(w) + "," + strconv.Itoa(h),

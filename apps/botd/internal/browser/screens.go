@@ -20,6 +20,7 @@ import (
 	"github.com/open-bot/computer/apps/botd/internal/lease"
 	"github.com/open-bot/computer/apps/botd/internal/osuser"
 	"github.com/open-bot/computer/apps/botd/internal/runner"
+	"github.com/open-bot/computer/apps/botd/internal/safefs"
 	"github.com/open-bot/computer/apps/botd/internal/screen"
 	"github.com/open-bot/computer/pkg/shared"
 )
@@ -334,17 +335,11 @@ func (bs *Screens) writeArgsFile(sm *screen.Manager, id string) error {
 	if dir == "" {
 		return nil
 	}
-	path := filepath.Join(dir, ArgsFile)
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(ChromiumArgsEnv(bs.flagsFor(sm, id))+"\n"), 0o644); err != nil {
-		return fmt.Errorf("chromium args file: %w", err)
-	}
-	if err := os.Chown(tmp, int(bs.o.Desktop.UID), int(bs.o.Desktop.GID)); err != nil {
-		_ = os.Remove(tmp)
-		return fmt.Errorf("chromium args file: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		_ = os.Remove(tmp)
+	// The directory is desktop's: the file is created O_EXCL|O_NOFOLLOW
+	// relative to its fd and chowned on the fd, so a link planted there is
+	// replaced, never followed (THREAT-MODEL rule 1).
+	data := []byte(ChromiumArgsEnv(bs.flagsFor(sm, id)) + "\n")
+	if err := safefs.WriteFile(dir, ArgsFile, data, 0o644, int(bs.o.Desktop.UID), int(bs.o.Desktop.GID)); err != nil {
 		return fmt.Errorf("chromium args file: %w", err)
 	}
 	return nil

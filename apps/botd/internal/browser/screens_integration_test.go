@@ -119,7 +119,7 @@ func TestScreensRoutes(t *testing.T) {
 		SocksAddr: socks.Addr, Desktop: u, Workspace: filepath.Join(home, "bot"), Cookies: jar, Events: ev, Log: log,
 	})
 	sm := screen.New(screen.Options{
-		Home: home, DisplayBase: 225, VNCPortBase: 27925, ViewPortBase: 28125, MaxScreens: 2, Desktop: u, Log: log,
+		Home: home, DisplayBase: 225, ViewPortBase: 28125, MaxScreens: 2, Desktop: u, Log: log,
 		Events: ev, Blocked: bs.Blocked, BrowserState: bs.State,
 	})
 	mux := http.NewServeMux()

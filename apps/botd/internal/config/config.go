@@ -5,11 +5,15 @@ package config
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
+
+	"github.com/open-bot/computer/pkg/shared/egresspolicy"
 )
 
 // MinTokenLen is the shortest BOTD_TOKEN botd accepts.
@@ -39,10 +43,11 @@ type Config struct {
 	SocksAddr string
 	// EgressMode is direct or tunnel (EGRESS_MODE, default direct).
 	EgressMode string
+	// EgressAllow is EGRESS_ALLOW: CIDRs and host:port entries direct mode
+	// may reach beyond the public internet (default none).
+	EgressAllow *egresspolicy.Policy
 	// DisplayBase is the first display number (DISPLAY_BASE, default 10).
 	DisplayBase int
-	// VNCPortBase is x11vnc's first port (VNC_PORT_BASE, default 5900).
-	VNCPortBase int
 	// ViewPortBase is the first noVNC view port (VIEW_PORT_BASE, default 6080).
 	ViewPortBase int
 	// MaxScreens caps running screens (MAX_SCREENS, default 4).
@@ -95,7 +100,6 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		SocksAddr:         str("SOCKS_LISTEN", "127.0.0.1:1080"),
 		EgressMode:        str("EGRESS_MODE", "direct"),
 		DisplayBase:       num("DISPLAY_BASE", 10),
-		VNCPortBase:       num("VNC_PORT_BASE", 5900),
 		ViewPortBase:      num("VIEW_PORT_BASE", 6080),
 		MaxScreens:        num("MAX_SCREENS", 4),
 		ScreenIdle:        time.Duration(num("SCREEN_IDLE_MINUTES", 20)) * time.Minute,
@@ -118,15 +122,20 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	}
 	if c.Token == "" {
 		if f := strings.TrimSpace(getenv("BOTD_TOKEN_FILE")); f != "" {
-			b, err := os.ReadFile(f)
+			tok, err := readTokenFile(f)
 			if err != nil {
 				return c, fmt.Errorf("BOTD_TOKEN_FILE: %w", err)
 			}
-			c.Token = strings.TrimSpace(string(b))
+			c.Token = tok
 		}
 	}
 	if len(c.Token) < MinTokenLen {
 		return c, ErrShortToken
+	}
+	if p, err := egresspolicy.Parse(getenv("EGRESS_ALLOW")); err != nil {
+		errs = append(errs, err)
+	} else {
+		c.EgressAllow = p
 	}
 	if c.EgressMode != "direct" && c.EgressMode != "tunnel" {
 		errs = append(errs, fmt.Errorf("EGRESS_MODE: want direct or tunnel, got %q", c.EgressMode))
@@ -151,3 +160,34 @@ func (c Config) CodexHome() string { return filepath.Join(c.Home, "bot", ".codex
 
 // DesktopHome is $BOTD_HOME/desktop.
 func (c Config) DesktopHome() string { return filepath.Join(c.Home, "desktop") }
+
+// readTokenFile reads the token from path, which must be a regular file
+// owned by the user botd runs as (root) with no group or other permission
+// bits: a token file desktop, bot or a host user sharing their uid could
+// read is refused, never used.
+func readTokenFile(path string) (string, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return "", err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !fi.Mode().IsRegular() || !ok {
+		return "", fmt.Errorf("%s is not a regular file", path)
+	}
+	if euid := os.Geteuid(); int(st.Uid) != euid {
+		return "", fmt.Errorf("%s is owned by uid %d; it must be owned by uid %d (root) with mode 0600 or stricter: chown root %s && chmod 600 %s", path, st.Uid, euid, path, path)
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		return "", fmt.Errorf("%s has mode %04o; group and others must have no access: chmod 600 %s", path, fi.Mode().Perm(), path)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, 4096))
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(string(b)), nil
+}

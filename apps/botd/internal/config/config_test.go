@@ -2,6 +2,7 @@ package config
 
 import (
 	"os"
+	"syscall"
 	"testing"
 	"time"
 
@@ -19,7 +20,6 @@ func TestDefaults(t *testing.T) {
 	require.Equal(t, "127.0.0.1:1080", c.SocksAddr)
 	require.Equal(t, "direct", c.EgressMode)
 	require.Equal(t, 10, c.DisplayBase)
-	require.Equal(t, 5900, c.VNCPortBase)
 	require.Equal(t, 6080, c.ViewPortBase)
 	require.Equal(t, 4, c.MaxScreens)
 	require.Equal(t, 20*time.Minute, c.ScreenIdle)
@@ -72,4 +72,38 @@ func TestTokenFile(t *testing.T) {
 	require.Equal(t, "env-wins-0123456789", c.Token)
 	_, err = FromEnv(env(map[string]string{"BOTD_TOKEN_FILE": f + ".missing"}))
 	require.ErrorContains(t, err, "BOTD_TOKEN_FILE")
+}
+
+// A token file others could read is refused with a message that says how
+// to fix it; so is a link or a FIFO in its place (never followed, never a
+// hang).
+func TestTokenFileRefusedUnlessPrivate(t *testing.T) {
+	dir := t.TempDir()
+	f := dir + "/token"
+	require.NoError(t, os.WriteFile(f, []byte("from-a-file-0123456789\n"), 0o600))
+	for _, mode := range []os.FileMode{0o640, 0o604, 0o644} {
+		require.NoError(t, os.Chmod(f, mode))
+		_, err := FromEnv(env(map[string]string{"BOTD_TOKEN_FILE": f}))
+		require.ErrorContains(t, err, "chmod 600", "mode %o", mode)
+	}
+	require.NoError(t, os.Chmod(f, 0o400))
+	c, err := FromEnv(env(map[string]string{"BOTD_TOKEN_FILE": f}))
+	require.NoError(t, err)
+	require.Equal(t, "from-a-file-0123456789", c.Token)
+
+	link := dir + "/link"
+	require.NoError(t, os.Symlink(f, link))
+	_, err = FromEnv(env(map[string]string{"BOTD_TOKEN_FILE": link}))
+	require.Error(t, err, "a symlink is not followed")
+	fifo := dir + "/fifo"
+	require.NoError(t, syscall.Mkfifo(fifo, 0o600))
+	_, err = FromEnv(env(map[string]string{"BOTD_TOKEN_FILE": fifo}))
+	require.ErrorContains(t, err, "not a regular file")
+
+	if os.Geteuid() == 0 {
+		// Owned by another user (a host user sharing desktop's uid): refused.
+		require.NoError(t, os.Chown(f, 60101, 60101))
+		_, err = FromEnv(env(map[string]string{"BOTD_TOKEN_FILE": f}))
+		require.ErrorContains(t, err, "owned by uid 60101")
+	}
 }

@@ -112,7 +112,11 @@ func (d *Desktop) session(ctx context.Context) (*session, error) {
 		d.x.close()
 		d.x = nil
 	}
-	xc, err := dialX(ctx, d.t.Display, d.t.XAuthority, true)
+	owner := -1
+	if d.t.User != nil {
+		owner = int(d.t.User.UID)
+	}
+	xc, err := dialXOwned(ctx, d.t.Display, d.t.XAuthority, owner, true)
 	if err != nil {
 		return nil, err
 	}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +14,8 @@ import (
 
 	"github.com/BurntSushi/xgb"
 	"github.com/BurntSushi/xgb/xproto"
+
+	"github.com/open-bot/computer/apps/botd/internal/safefs"
 )
 
 // ErrDisplayGone means the X server of the target is not there (never
@@ -131,8 +132,10 @@ func displayNumber(display string) (int, error) {
 // readCookie returns the MIT-MAGIC-COOKIE-1 for display number num from an
 // Xauthority file: an entry for that display number, or one with an empty
 // display number (family-wild files have one such entry).
-func readCookie(path string, num int) ([]byte, error) {
-	b, err := os.ReadFile(path)
+// readCookie reads the cookie file without following a link or blocking on
+// a FIFO, and only when owner (>= 0) owns it: it lives in desktop's home.
+func readCookie(path string, num, owner int) ([]byte, error) {
+	b, err := safefs.ReadOwned(path, 64<<10, owner)
 	if err != nil {
 		return nil, fmt.Errorf("read xauthority: %w", err)
 	}
@@ -199,6 +202,13 @@ type xconn struct {
 // ErrDisplayGone when nothing listens. drain discards events (tests that
 // read events pass false).
 func dialX(ctx context.Context, display, xauth string, drain bool) (*xconn, error) {
+	return dialXOwned(ctx, display, xauth, -1, drain)
+}
+
+// dialXOwned is dialX for a server run by uid owner (-1: any): its cookie
+// file and its socket must be owner's, so a socket or a file another user
+// placed is never used (the cookie would go to them).
+func dialXOwned(ctx context.Context, display, xauth string, owner int, drain bool) (*xconn, error) {
 	xgbLoggerOnce.Do(func() { xgb.Logger.SetOutput(io.Discard) })
 	num, err := displayNumber(display)
 	if err != nil {
@@ -206,12 +216,18 @@ func dialX(ctx context.Context, display, xauth string, drain bool) (*xconn, erro
 	}
 	var cookie []byte
 	if xauth != "" {
-		if cookie, err = readCookie(xauth, num); err != nil {
+		if cookie, err = readCookie(xauth, num, owner); err != nil {
 			return nil, err
 		}
 	}
+	sock := fmt.Sprintf("/tmp/.X11-unix/X%d", num)
+	if owner >= 0 {
+		if err := safefs.CheckSocket(sock, owner); err != nil {
+			return nil, fmt.Errorf("dial %s: %w: %v", display, ErrDisplayGone, err)
+		}
+	}
 	d := net.Dialer{Timeout: 2 * time.Second}
-	raw, err := d.DialContext(ctx, "unix", fmt.Sprintf("/tmp/.X11-unix/X%d", num))
+	raw, err := d.DialContext(ctx, "unix", sock)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w: %v", display, ErrDisplayGone, err)
 	}

@@ -58,7 +58,10 @@ func TestDirectCurl(t *testing.T) {
 	}
 }
 
-func TestDirectNamesReachTheDialerUnresolved(t *testing.T) {
+// Direct mode resolves a name on the computer, checks the address against
+// the policy, and dials exactly the address it checked (no second lookup
+// between the check and the dial).
+func TestDirectNamesResolvedAndCheckedBeforeTheDial(t *testing.T) {
 	echo := echoServer(t)
 	var got []string
 	var mu sync.Mutex
@@ -76,8 +79,8 @@ func TestDirectNamesReachTheDialerUnresolved(t *testing.T) {
 	c.Close()
 	mu.Lock()
 	defer mu.Unlock()
-	if len(got) != 1 || got[0] != "no-such-name.invalid:443" {
-		t.Fatalf("dialer saw %q, want the unresolved name", got)
+	if len(got) != 1 || got[0] != "127.0.0.1:443" {
+		t.Fatalf("dialer saw %q, want the checked address 127.0.0.1:443", got)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"runtime"
 	"strconv"
@@ -23,6 +24,7 @@ import (
 	"github.com/open-bot/computer/apps/botd/internal/api"
 	"github.com/open-bot/computer/apps/botd/internal/health"
 	"github.com/open-bot/computer/apps/worker/egressagent"
+	"github.com/open-bot/computer/pkg/shared/egresspolicy"
 )
 
 const testToken = "test-token-0123456789abcdef"
@@ -51,6 +53,14 @@ func newProxy(t testing.TB, o Options) *Proxy {
 	t.Helper()
 	if o.Addr == "" {
 		o.Addr = "127.0.0.1:0"
+	}
+	if o.Allow == nil {
+		// The tests' targets are local servers: allowed explicitly, the way
+		// an operator would (policy_test.go covers the default).
+		o.Allow = egresspolicy.MustParse("127.0.0.0/8,::1/128")
+	}
+	if o.Resolve == nil {
+		o.Resolve = testNames
 	}
 	p, err := New(o)
 	if err != nil {
@@ -120,6 +130,20 @@ func onlyAgentDial(ctx context.Context, network, addr string) (net.Conn, error) 
 	return d.DialContext(ctx, network, net.JoinHostPort(host, port))
 }
 
+// testNames resolves the tests' made-up names to loopback (no DNS packet
+// leaves the machine); anything else does not exist. agentNames is the
+// agent's side, where only-agent.test exists too.
+var (
+	testNames = stubNames{
+		"no-such-name.invalid": {netip.MustParseAddr("127.0.0.1")},
+		"localhost":            {netip.MustParseAddr("127.0.0.1")},
+	}
+	agentNames = stubNames{
+		"only-agent.test": {netip.MustParseAddr("127.0.0.1")},
+		"localhost":       {netip.MustParseAddr("127.0.0.1")},
+	}
+)
+
 // startAgent runs the real agent package against botd at url.
 func startAgent(t testing.TB, url, token string, tweak func(*egressagent.Options)) *agentHandle {
 	t.Helper()
@@ -136,13 +160,15 @@ func startAgent(t testing.TB, url, token string, tweak func(*egressagent.Options
 		return c, err
 	}}
 	o := egressagent.Options{
-		BotdURL:     url,
-		Token:       token,
-		HTTPClient:  &http.Client{Transport: tr},
-		Dial:        onlyAgentDial,
-		MinBackoff:  20 * time.Millisecond,
-		MaxBackoff:  200 * time.Millisecond,
-		DialTimeout: 5 * time.Second,
+		BotdURL:       url,
+		Token:         token,
+		HTTPClient:    &http.Client{Transport: tr},
+		Dial:          onlyAgentDial,
+		Resolve:       agentNames,
+		AllowLoopback: true,
+		MinBackoff:    20 * time.Millisecond,
+		MaxBackoff:    200 * time.Millisecond,
+		DialTimeout:   5 * time.Second,
 	}
 	if tweak != nil {
 		tweak(&o)

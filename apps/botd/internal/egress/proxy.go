@@ -13,6 +13,7 @@ import (
 
 	"github.com/open-bot/computer/apps/botd/internal/health"
 	"github.com/open-bot/computer/pkg/shared"
+	"github.com/open-bot/computer/pkg/shared/egresspolicy"
 )
 
 // The modes EGRESS_MODE selects.
@@ -47,9 +48,16 @@ type Options struct {
 	// MaxConns caps concurrent client connections (default 1024); one over
 	// the cap is closed at once.
 	MaxConns int
-	// Dial reaches targets in direct mode (default a net.Dialer, which
-	// resolves names here). Tests inject their own.
+	// Dial reaches targets in direct mode (default a net.Dialer), always
+	// given an ip:port that Allow let through (names are resolved and
+	// checked first, see egresspolicy). Tests inject their own.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// Allow is EGRESS_ALLOW: what direct mode may reach beyond the public
+	// internet (nil: nothing; loopback, private, link-local, unique-local
+	// and CGNAT are refused before any dial).
+	Allow *egresspolicy.Policy
+	// Resolve looks names up in direct mode (default net.DefaultResolver).
+	Resolve egresspolicy.Resolver
 
 	// PingInterval is how often the agent is pinged over the tunnel
 	// (default 15s); PingTimeout bounds one ping (default 10s). Two failed
@@ -84,6 +92,9 @@ func (o *Options) setDefaults() {
 		d := &net.Dialer{KeepAlive: 30 * time.Second}
 		o.Dial = d.DialContext
 	}
+	// Every direct dial goes through the destination policy.
+	pd := &egresspolicy.Dialer{Policy: o.Allow, Resolve: o.Resolve, Dial: o.Dial}
+	o.Dial = pd.DialContext
 	if o.PingInterval <= 0 {
 		o.PingInterval = 15 * time.Second
 	}

@@ -8,11 +8,11 @@ import (
 	"github.com/open-bot/computer/pkg/shared"
 )
 
-// Ports are a running screen's local ports. VNC is x11vnc (loopback only);
-// View and Control are the noVNC-compatible websocket ports served
-// elsewhere.
+// Ports are a running screen's view and control ports, the
+// noVNC-compatible websocket ports served by package vnc. x11vnc itself has
+// no port: it listens on a unix socket only root and desktop can reach
+// (VNCSocket).
 type Ports struct {
-	VNC     int `json:"vnc"`
 	View    int `json:"view"`
 	Control int `json:"control"`
 }
@@ -38,7 +38,7 @@ func (m *Manager) infoLocked(s *Screen) Info {
 		slot := s.slot
 		in.Slot = &slot
 		in.Display = ":" + itoa(m.display(slot))
-		in.Ports = &Ports{VNC: m.vncPort(slot), View: m.viewPort(slot), Control: m.controlPort(slot)}
+		in.Ports = &Ports{View: m.viewPort(slot), Control: m.controlPort(slot)}
 	}
 	in.Lease = m.leases.Current(s.ID).Info()
 	return in
@@ -95,6 +95,18 @@ func (m *Manager) Target(id string) (Target, bool) {
 	}
 	u := m.o.Desktop
 	return Target{Display: ":" + itoa(m.display(s.slot)), XAuthority: m.xauthPath(s.slot), User: &u, Width: Width, Height: Height}, true
+}
+
+// VNCSocket is the unix socket of screen id's x11vnc (ok false when the
+// screen holds no slot).
+func (m *Manager) VNCSocket(id string) (string, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.screens[id]
+	if s == nil || s.slot < 0 {
+		return "", false
+	}
+	return vncSocket(runDirFor(m.display(s.slot))), true
 }
 
 // Env is the environment a process needs to run on screen id as the

@@ -28,7 +28,6 @@ import (
 // testing in parallel never collide.
 const (
 	itDisplayBase  = 120
-	itVNCPortBase  = 25900
 	itViewPortBase = 26080
 )
 
@@ -68,7 +67,7 @@ func newIT(t testing.TB, max int, base int) *itEnv {
 		zerolog.TimeFieldFormat = time.RFC3339Nano
 		log = zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: "15:04:05.000", NoColor: true}).With().Timestamp().Logger()
 	}
-	m := New(Options{Home: home, DisplayBase: base, VNCPortBase: itVNCPortBase + (base - itDisplayBase),
+	m := New(Options{Home: home, DisplayBase: base,
 		ViewPortBase: itViewPortBase + 2*(base-itDisplayBase), MaxScreens: max, Desktop: d, Log: log,
 		ExtraEnv: itExtraEnv()})
 	t.Cleanup(func() {
@@ -137,7 +136,7 @@ func TestIntegrationScreenLifecycle(t *testing.T) {
 	require.Equal(t, shared.StateRunning, in.State)
 	require.Equal(t, 0, *in.Slot)
 	require.Equal(t, ":120", in.Display)
-	require.Equal(t, Ports{VNC: 25900, View: 26080, Control: 26081}, *in.Ports)
+	require.Equal(t, Ports{View: 26080, Control: 26081}, *in.Ports)
 	require.Len(t, xvfbPids(t, 120), 1, "exactly one X server for concurrent starts")
 
 	// The cookie file: desktop, 0600, one Wild entry, and X accepts it.
@@ -148,13 +147,13 @@ func TestIntegrationScreenLifecycle(t *testing.T) {
 	require.Equal(t, os.FileMode(0o600), st.Mode().Perm())
 	require.EqualValues(t, e.desktop.UID, st.Sys().(*syscall.Stat_t).Uid)
 	cookie1 := cookieOf(t, xa)
-	x, err := dialX(ctx, 120, cookie1)
+	x, err := dialX(ctx, 120, int(e.desktop.UID), cookie1)
 	require.NoError(t, err)
 	ok, err := x.wmRunning()
 	x.Close()
 	require.NoError(t, err)
 	require.True(t, ok, "the window manager is up once running")
-	_, err = dialX(ctx, 120, make([]byte, 16))
+	_, err = dialX(ctx, 120, int(e.desktop.UID), make([]byte, 16))
 	require.ErrorIs(t, err, errXAuth, "a wrong cookie is refused")
 	// Every process of the stack runs as desktop.
 	ps := e.procs(t, "it-a")
@@ -516,7 +515,7 @@ func waitClients(t testing.TB, ctx context.Context, e *itEnv, base int, id strin
 	slot := *mustInfo(e.m, id).Slot
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		x, err := dialX(ctx, base+slot, cookieOf(t, e.m.xauthPath(slot)))
+		x, err := dialX(ctx, base+slot, int(e.desktop.UID), cookieOf(t, e.m.xauthPath(slot)))
 		require.NoError(t, err)
 		got, err := x.clients()
 		x.Close()

@@ -67,9 +67,11 @@ type Options struct {
 	// Home/desktop.
 	Home         string
 	DisplayBase  int
-	VNCPortBase  int
 	ViewPortBase int
-	MaxScreens   int
+	// PortHost is the host the view and control ports bind (BOTD_LISTEN's
+	// host); a slot whose ports cannot be bound there is skipped.
+	PortHost   string
+	MaxScreens int
 	// Idle stops screens nobody used for this long (0 = never).
 	Idle time.Duration
 	// ExtraEnv is added to every screen process's environment (e.g.
@@ -112,6 +114,7 @@ type Manager struct {
 
 	// hooksMu guards onStart, beforeStop, blocked and browserState.
 	hooksMu      sync.Mutex
+	required     []func(ctx context.Context, s *Screen) error
 	onStart      []func(ctx context.Context, s *Screen) error
 	beforeStop   []func(ctx context.Context, s *Screen)
 	blocked      func(id string) []any
@@ -135,9 +138,6 @@ type Manager struct {
 func New(o Options) *Manager {
 	if o.DisplayBase == 0 {
 		o.DisplayBase = 10
-	}
-	if o.VNCPortBase == 0 {
-		o.VNCPortBase = 5900
 	}
 	if o.ViewPortBase == 0 {
 		o.ViewPortBase = 6080
@@ -221,6 +221,15 @@ func (m *Manager) OnStart(fn func(ctx context.Context, s *Screen) error) {
 	m.hooksMu.Lock()
 	defer m.hooksMu.Unlock()
 	m.onStart = append(m.onStart, fn)
+}
+
+// OnStartRequired registers fn like OnStart, but its error fails the start
+// (the stack is stopped and Ensure fails): a listener that cannot bind
+// means someone else holds the port.
+func (m *Manager) OnStartRequired(fn func(ctx context.Context, s *Screen) error) {
+	m.hooksMu.Lock()
+	defer m.hooksMu.Unlock()
+	m.required = append(m.required, fn)
 }
 
 // BeforeStop registers fn to run first when a screen stops (the browser
@@ -315,7 +324,6 @@ var errClosed = shared.Errorf(http.StatusServiceUnavailable, shared.CodeUnavaila
 
 // Slot values of a running screen.
 func (m *Manager) display(slot int) int { return m.o.DisplayBase + slot }
-func (m *Manager) vncPort(slot int) int { return m.o.VNCPortBase + slot }
 func (m *Manager) viewPort(slot int) int {
 	return m.o.ViewPortBase + 2*slot
 }
@@ -343,6 +351,9 @@ func (m *Manager) Ensure(ctx context.Context, id string) (*Screen, error) {
 	if err := ValidID(id); err != nil {
 		return nil, err
 	}
+	// hostFree is which slots nothing outside botd holds, probed without
+	// m.mu (the probe touches /tmp and binds ports), then used under it.
+	var hostFree map[int]bool
 	for {
 		m.mu.Lock()
 		if m.closed {
@@ -397,7 +408,20 @@ func (m *Manager) Ensure(ctx context.Context, id string) (*Screen, error) {
 			}
 			continue
 		}
-		slot := m.freeSlotLocked()
+		if hostFree == nil {
+			cands := m.unusedSlotsLocked()
+			m.mu.Unlock()
+			hostFree = map[int]bool{}
+			for _, i := range cands {
+				if m.o.slotFree(i) {
+					hostFree[i] = true
+					break
+				}
+			}
+			continue
+		}
+		slot := m.freeSlotLocked(hostFree)
+		hostFree = nil
 		if slot < 0 {
 			m.mu.Unlock()
 			return nil, shared.Errorf(http.StatusConflict, shared.CodeMultiScreen, "no free display slot")
@@ -424,17 +448,28 @@ func (m *Manager) busyLocked() int {
 	return n
 }
 
-// freeSlotLocked is the lowest slot no screen holds and nothing outside
-// botd occupies, or -1.
-func (m *Manager) freeSlotLocked() int {
+// unusedSlotsLocked lists the slots no screen holds, lowest first.
+func (m *Manager) unusedSlotsLocked() []int {
 	used := map[int]bool{}
 	for _, s := range m.screens {
 		if s.slot >= 0 {
 			used[s.slot] = true
 		}
 	}
+	var out []int
 	for i := 0; i < MaxSlots; i++ {
-		if !used[i] && m.o.slotFree(i) {
+		if !used[i] {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// freeSlotLocked is the lowest slot no screen holds among hostFree (probed
+// by slotFree without the mutex), or -1.
+func (m *Manager) freeSlotLocked(hostFree map[int]bool) int {
+	for _, i := range m.unusedSlotsLocked() {
+		if hostFree[i] {
 			return i
 		}
 	}
@@ -452,8 +487,23 @@ func (m *Manager) runStart(s *Screen, slot int, o *op) {
 		s.stack = st
 		m.mu.Unlock()
 		m.hooksMu.Lock()
+		required := append(([]func(context.Context, *Screen) error)(nil), m.required...)
 		hooks := append(([]func(context.Context, *Screen) error)(nil), m.onStart...)
 		m.hooksMu.Unlock()
+		for _, h := range required {
+			if err = h(ctx, s); err != nil {
+				break
+			}
+		}
+		if err != nil {
+			hooks = nil
+			m.mu.Lock()
+			s.stack = nil
+			m.mu.Unlock()
+			sctx, scancel := context.WithTimeout(context.Background(), StopTimeout)
+			_ = st.stop(sctx)
+			scancel()
+		}
 		for _, h := range hooks {
 			if herr := h(ctx, s); herr != nil {
 				m.log.Warn().Str("screen", s.ID).Err(herr).Msg("start hook failed")

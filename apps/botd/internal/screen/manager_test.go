@@ -86,7 +86,7 @@ func TestSlotsLowestFreeAndReuse(t *testing.T) {
 	require.Equal(t, "a@0 c@2 d@1", f.running())
 	in, _ := f.m.Info("d")
 	require.Equal(t, ":11", in.Display)
-	require.Equal(t, Ports{VNC: 5901, View: 6082, Control: 6083}, *in.Ports)
+	require.Equal(t, Ports{View: 6082, Control: 6083}, *in.Ports)
 }
 
 func TestEvictionOrder(t *testing.T) {

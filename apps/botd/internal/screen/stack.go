@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/open-bot/computer/apps/botd/internal/runner"
+	"github.com/open-bot/computer/apps/botd/internal/safefs"
 	"github.com/open-bot/computer/apps/botd/internal/supervisor"
 	"github.com/open-bot/computer/pkg/shared"
 )
@@ -50,11 +51,13 @@ const DrawnTimeout = 8 * time.Second
 //	Xvfb :N -screen 0 1280x800x24 -auth <cookie file> -nolisten tcp
 //	dbus-daemon --session  (XFCE's settings daemon and friends need a bus)
 //	xfwm4, xfce4-panel, xfdesktop
-//	x11vnc -localhost -shared -forever -threads (never exposed)
+//	x11vnc -unixsock <runDir>/vnc -rfbport 0 (no TCP port at all)
 //
 // "running" is detected, never slept for: X accepts our cookie, then the
 // window manager has set _NET_SUPPORTING_WM_CHECK, and x11vnc answers with
-// its RFB banner.
+// its RFB banner on its unix socket. The socket lives in the screen's
+// runtime directory (desktop 0700 inside root's RunRoot), so only root and
+// desktop can reach RFB (THREAT-MODEL rule 2).
 type procBackend struct{ m *Manager }
 
 // procStack is a running procBackend screen.
@@ -95,10 +98,22 @@ func (b *procBackend) env(slot int, runDir string) []string {
 	}, m.o.ExtraEnv...)
 }
 
+// RunRoot holds every screen's runtime directory. It is root's (0755, in
+// root's /run), so desktop owns its screen's directory but can never swap it
+// for a link (THREAT-MODEL rule 1).
+const RunRoot = "/run/botd-screens"
+
 // runDirFor is the screen's runtime directory (sockets); it is keyed by the
 // display number, which is unique on the host, and kept short because unix
 // socket paths are.
-func runDirFor(display int) string { return fmt.Sprintf("/tmp/botd-screen-%d", display) }
+func runDirFor(display int) string { return filepath.Join(RunRoot, strconv.Itoa(display)) }
+
+// vncSocket is the screen's x11vnc unix socket.
+func vncSocket(runDir string) string { return filepath.Join(runDir, "vnc") }
+
+// xSocketDir is where X servers put their sockets: root's, 1777 sticky (so
+// a socket there can be replaced only by its owner).
+const xSocketDir = "/tmp/.X11-unix"
 
 func (b *procBackend) start(ctx context.Context, s *Screen, slot int) (st stack, err error) {
 	m := b.m
@@ -108,20 +123,26 @@ func (b *procBackend) start(ctx context.Context, s *Screen, slot int) (st stack,
 
 	// Filesystem: the desktop home and the profile dir (desktop-owned), a
 	// fresh runtime dir, the X socket dir, and a new cookie for this start.
-	if err := ensureDir(m.DesktopHome(), 0o755, int(u.UID), int(u.GID)); err != nil {
+	// Every step is relative to a directory fd and never follows a link
+	// desktop may have planted (safefs); RunRoot and /tmp/.X11-unix are
+	// root's, repaired when they drifted.
+	uid, gid := int(u.UID), int(u.GID)
+	for _, d := range []struct {
+		rel  string
+		mode os.FileMode
+	}{{"desktop", 0o755}, {filepath.Join("desktop", "screens"), 0o755}, {filepath.Join("desktop", "screens", s.ID), 0o700}} {
+		if err := safefs.EnsureDir(m.o.Home, d.rel, d.mode, uid, gid); err != nil {
+			return nil, err
+		}
+	}
+	if err := safefs.EnsureRootDir(RunRoot, 0o755); err != nil {
+		return nil, fmt.Errorf("screen runtime root: %w", err)
+	}
+	_ = os.RemoveAll(runDir) // in root's RunRoot: nothing there to follow
+	if err := safefs.EnsureDir(RunRoot, strconv.Itoa(disp), 0o700, uid, gid); err != nil {
 		return nil, err
 	}
-	if err := ensureDir(filepath.Join(m.DesktopHome(), "screens"), 0o755, int(u.UID), int(u.GID)); err != nil {
-		return nil, err
-	}
-	if err := ensureDir(m.ProfileDir(s.ID), 0o700, int(u.UID), int(u.GID)); err != nil {
-		return nil, err
-	}
-	_ = os.RemoveAll(runDir)
-	if err := ensureDir(runDir, 0o700, int(u.UID), int(u.GID)); err != nil {
-		return nil, err
-	}
-	if err := x11SocketDir("/tmp/.X11-unix"); err != nil {
+	if err := safefs.EnsureRootDir(xSocketDir, os.ModeSticky|0o777); err != nil {
 		return nil, fmt.Errorf("x socket dir: %w", err)
 	}
 	cookie, err := newCookie()
@@ -159,7 +180,7 @@ func (b *procBackend) start(ctx context.Context, s *Screen, slot int) (st stack,
 	ps.xvfb, err = sup.Start(spec("xvfb", supervisor.RestartNever,
 		[]string{"Xvfb", ":" + strconv.Itoa(disp), "-screen", "0", fmt.Sprintf("%dx%dx24", Width, Height),
 			"-auth", xauth, "-nolisten", "tcp", "-noreset"},
-		func(ctx context.Context) error { return pollX(ctx, disp, cookie, false) }))
+		func(ctx context.Context) error { return pollX(ctx, disp, uid, cookie, false) }))
 	if err != nil {
 		return nil, fmt.Errorf("start xvfb: %w", err)
 	}
@@ -182,7 +203,7 @@ func (b *procBackend) start(ctx context.Context, s *Screen, slot int) (st stack,
 	// answer. The panel and the desktop start after the window manager is
 	// up (they would only compete with it for the CPU) and are not waited
 	// for: they draw within moments, and settle covers the first frame.
-	vncAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(m.vncPort(slot)))
+	vncSock := vncSocket(runDir)
 	type procDef struct {
 		name  string
 		argv  []string
@@ -209,11 +230,15 @@ func (b *procBackend) start(ctx context.Context, s *Screen, slot int) (st stack,
 	// which on a busy 2-core machine more than doubled the cold start (and
 	// an Xvfb screen has no vblank to sync to).
 	if err := startAll([]procDef{
-		{"xfwm4", []string{"xfwm4", "--compositor=off", "--vblank=off"}, func(ctx context.Context) error { return pollX(ctx, disp, cookie, true) }},
+		{"xfwm4", []string{"xfwm4", "--compositor=off", "--vblank=off"}, func(ctx context.Context) error { return pollX(ctx, disp, uid, cookie, true) }},
+		// -rfbport 0 -rfbportv6 0 -no6: no TCP listener at all (with
+		// -rfbport 0 alone, x11vnc still listens on [::]:5900). No
+		// -threads: with it x11vnc accepts on the unix socket but never
+		// greets (checked with x11vnc 0.9.16).
 		{"x11vnc", []string{"x11vnc", "-display", ":" + strconv.Itoa(disp), "-auth", xauth,
-			"-localhost", "-shared", "-forever", "-threads", "-rfbport", strconv.Itoa(m.vncPort(slot)),
-			"-nopw", "-quiet", "-noxdamage"},
-			func(ctx context.Context) error { return pollDial(ctx, "tcp", vncAddr, isRFB) }},
+			"-unixsock", vncSock, "-rfbport", "0", "-rfbportv6", "0", "-no6",
+			"-shared", "-forever", "-nopw", "-quiet", "-noxdamage"},
+			func(ctx context.Context) error { return pollDial(ctx, "unix", vncSock, isRFB) }},
 	}); err != nil {
 		return nil, err
 	}
@@ -223,7 +248,7 @@ func (b *procBackend) start(ctx context.Context, s *Screen, slot int) (st stack,
 	}); err != nil {
 		return nil, err
 	}
-	go ps.watchDrawn(disp, cookie)
+	go ps.watchDrawn(disp, uid, cookie)
 	if m.o.NewDriver != nil {
 		ps.drv, err = m.o.NewDriver(Target{Display: ":" + strconv.Itoa(disp), XAuthority: xauth, User: &u, Width: Width, Height: Height})
 		if err != nil {
@@ -237,13 +262,13 @@ func (b *procBackend) start(ctx context.Context, s *Screen, slot int) (st stack,
 // (the panel and the desktop) plus a moment for them to paint, or after
 // DrawnTimeout, or when X dies: a fresh screen's first observation should
 // show a desktop, not the black of a session still starting.
-func (p *procStack) watchDrawn(display int, cookie []byte) {
+func (p *procStack) watchDrawn(display, uid int, cookie []byte) {
 	defer close(p.drawnCh)
 	ctx, cancel := context.WithTimeout(context.Background(), DrawnTimeout)
 	defer cancel()
 	for {
 		pctx, pcancel := context.WithTimeout(ctx, time.Second)
-		if x, err := dialX(pctx, display, cookie); err == nil {
+		if x, err := dialX(pctx, display, uid, cookie); err == nil {
 			n, _ := x.clients()
 			x.Close()
 			if n >= 2 {
@@ -336,30 +361,16 @@ func (p *procStack) launch(ctx context.Context, name string, argv []string) (int
 	return proc.Pid(), nil
 }
 
-// ensureDir creates dir (parents root 0755) and forces owner and mode.
-func ensureDir(dir string, mode os.FileMode, uid, gid int) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("prepare %s: %w", dir, err)
-	}
-	if err := os.Lchown(dir, uid, gid); err != nil {
-		return fmt.Errorf("chown %s: %w", dir, err)
-	}
-	if err := os.Chmod(dir, mode); err != nil {
-		return fmt.Errorf("chmod %s: %w", dir, err)
-	}
-	return nil
-}
-
 // pollInterval is how often readiness is probed.
 const pollInterval = 10 * time.Millisecond
 
 // pollX waits until display accepts cookie (and, with wm, until a window
 // manager is up).
-func pollX(ctx context.Context, display int, cookie []byte, wm bool) error {
+func pollX(ctx context.Context, display, uid int, cookie []byte, wm bool) error {
 	var last error
 	for {
 		pctx, cancel := context.WithTimeout(ctx, time.Second)
-		x, err := dialX(pctx, display, cookie)
+		x, err := dialX(pctx, display, uid, cookie)
 		if err == nil {
 			ok := true
 			if wm {
@@ -412,8 +423,7 @@ func pollDial(ctx context.Context, network, addr string, check func(net.Conn) er
 	}
 }
 
-// isRFB checks that the listener speaks RFB (so a stale process on the
-// port is not mistaken for our x11vnc).
+// isRFB checks that the listener speaks RFB.
 func isRFB(c net.Conn) error {
 	line, err := bufio.NewReader(c).ReadString('\n')
 	if err != nil {
@@ -425,45 +435,49 @@ func isRFB(c net.Conn) error {
 	return nil
 }
 
-// slotFreeOnHost reports whether nothing outside botd uses slot: no live X
-// server holds its display lock and nothing listens on its VNC port.
+// slotFreeOnHost reports whether nothing outside botd uses slot: no X
+// server (live, or someone else's) holds its display lock or socket, and its
+// view and control ports can be bound. The lock is in world-writable /tmp:
+// it is read without blocking or following a link (a FIFO or a link there
+// only marks the slot taken). Never called with m.mu held.
 func (m *Manager) slotFreeOnHost(slot int) bool {
 	disp := m.display(slot)
-	if b, err := os.ReadFile(fmt.Sprintf("/tmp/.X%d-lock", disp)); err == nil {
-		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 0 {
-			if err := syscall.Kill(pid, 0); err == nil || errors.Is(err, syscall.EPERM) {
-				return false
-			}
+	desktop := int(m.o.Desktop.UID)
+	lock := fmt.Sprintf("/tmp/.X%d-lock", disp)
+	b, err := safefs.ReadOwned(lock, 64, -1)
+	switch {
+	case err == nil:
+		if !lockStale(lock, b, desktop) {
+			return false
 		}
+	case !errors.Is(err, os.ErrNotExist):
+		return false // a FIFO, a link, something unreadable
 	}
-	c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(m.vncPort(slot))), 200*time.Millisecond)
-	if err == nil {
-		c.Close()
-		return false
+	sock := x11SocketPath(disp)
+	if err := safefs.CheckSocket(sock, desktop); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return false // someone else's socket: Xvfb could not replace it
+	}
+	for _, port := range []int{m.viewPort(slot), m.controlPort(slot)} {
+		ln, err := net.Listen("tcp", net.JoinHostPort(m.o.PortHost, strconv.Itoa(port)))
+		if err != nil {
+			return false
+		}
+		ln.Close()
 	}
 	return true
 }
 
-// x11SocketDir makes /tmp/.X11-unix root's directory with mode 1777, where
-// Xvfb (as desktop) creates its socket. Mkdir's mode goes through botd's
-// umask (002): on a fresh /tmp — every container — the directory came out
-// 0775 and no screen could start. One that is not root's directory is
-// refused, not repaired: /tmp is everyone's, and root never follows a path
-// others can change (in sticky /tmp only root can replace root's entry).
-func x11SocketDir(dir string) error {
-	if err := os.Mkdir(dir, 0o777|os.ModeSticky); err != nil && !errors.Is(err, os.ErrExist) {
-		return err
+// lockStale: an X lock whose server is gone and that Xvfb (as desktop) may
+// replace (desktop's own).
+func lockStale(path string, b []byte, desktop int) bool {
+	var st syscall.Stat_t
+	if err := syscall.Lstat(path, &st); err != nil || (int(st.Uid) != desktop && st.Uid != 0) {
+		return false
 	}
-	st, err := os.Lstat(dir)
-	if err != nil {
-		return err
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return false
 	}
-	sys, ok := st.Sys().(*syscall.Stat_t)
-	if !st.IsDir() || !ok || sys.Uid != 0 {
-		return fmt.Errorf("%s is not a directory owned by root", dir)
-	}
-	if st.Mode().Perm() != 0o777 || st.Mode()&os.ModeSticky == 0 {
-		return os.Chmod(dir, 0o777|os.ModeSticky)
-	}
-	return nil
+	err = syscall.Kill(pid, 0)
+	return !(err == nil || errors.Is(err, syscall.EPERM))
 }

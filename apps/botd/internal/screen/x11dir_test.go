@@ -3,9 +3,12 @@ package screen
 import (
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/open-bot/computer/apps/botd/internal/safefs"
 )
 
 // A fresh /tmp (a container's) used to get a 0775 X socket dir that Xvfb,
@@ -16,29 +19,35 @@ func TestX11SocketDir(t *testing.T) {
 	}
 	tmp := t.TempDir()
 	fresh := filepath.Join(tmp, "fresh")
-	require.NoError(t, x11SocketDir(fresh))
+	require.NoError(t, safefs.EnsureRootDir(fresh, os.ModeSticky|0o777))
 	st, err := os.Stat(fresh)
 	require.NoError(t, err)
 	require.Equal(t, os.ModeDir|os.ModeSticky|0o777, st.Mode(), "created through the umask")
 
 	narrow := filepath.Join(tmp, "narrow")
 	require.NoError(t, os.Mkdir(narrow, 0o775))
-	require.NoError(t, x11SocketDir(narrow))
+	require.NoError(t, safefs.EnsureRootDir(narrow, os.ModeSticky|0o777))
 	st, err = os.Stat(narrow)
 	require.NoError(t, err)
 	require.Equal(t, os.ModeDir|os.ModeSticky|0o777, st.Mode(), "an existing 0775 dir is repaired")
 
-	// Not root's, or not a directory: refused, never chmod-ed through.
+	// A link: refused, never chmod-ed through.
 	target := filepath.Join(tmp, "target")
 	require.NoError(t, os.Mkdir(target, 0o700))
 	link := filepath.Join(tmp, "link")
 	require.NoError(t, os.Symlink(target, link))
-	require.ErrorContains(t, x11SocketDir(link), "not a directory owned by root")
+	require.Error(t, safefs.EnsureRootDir(link, os.ModeSticky|0o777))
 	st, err = os.Stat(target)
 	require.NoError(t, err)
 	require.Equal(t, os.FileMode(0o700), st.Mode().Perm())
 	other := filepath.Join(tmp, "other")
 	require.NoError(t, os.Mkdir(other, 0o775))
 	require.NoError(t, os.Chown(other, 65534, 65534))
-	require.ErrorContains(t, x11SocketDir(other), "not a directory owned by root")
+	// Someone else's: taken back as root's 1777 (sockets in it are checked
+	// for desktop's ownership when dialled), on the fd, never through a path.
+	require.NoError(t, safefs.EnsureRootDir(other, os.ModeSticky|0o777))
+	st, err = os.Stat(other)
+	require.NoError(t, err)
+	require.Equal(t, os.ModeDir|os.ModeSticky|0o777, st.Mode())
+	require.Equal(t, uint32(0), st.Sys().(*syscall.Stat_t).Uid)
 }

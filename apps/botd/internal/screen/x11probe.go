@@ -9,6 +9,8 @@ import (
 	"net"
 	"strconv"
 	"time"
+
+	"github.com/open-bot/computer/apps/botd/internal/safefs"
 )
 
 // x11probe is a deliberately tiny X11 client for readiness checks: connect
@@ -29,7 +31,12 @@ func x11SocketPath(n int) string { return "/tmp/.X11-unix/X" + strconv.Itoa(n) }
 
 // dialX connects to display n over its unix socket and authenticates with
 // cookie (MIT-MAGIC-COOKIE-1).
-func dialX(ctx context.Context, display int, cookie []byte) (*x11probe, error) {
+// Only a socket owned by uid (the desktop user's Xvfb) is dialed: one that
+// another user placed in /tmp/.X11-unix would receive the cookie.
+func dialX(ctx context.Context, display, uid int, cookie []byte) (*x11probe, error) {
+	if err := safefs.CheckSocket(x11SocketPath(display), uid); err != nil {
+		return nil, err
+	}
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "unix", x11SocketPath(display))
 	if err != nil {

@@ -109,7 +109,9 @@ func TestIntegrationBadInput(t *testing.T) {
 	require.NoError(t, err)
 	require.Greater(t, variance(rects), 10.0)
 	// x11vnc itself still accepts (botd never let the garbage reach it).
-	direct, err := newRFBOverTCP(fmt.Sprintf("127.0.0.1:%d", in.Ports.VNC))
+	sock, ok := e.m.VNCSocket("bad")
+	require.True(t, ok)
+	direct, err := newRFBDirect(sock)
 	require.NoError(t, err)
 	require.NoError(t, direct.handshake())
 	direct.Close()

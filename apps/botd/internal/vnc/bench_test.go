@@ -37,14 +37,17 @@ func minOf(d []time.Duration) time.Duration {
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // benchScreen starts one screen and waits until its desktop is drawn.
-func benchScreen(b *testing.B, id string) (*itEnv, int) {
+func benchScreen(b *testing.B, id string) (*itEnv, string) {
 	e := newIT(b, 7)
 	in := e.start(b, id)
 	warm := e.viewerRFB(b, e.mint(b, id, ModeView, "", 60).VNCPath, nil)
 	_, err := warm.drawnFrame(30 * time.Second)
 	require.NoError(b, err)
 	warm.Close()
-	return e, in.Ports.VNC
+	_ = in
+	sock, ok := e.m.VNCSocket(id)
+	require.True(b, ok)
+	return e, sock
 }
 
 // BenchmarkVNCViewerFirstFrame: from opening a viewer link (websocket dial
@@ -77,8 +80,8 @@ func BenchmarkVNCViewerFirstFrame(b *testing.B) {
 // x11vnc answers on its own polling beat (~100 ms), which dominates both;
 // the minimums show the relay's cost without it.
 func BenchmarkVNCFrameUpdateLatency(b *testing.B) {
-	e, vncPort := benchScreen(b, "blat")
-	direct, err := newRFBOverTCP(net.JoinHostPort("127.0.0.1", strconv.Itoa(vncPort)))
+	e, vncSock := benchScreen(b, "blat")
+	direct, err := newRFBDirect(vncSock)
 	require.NoError(b, err)
 	defer direct.Close()
 	require.NoError(b, direct.handshake())
@@ -109,8 +112,8 @@ func BenchmarkVNCFrameUpdateLatency(b *testing.B) {
 // that, like noVNC, asks for the next incremental update whenever one
 // arrives; measured from /proc/<pid>/stat over 10 s, in % of one core.
 func BenchmarkVNCIdleCPU(b *testing.B) {
-	e, vncPort := benchScreen(b, "bcpu")
-	pid := x11vncPid(b, vncPort)
+	e, vncSock := benchScreen(b, "bcpu")
+	pid := x11vncPid(b, vncSock)
 	c := e.viewerRFB(b, e.mint(b, "bcpu", ModeView, "", 600).VNCPath, nil)
 	stop := make(chan struct{})
 	done := make(chan struct{})
@@ -147,7 +150,7 @@ func BenchmarkVNCIdleCPU(b *testing.B) {
 }
 
 // x11vncPid finds the x11vnc serving port.
-func x11vncPid(b testing.TB, port int) int {
+func x11vncPid(b testing.TB, sock string) int {
 	dirs, _ := filepath.Glob("/proc/[0-9]*")
 	for _, d := range dirs {
 		raw, err := os.ReadFile(filepath.Join(d, "cmdline"))
@@ -159,13 +162,13 @@ func x11vncPid(b testing.TB, port int) int {
 			continue
 		}
 		for i := 0; i+1 < len(args); i++ {
-			if args[i] == "-rfbport" && args[i+1] == strconv.Itoa(port) {
+			if args[i] == "-unixsock" && args[i+1] == sock {
 				pid, _ := strconv.Atoi(filepath.Base(d))
 				return pid
 			}
 		}
 	}
-	b.Fatalf("no x11vnc on port %d", port)
+	b.Fatalf("no x11vnc on %s", sock)
 	return 0
 }
 

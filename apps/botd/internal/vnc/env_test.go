@@ -41,7 +41,6 @@ import (
 // its own block of 4 slots (newIT's n).
 const (
 	itDisplayBase  = 260
-	itVNCPortBase  = 31500
 	itViewPortBase = 31600
 	testToken      = "test-token-0123456789abcdef"
 )
@@ -81,7 +80,7 @@ func newIT(t testing.TB, n int) *itEnv {
 	if os.Getenv("VNC_TEST_LOG") != "" {
 		log = zerolog.New(io.MultiWriter(&syncWriter{w: logBuf}, zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: "15:04:05.000", NoColor: true})).With().Timestamp().Logger()
 	}
-	m := screen.New(screen.Options{Home: home, DisplayBase: itDisplayBase + off, VNCPortBase: itVNCPortBase + off,
+	m := screen.New(screen.Options{Home: home, DisplayBase: itDisplayBase + off,
 		ViewPortBase: itViewPortBase + 2*off, MaxScreens: 4, Desktop: d, Log: log})
 	hub := health.NewHub()
 	srv := api.New(api.Options{Token: testToken, Log: log, Hub: hub, Health: health.NewModel(hub, time.Now())})
@@ -230,8 +229,10 @@ func newRFBOverWS(ctx context.Context, c *websocket.Conn) *rfbClient {
 	return &rfbClient{ws: c, conn: nc, br: bufio.NewReaderSize(nc, 1<<20), Proto: c.Subprotocol()}
 }
 
-func newRFBOverTCP(addr string) (*rfbClient, error) {
-	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+// newRFBDirect dials x11vnc's own unix socket (root may; botd's relay
+// does the same).
+func newRFBDirect(sock string) (*rfbClient, error) {
+	c, err := net.DialTimeout("unix", sock, 5*time.Second)
 	if err != nil {
 		return nil, err
 	}

@@ -27,8 +27,8 @@ func (p *screenPorts) close() {
 }
 
 // openPorts starts screen id's view and control ports (idempotent). It is
-// the screen manager's OnStart hook; a failure is logged there and the
-// screen still runs (the /vnc route keeps working).
+// the screen manager's OnStartRequired hook: when either cannot be bound
+// (someone else holds the port) nothing stays open and the start fails.
 func (s *Server) openPorts(id string) error {
 	in, ok := s.screens.Info(id)
 	if !ok || in.Ports == nil {
@@ -51,7 +51,7 @@ func (s *Server) openPorts(id string) error {
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s port: %w", l.mode, err))
-			continue
+			break
 		}
 		hs := &http.Server{Handler: s.portHandler(id, l.mode), ReadHeaderTimeout: 10 * time.Second}
 		p.servers = append(p.servers, hs)
@@ -61,8 +61,11 @@ func (s *Server) openPorts(id string) error {
 	// A stop may have raced the start: then close what was just opened.
 	s.mu.Lock()
 	stale := s.ports[id] != p
+	if !stale && len(errs) > 0 {
+		delete(s.ports, id)
+	}
 	s.mu.Unlock()
-	if stale {
+	if stale || len(errs) > 0 {
 		p.close()
 	}
 	return errors.Join(errs...)

@@ -22,7 +22,6 @@ import (
 	"context"
 	"net"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -106,7 +105,9 @@ func New(o Options) *Server {
 		o: o, log: o.Log.With().Str("component", "vnc").Logger(), signer: NewSigner(o.Token, o.Now), screens: o.Screens,
 		conns: map[string]map[*relay]struct{}{}, ports: map[string]*screenPorts{},
 	}
-	o.Screens.OnStart(func(ctx context.Context, sc *screen.Screen) error { return s.openPorts(sc.ID) })
+	// A view or control port that cannot be bound fails the start: someone
+	// else holds it.
+	o.Screens.OnStartRequired(func(ctx context.Context, sc *screen.Screen) error { return s.openPorts(sc.ID) })
 	o.Screens.BeforeStop(func(ctx context.Context, sc *screen.Screen) { s.screenStopped(sc.ID) })
 	// Screens already running (the server was made late) get their ports now.
 	for _, in := range o.Screens.List() {
@@ -317,8 +318,14 @@ func (s *Server) serveViewer(w http.ResponseWriter, r *http.Request, id string, 
 		return
 	}
 	defer release()
-	d := net.Dialer{Timeout: 5 * time.Second}
-	up, err := d.DialContext(r.Context(), "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(in.Ports.VNC)))
+	var up net.Conn
+	sock, ok := s.screens.VNCSocket(id)
+	if !ok {
+		err = errNotRunning(id)
+	} else {
+		d := net.Dialer{Timeout: 5 * time.Second}
+		up, err = d.DialContext(r.Context(), "unix", sock)
+	}
 	var serverInit []byte
 	if err == nil {
 		if serverInit, err = vncHandshake(up); err != nil {
