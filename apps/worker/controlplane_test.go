@@ -152,6 +152,7 @@ func TestControlPlaneAgainstBotd(t *testing.T) {
 	require.Equal(t, http.StatusOK, env.do(t, "GET", "", nil, &got))
 	require.Len(t, got.Computer.Bots, 2)
 	require.Equal(t, "bots/alice", got.Computer.Bots[0].Dir)
+	require.Equal(t, "alice", got.Computer.Bots[0].Screen)
 
 	// adopt: a new capability; the old one stops working.
 	var adopted struct{ Capability string }
@@ -242,6 +243,19 @@ func TestControlPlaneAgainstBotd(t *testing.T) {
 	snap := env.getRun(t, runID)
 	require.True(t, snap.ToolCalls[0].Success, snap.ToolCalls[0].Output)
 	require.Equal(t, runs.StatusRunning, snap.Status)
+
+	var withScreens struct {
+		Computer struct {
+			Screens []struct {
+				ID    string
+				Lease *struct{ Kind, Holder string }
+			}
+		} `json:"computer"`
+	}
+	require.Equal(t, http.StatusOK, env.do(t, "GET", "", nil, &withScreens))
+	require.Len(t, withScreens.Computer.Screens, 1)
+	require.Equal(t, "alice", withScreens.Computer.Screens[0].ID)
+	require.Equal(t, "run-"+runID, withScreens.Computer.Screens[0].Lease.Holder)
 
 	// The one screen is alice's: bob's graphical tools fail, his shell works.
 	st, res = env.tool(t, "bob", "computer_observe", map[string]any{})

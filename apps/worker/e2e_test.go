@@ -93,6 +93,9 @@ type provider struct {
 	BaseURL string // e.g. http://127.0.0.1:PORT/v1
 	KeyEnv  string // the env var Codex reads the key from
 	Key     string
+	// Features are keys for botd's [features] table of the Codex config
+	// (the extra config is appended right after it), e.g. "x = true\n".
+	Features string
 }
 
 // scripted is the provider of a loopback scripted model server.
@@ -118,7 +121,7 @@ func startComputerWith(t testing.TB, prov provider, displayBase int, env ...stri
 	out, err := exec.Command("go", "build", "-o", bin, "github.com/open-bot/computer/apps/botd").CombinedOutput()
 	require.NoError(t, err, "build botd: %s", out)
 	extra := filepath.Join(dir, "codex-extra.toml")
-	require.NoError(t, os.WriteFile(extra, []byte(fmt.Sprintf(`[model_providers.mock]
+	require.NoError(t, os.WriteFile(extra, []byte(prov.Features+fmt.Sprintf(`[model_providers.mock]
 name = "test model provider"
 base_url = %q
 wire_api = "responses"

@@ -153,9 +153,15 @@ type worker struct {
 	Computers *computers.Service
 	Runs      *runs.Manager
 	Handler   http.Handler
+	// stop ends the background reconcile/sweep loop.
+	stop context.CancelFunc
 }
 
-func (w *worker) Close() error { return w.Store.Close() }
+// Close stops the background loop and closes the store.
+func (w *worker) Close() error {
+	w.stop()
+	return w.Store.Close()
+}
 
 // newWorker wires the control plane in one place: store, secrets,
 // providers, computers (reconciled), runs (recovered), API.
@@ -202,12 +208,13 @@ func newWorker(ctx context.Context, c serveConfig, log zerolog.Logger) (*worker,
 		st.Close()
 		return nil, fmt.Errorf("recover runs: %w", err)
 	}
+	bg, stop := context.WithCancel(context.WithoutCancel(ctx))
 	go func() {
-		if err := comps.Reconcile(context.WithoutCancel(ctx)); err != nil {
+		if err := comps.Reconcile(bg); err != nil {
 			log.Warn().Err(err).Msg("reconcile computers")
 		}
-		comps.Watch(ctx, 30*time.Second)
+		comps.Watch(bg, 30*time.Second)
 	}()
 	h := httpapi.Handler(httpapi.Options{Token: c.Token, Computers: comps, Runs: m, Log: log.With().Str("sub", "api").Logger()})
-	return &worker{Store: st, Computers: comps, Runs: m, Handler: h}, nil
+	return &worker{Store: st, Computers: comps, Runs: m, Handler: h, stop: stop}, nil
 }

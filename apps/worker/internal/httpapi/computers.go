@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"net/http"
+	"time"
 
 	"github.com/open-bot/computer/apps/worker/internal/computers"
 	"github.com/open-bot/computer/apps/worker/internal/store"
@@ -67,9 +68,43 @@ func (a *api) getComputer(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"computer": struct {
 		computers.View
-		Bots           []BotView `json:"bots"`
-		LastCheckpoint any       `json:"lastCheckpoint"`
-	}{computers.ViewOf(c), views, last}})
+		Bots           []BotView    `json:"bots"`
+		Screens        []ScreenView `json:"screens"`
+		LastCheckpoint any          `json:"lastCheckpoint"`
+	}{computers.ViewOf(c), views, a.screens(r.Context(), c), last}})
+}
+
+// ScreenView is one of the machine's screens as botd reports it (never a
+// lease id).
+type ScreenView struct {
+	ID    string `json:"id"`
+	State string `json:"state"`
+	Lease *struct {
+		Kind   string `json:"kind"`
+		Holder string `json:"holder"`
+	} `json:"lease,omitempty"`
+}
+
+// screens asks a running machine for its screens, briefly; nothing when it
+// does not answer (the computer's state says why).
+func (a *api) screens(ctx context.Context, c store.Computer) []ScreenView {
+	out := []ScreenView{}
+	if c.ObservedState != store.StateRunning {
+		return out
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	botd, _, err := a.o.Computers.Botd(ctx, c.ID)
+	if err != nil {
+		return out
+	}
+	var list struct {
+		Screens []ScreenView `json:"screens"`
+	}
+	if botd.Do(ctx, http.MethodGet, "/screens", nil, &list) == nil && list.Screens != nil {
+		out = list.Screens
+	}
+	return out
 }
 
 func (a *api) adopt(w http.ResponseWriter, r *http.Request) {

@@ -451,7 +451,7 @@ func (r *Run) Snapshot() Snapshot {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s := r.snap
-	s.ToolCalls = append([]ToolCall(nil), r.snap.ToolCalls...)
+	s.ToolCalls = append([]ToolCall{}, r.snap.ToolCalls...)
 	return s
 }
 
