@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/open-bot/computer/apps/botd/internal/testenv"
 )
 
 func TestShellQuote(t *testing.T) {
@@ -83,10 +85,8 @@ func TestChromiumDSnippet(t *testing.T) {
 		_ = os.WriteFile(filepath.Join(dir, f), nil, 0o644)
 	}
 	o := FlagOptions{SocksAddr: "127.0.0.1:1080", ProfileDir: "/home/desktop/screens/it's me/chromium", NoSandbox: true}
+	testenv.RequireTools(t, "sh", "bash") // both: Debian's wrapper uses sh, people bash
 	for _, shell := range []string{"sh", "bash"} {
-		if _, err := exec.LookPath(shell); err != nil {
-			continue
-		}
 		for _, args := range [][]string{{"https://example.org/?q=a b"}, {"--incognito", "https://example.org/?q=a b"}} {
 			cmd := exec.Command(shell, append([]string{"-c", wrapperLogic, "chromium"}, args...)...)
 			cmd.Dir = dir

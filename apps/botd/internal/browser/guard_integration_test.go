@@ -57,7 +57,10 @@ func TestApplyGuardRealChromium(t *testing.T) {
 		defer mu.Unlock()
 		return len(events) == 1
 	})
-	time.Sleep(300 * time.Millisecond)
+	// A request the page sends after the blocked one reaches the server
+	// first: had the POST slipped through, it would be there by then.
+	run(`fetch("/jobs/after-the-block").catch(() => {}); 1`)
+	waitFor(t, 30*time.Second, "a later request", func() bool { return s.saw("GET www.linkedin.com/jobs/after-the-block") })
 	if s.saw("POST www.linkedin.com/jobs/1/Apply") {
 		t.Fatal("the application reached the server")
 	}

@@ -312,7 +312,18 @@ func TestScreensRoutes(t *testing.T) {
 	go func() { _, _ = menu.Wait(); close(menuDone) }()
 	t.Cleanup(func() { _ = menu.SignalGroup(syscall.SIGKILL) })
 	waitFor(t, 30*time.Second, "the menu browser through the screen's proxy", func() bool { return site.saw("GET www.site.test/menu") })
-	time.Sleep(6 * time.Second) // a person's browser runs a while: past Chromium's session-save delay
+	// A person's browser runs a while: until Chromium has saved the menu
+	// page in its session file (it saves a few seconds after a change).
+	sessions := filepath.Join(sm.ProfileDir("bt1"), "chromium", "Default", "Sessions")
+	waitFor(t, 60*time.Second, "the menu page in the profile's session file", func() bool {
+		files, _ := filepath.Glob(filepath.Join(sessions, "Session_*"))
+		for _, f := range files {
+			if b, err := os.ReadFile(f); err == nil && bytes.Contains(b, []byte("www.site.test/menu")) {
+				return true
+			}
+		}
+		return false
+	})
 	b3, err := bs.Browser(ctx, "bt1")
 	if err != nil {
 		t.Fatal(err)

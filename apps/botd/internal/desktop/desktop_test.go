@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,10 +25,12 @@ func ip(v int) *int { return &v }
 // eventWindow is a full-screen window of our own that records the input
 // events it receives: proof that an action landed where it should.
 type eventWindow struct {
-	c    *xconn
-	mu   sync.Mutex // mu guards evs
-	evs  []xgb.Event
-	keys map[xproto.Keycode]xproto.Keysym
+	c      *xconn
+	wid    xproto.Window
+	marker uint32     // the last marker take sent
+	mu     sync.Mutex // mu guards evs
+	evs    []xgb.Event
+	keys   map[xproto.Keycode]xproto.Keysym
 }
 
 func newEventWindow(t *testing.T, x *testX) *eventWindow {
@@ -47,7 +50,7 @@ func newEventWindow(t *testing.T, x *testX) *eventWindow {
 	require.NoError(t, xproto.MapWindowChecked(c, wid).Check())
 	// Without a window manager, focus follows the pointer root: give it to us.
 	require.NoError(t, xproto.SetInputFocusChecked(c, xproto.InputFocusPointerRoot, wid, xproto.TimeCurrentTime).Check())
-	w := &eventWindow{c: xc}
+	w := &eventWindow{c: xc, wid: wid}
 	setup := xproto.Setup(c)
 	km, err := xproto.GetKeyboardMapping(c, setup.MinKeycode, byte(setup.MaxKeycode-setup.MinKeycode+1)).Reply()
 	require.NoError(t, err)
@@ -72,17 +75,48 @@ func newEventWindow(t *testing.T, x *testX) *eventWindow {
 }
 
 // take returns and forgets the events so far, after the server and our
-// reader have caught up.
+// reader have caught up: it sends the window a marker event (a client
+// message, which the server queues behind every event already due to us)
+// and waits until the reader has it.
 func (w *eventWindow) take(t *testing.T) []xgb.Event {
 	t.Helper()
-	_, err := xproto.GetInputFocus(w.c.c).Reply()
-	require.NoError(t, err)
-	time.Sleep(50 * time.Millisecond)
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	evs := w.evs
-	w.evs = nil
-	return evs
+	w.marker++
+	m := w.marker
+	ev := xproto.ClientMessageEvent{Format: 32, Window: w.wid, Type: xproto.AtomString,
+		Data: xproto.ClientMessageDataUnionData32New([]uint32{m, 0, 0, 0, 0})}
+	// An empty event mask sends it to the window's creator: us.
+	require.NoError(t, xproto.SendEventChecked(w.c.c, false, w.wid, 0, string(ev.Bytes())).Check())
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		w.mu.Lock()
+		for i, e := range w.evs {
+			if cm, ok := e.(xproto.ClientMessageEvent); ok && cm.Window == w.wid && cm.Data.Data32[0] == m {
+				evs := w.evs[:i:i]
+				w.evs = append([]xgb.Event(nil), w.evs[i+1:]...)
+				w.mu.Unlock()
+				return evs
+			}
+		}
+		w.mu.Unlock()
+		require.True(t, time.Now().Before(deadline), "the marker event never came back")
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// onFirstKey calls fn once a key press reaches the window (or when ctx ends).
+func (w *eventWindow) onFirstKey(ctx context.Context, fn func()) {
+	defer fn()
+	for ctx.Err() == nil {
+		w.mu.Lock()
+		for _, e := range w.evs {
+			if _, ok := e.(xproto.KeyPressEvent); ok {
+				w.mu.Unlock()
+				return
+			}
+		}
+		w.mu.Unlock()
+		time.Sleep(2 * time.Millisecond)
+	}
 }
 
 // describe renders events compactly: "press1@100,200 release1@100,200".
@@ -235,15 +269,17 @@ func TestDisplayGone(t *testing.T) {
 	// Capture in a loop while Xvfb is killed: the loop must end with
 	// ErrDisplayGone, and nothing may panic.
 	errc := make(chan error, 1)
+	var captures atomic.Int64
 	go func() {
 		for {
 			if _, err := d.Capture(ctx); err != nil {
 				errc <- err
 				return
 			}
+			captures.Add(1)
 		}
 	}()
-	time.Sleep(100 * time.Millisecond)
+	require.Eventually(t, func() bool { return captures.Load() >= 2 }, 30*time.Second, 5*time.Millisecond, "the capture loop never ran")
 	x.kill()
 	select {
 	case err := <-errc:
@@ -272,20 +308,37 @@ func TestCancelAbortsTyping(t *testing.T) {
 	x := startX(t)
 	w := newEventWindow(t, x)
 	d := newDesktop(t, x)
-	ctx, cancel := context.WithCancel(testenv.Context(t, 30*time.Second))
+	ctx, cancel := context.WithCancel(testenv.Context(t, 60*time.Second))
 	text := strings.Repeat("abc日本語", 500)
-	go func() { time.Sleep(150 * time.Millisecond); cancel() }()
-	start := time.Now()
+	w.take(t)
+	go w.onFirstKey(ctx, cancel) // cancel once typing has begun
 	err := d.Do(ctx, shared.Action{Type: "type", Text: &text})
 	require.ErrorIs(t, err, context.Canceled)
-	require.Less(t, time.Since(start), 2*time.Second)
-	// Nothing stays held down: presses and releases pair up.
+	// Nothing stays held down: the server's keyboard comes back to all keys
+	// up (the releases may still be on their way from the desktop's
+	// connection), and presses and releases pair up.
+	keysUp := func() bool {
+		km, err := xproto.QueryKeymap(w.c.c).Reply()
+		require.NoError(t, err)
+		for _, b := range km.Keys {
+			if b != 0 {
+				return false
+			}
+		}
+		return true
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !keysUp() && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
 	evs := w.take(t)
 	down := map[xproto.Keycode]int{}
+	presses := 0
 	for _, ev := range evs {
 		switch e := ev.(type) {
 		case xproto.KeyPressEvent:
 			down[e.Detail]++
+			presses++
 		case xproto.KeyReleaseEvent:
 			down[e.Detail]--
 		}
@@ -293,16 +346,20 @@ func TestCancelAbortsTyping(t *testing.T) {
 	for k, n := range down {
 		require.Zero(t, n, "keycode %d left down", k)
 	}
+	require.Positive(t, presses)
+	require.Less(t, presses, len([]rune(text)), "the typing ran to its end: not cut off")
 	require.False(t, errors.Is(err, ErrDisplayGone))
 }
 
 // TestDisplayGoneMidTyping: Xvfb dies while a long type action runs.
 func TestDisplayGoneMidTyping(t *testing.T) {
 	x := startX(t)
+	w := newEventWindow(t, x)
 	d := newDesktop(t, x)
-	ctx := testenv.Context(t, 30*time.Second)
+	ctx := testenv.Context(t, 60*time.Second)
 	text := strings.Repeat("typing 日本語 😀 ", 300)
-	go func() { time.Sleep(200 * time.Millisecond); x.kill() }()
+	w.take(t)
+	go w.onFirstKey(ctx, x.kill) // the display dies once typing has begun
 	err := d.Do(ctx, shared.Action{Type: "type", Text: &text})
 	require.ErrorIs(t, err, ErrDisplayGone)
 	require.NoError(t, d.Close())

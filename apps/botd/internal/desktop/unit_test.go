@@ -169,11 +169,42 @@ func TestDrawCursor(t *testing.T) {
 	if got := px(1, 1); got != [3]byte{255, 255, 255} {
 		t.Errorf("white: %v", got)
 	}
-	// Clipped at the edges: no panic, nothing outside touched.
-	cur.X, cur.Y = 0, 0
-	drawCursor(pix, w, h, cur)
-	cur.X, cur.Y = w+5, h+5
-	drawCursor(pix, w, h, cur)
+	// Clipped at the edges: the part on screen is drawn, nothing else is
+	// touched (a write past the frame would panic).
+	for _, tc := range []struct {
+		name   string
+		x, y   int16
+		drawn  map[[2]int][3]byte
+		shortI bool
+	}{
+		{name: "top-left: only the cursor's last pixel shows", x: 0, y: 0, drawn: map[[2]int][3]byte{{0, 0}: {255, 255, 255}}},
+		{name: "bottom-right: only its first pixel shows", x: w, y: h, drawn: map[[2]int][3]byte{{w - 1, h - 1}: {255, 0, 0}}},
+		{name: "right edge: its left column shows", x: w, y: 1, drawn: map[[2]int][3]byte{{w - 1, 0}: {255, 0, 0}, {w - 1, 1}: {50, 50, 178}}},
+		{name: "far outside", x: w + 5, y: h + 5},
+		{name: "far outside, negative", x: -10, y: -10},
+		{name: "an image shorter than its size", x: 1, y: 1, shortI: true},
+	} {
+		for i := range pix {
+			pix[i] = 100
+		}
+		c := *cur
+		c.X, c.Y = tc.x, tc.y
+		if tc.shortI {
+			c.CursorImage = c.CursorImage[:3]
+		}
+		drawCursor(pix, w, h, &c)
+		for y := 0; y < h; y++ {
+			for x := 0; x < w; x++ {
+				want, ok := tc.drawn[[2]int{x, y}]
+				if !ok {
+					want = [3]byte{100, 100, 100}
+				}
+				if got := px(x, y); got != want {
+					t.Errorf("%s: pixel (%d,%d) = %v, want %v", tc.name, x, y, got, want)
+				}
+			}
+		}
+	}
 }
 
 func TestEncoder(t *testing.T) {

@@ -73,17 +73,18 @@ func startX(t testing.TB) *testX {
 	if err := os.Chown(dir, int(u.UID), int(u.GID)); err != nil {
 		t.Fatal(err)
 	}
-	var num int
-	for {
-		n := int(nextDisplay.Add(1)) - 1 + firstTestDisplay
-		if n > lastTestDisplay {
-			t.Fatalf("out of test displays %d..%d", firstTestDisplay, lastTestDisplay)
+	// Round the range (a stopped test's display is free again, so -count=N
+	// runs do not run out), skipping any display in use.
+	num, span := 0, lastTestDisplay-firstTestDisplay+1
+	for tries := 0; num == 0; tries++ {
+		if tries == span {
+			t.Fatalf("every test display %d..%d is in use", firstTestDisplay, lastTestDisplay)
 		}
+		n := firstTestDisplay + int(nextDisplay.Add(1)-1)%span
 		if _, err := os.Stat(fmt.Sprintf("/tmp/.X%d-lock", n)); err == nil {
 			continue // someone's Xvfb (or a stale lock Xvfb would refuse)
 		}
 		num = n
-		break
 	}
 	x := &testX{num: num, display: fmt.Sprintf(":%d", num), xauth: filepath.Join(dir, "xauthority"), dir: dir, user: u, waited: make(chan struct{})}
 	cookie := make([]byte, 16)
@@ -148,6 +149,10 @@ func (x *testX) kill() {
 	_ = x.proc.SignalGroup(syscall.SIGKILL)
 	select {
 	case <-x.waited:
+		// A killed Xvfb leaves its lock and socket: clear them, so the
+		// display can be used again.
+		_ = os.Remove(fmt.Sprintf("/tmp/.X%d-lock", x.num))
+		_ = os.Remove(fmt.Sprintf("/tmp/.X11-unix/X%d", x.num))
 	case <-time.After(5 * time.Second):
 	}
 }

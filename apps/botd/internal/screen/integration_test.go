@@ -3,8 +3,11 @@ package screen
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
+	"image"
 	"image/jpeg"
 	"image/png"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -526,4 +529,69 @@ func waitClients(t testing.TB, ctx context.Context, e *itEnv, base int, id strin
 		require.True(t, time.Now().Before(deadline), "%d windows on %s, want %d", got, id, n)
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// TestIntegrationObserveOverHTTP: the observe and act routes on a real
+// screen. The first observe carries a JPEG of the whole screen; once the
+// desktop has settled an observe says unchanged and carries no bytes (with
+// the same frame hash); an action that moves the pointer brings a new
+// frame, drawn with the pointer where it was sent.
+func TestIntegrationObserveOverHTTP(t *testing.T) {
+	e := newIT(t, 2, itDisplayBase+16)
+	mux := http.NewServeMux()
+	e.m.Routes(mux)
+	_, err := e.m.Register("it-http")
+	require.NoError(t, err)
+	l, err := e.m.Leases().Acquire("it-http", lease.Agent, "run", time.Minute)
+	require.NoError(t, err)
+	observe := func() apiResp {
+		t.Helper()
+		r := call(t, mux, "POST", "/screens/it-http/observe", map[string]any{"leaseId": l.ID})
+		require.Equal(t, http.StatusOK, r.status, r.body)
+		return r
+	}
+	jpegOf := func(r apiResp) image.Image {
+		t.Helper()
+		s, _ := r.body["image"].(string)
+		b, err := base64.StdEncoding.DecodeString(s)
+		require.NoError(t, err)
+		img, err := jpeg.Decode(bytes.NewReader(b))
+		require.NoError(t, err, "a %d-byte image", len(b))
+		return img
+	}
+
+	first := observe()
+	require.Equal(t, false, first.body["unchanged"])
+	img := jpegOf(first)
+	require.Equal(t, Width, img.Bounds().Dx())
+	require.Equal(t, Height, img.Bounds().Dy())
+	require.EqualValues(t, Width, first.body["width"])
+	require.NotEmpty(t, first.body["frameHash"])
+
+	// Until the panel and desktop are drawn every frame is new (with bytes);
+	// then one comes back unchanged, without bytes, with the last hash.
+	prev := first
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		r := observe()
+		if r.body["unchanged"] == true {
+			require.Nil(t, r.body["image"], "an unchanged frame carries no bytes")
+			require.Equal(t, prev.body["frameHash"], r.body["frameHash"])
+			break
+		}
+		require.Equal(t, false, r.body["unchanged"])
+		jpegOf(r)
+		prev = r
+		require.True(t, time.Now().Before(deadline), "the fresh screen never stopped drawing")
+		time.Sleep(250 * time.Millisecond)
+	}
+
+	r := call(t, mux, "POST", "/screens/it-http/act", map[string]any{"leaseId": l.ID, "actions": []any{map[string]any{"type": "move", "x": 700, "y": 450}}})
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	obs, _ := r.body["observation"].(map[string]any)
+	require.NotNil(t, obs, "act answers with an observation: %v", r.body)
+	require.Equal(t, false, obs["unchanged"])
+	require.NotEqual(t, prev.body["frameHash"], obs["frameHash"])
+	require.Equal(t, map[string]any{"x": 700.0, "y": 450.0}, obs["pointer"])
+	jpegOf(apiResp{body: obs})
 }

@@ -39,7 +39,9 @@ func Require(t testing.TB) osuser.User {
 	t.Helper()
 	testenv.RequireRoot(t)
 	testenv.RequireUsers(t)
-	testenv.RequireTools(t, "Xvfb", "chromium", "unshare")
+	// xfwm4 too: real screens run a window manager, and Chromium's windows
+	// behave differently without one (CI must not quietly test that).
+	testenv.RequireTools(t, "Xvfb", "chromium", "unshare", "xfwm4", "xprop")
 	u, err := osuser.Lookup("desktop")
 	if err != nil {
 		testenv.Unavailable(t, "desktop user: %v", err)
@@ -106,17 +108,14 @@ func StartX(t testing.TB, u osuser.User) *X {
 	return nil
 }
 
-// startWM runs xfwm4 on the display when it is installed, so windows are
-// managed (maximized) as on a real screen.
+// startWM runs xfwm4 on the display, so windows are managed (maximized) as
+// on a real screen, and waits until it manages the root window.
 func (x *X) startWM(t testing.TB) {
-	if _, err := exec.LookPath("xfwm4"); err != nil {
-		return
-	}
+	testenv.RequireTools(t, "xfwm4", "xprop")
 	u := x.Desktop
 	p, err := runner.Exec{}.Start(runner.Spec{Argv: []string{"xfwm4", "--compositor=off", "--sm-client-disable"}, User: &u, Env: []string{"DISPLAY=" + x.Display, "XAUTHORITY=" + x.XAuthority, "NO_AT_BRIDGE=1"}, Dir: x.Dir})
 	if err != nil {
-		t.Logf("xfwm4: %v", err)
-		return
+		t.Fatalf("xfwm4: %v", err)
 	}
 	done := make(chan struct{})
 	go func() { _, _ = p.Wait(); close(done) }()
@@ -130,7 +129,25 @@ func (x *X) startWM(t testing.TB) {
 			<-done
 		}
 	})
-	time.Sleep(300 * time.Millisecond) // let it take over the root window
+	// EWMH: the WM announces itself on the root window once it manages it.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		cmd := exec.Command("xprop", "-root", "-display", x.Display, "_NET_SUPPORTING_WM_CHECK")
+		cmd.Env = []string{"XAUTHORITY=" + x.XAuthority}
+		out, _ := cmd.CombinedOutput()
+		if strings.Contains(string(out), "window id") {
+			return
+		}
+		select {
+		case <-done:
+			t.Fatal("xfwm4 exited before it managed the display")
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("xfwm4 did not manage %s: %s", x.Display, out)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 func waitX(n, pid int, exited <-chan struct{}) bool {
