@@ -21,8 +21,8 @@ import (
 	"path"
 	"slices"
 	"strconv"
-	"syscall"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
