@@ -41,6 +41,11 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "build botd: %v\n%s", err, out)
 		os.Exit(1)
 	}
+	// BOTD_TEST_BIN runs the tests against another build (e.g. an older
+	// commit's botd, to see the red team's attacks succeed before a fix).
+	if b := os.Getenv("BOTD_TEST_BIN"); b != "" {
+		botdBin = b
+	}
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)

@@ -22,6 +22,7 @@ import (
 	"github.com/open-bot/computer/apps/botd/internal/execsvc"
 	"github.com/open-bot/computer/apps/botd/internal/files"
 	"github.com/open-bot/computer/apps/botd/internal/health"
+	"github.com/open-bot/computer/apps/botd/internal/modelproxy"
 	"github.com/open-bot/computer/apps/botd/internal/osuser"
 	"github.com/open-bot/computer/apps/botd/internal/screen"
 	"github.com/open-bot/computer/apps/botd/internal/supervisor"
@@ -75,9 +76,22 @@ func run(ctx context.Context, cfg config.Config) error {
 	if err != nil {
 		return err
 	}
+	// The model provider's key stays with root: Codex gets the loopback
+	// model proxy's URL and a per-boot token, the proxy adds the key.
+	var prov *agent.Provider
+	var codexEnv []string
+	if cfg.ModelUpstream != "" {
+		mp, err := modelproxy.Start(modelproxy.Options{Listen: cfg.ModelProxyListen, Upstream: cfg.ModelUpstream, Key: cfg.ModelKey, Log: log})
+		if err != nil {
+			return err
+		}
+		defer mp.Close()
+		prov = &agent.Provider{ID: modelproxy.ProviderID, TOML: mp.ProviderTOML()}
+		codexEnv = []string{modelproxy.TokenEnv + "=" + mp.Token()}
+	}
 	codex, err := agent.Start(agent.Options{
 		Bin: cfg.CodexBin, Addr: cfg.CodexAddr, CodexHome: cfg.CodexHome(), Home: cfg.Workspace(),
-		User: botUser, ExtraConfig: extra, Env: cfg.CodexEnv, Sup: sup,
+		User: botUser, ExtraConfig: extra, Env: codexEnv, Provider: prov, Sup: sup,
 	})
 	if err != nil {
 		return err
@@ -155,7 +169,9 @@ func run(ctx context.Context, cfg config.Config) error {
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	// Idle keep-alive connections are closed after two minutes: none is
+	// held forever.
+	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- hs.Serve(ln) }()
 	log.Info().Str("component", "botd").Str("listen", ln.Addr().String()).Int64("elapsed_ms", time.Since(started).Milliseconds()).Msg("botd listening")

@@ -10,6 +10,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -88,28 +90,38 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// provider is the Codex model provider a test computer uses.
+// provider is the model provider a test computer uses: botd's model proxy
+// forwards to BaseURL with Key (root keeps it; Codex never sees it).
 type provider struct {
 	BaseURL string // e.g. http://127.0.0.1:PORT/v1
-	KeyEnv  string // the env var Codex reads the key from
 	Key     string
 	// Features are keys for botd's [features] table of the Codex config
 	// (the extra config is appended right after it), e.g. "x = true\n".
 	Features string
 }
 
-// scripted is the provider of a loopback scripted model server.
+// scriptedKey is the scripted model's API key: distinctive, so a search
+// for it in bot's processes and files cannot match anything else.
+var scriptedKey = func() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return "sk-scripted-" + hex.EncodeToString(b)
+}()
+
+// scripted is the provider of a loopback scripted model server (which
+// requires scriptedKey).
 func scripted(modelURL string) provider {
-	return provider{BaseURL: modelURL + "/v1", KeyEnv: "OPEN_BOT_MOCK_KEY", Key: "scripted"}
+	return provider{BaseURL: modelURL + "/v1", Key: scriptedKey}
 }
 
 // startComputer builds and starts botd with Codex pointed at modelURL (a
 // scripted model server).
-func startComputer(t testing.TB, modelURL string, displayBase int) *computer {
-	return startComputerWith(t, scripted(modelURL), displayBase)
+func startComputer(t testing.TB, modelURL string, displayBase int, env ...string) *computer {
+	return startComputerWith(t, scripted(modelURL), displayBase, env...)
 }
 
-// startComputerWith builds and starts botd with Codex using prov.
+// startComputerWith builds and starts botd with Codex using prov; env is
+// added to botd's environment (e.g. EGRESS_ALLOW for a local page).
 func startComputerWith(t testing.TB, prov provider, displayBase int, env ...string) *computer {
 	t.Helper()
 	requireIntegration(t, "codex", "Xvfb", "chromium", "x11vnc")
@@ -120,15 +132,12 @@ func startComputerWith(t testing.TB, prov provider, displayBase int, env ...stri
 	bin := filepath.Join(dir, "botd")
 	out, err := exec.Command("go", "build", "-o", bin, "github.com/open-bot/computer/apps/botd").CombinedOutput()
 	require.NoError(t, err, "build botd: %s", out)
-	extra := filepath.Join(dir, "codex-extra.toml")
-	require.NoError(t, os.WriteFile(extra, []byte(prov.Features+fmt.Sprintf(`[model_providers.mock]
-name = "test model provider"
-base_url = %q
-wire_api = "responses"
-env_key = %q
-request_max_retries = 0
-stream_max_retries = 0
-`, prov.BaseURL, prov.KeyEnv)), 0o600))
+	var extraEnv []string
+	if prov.Features != "" {
+		extra := filepath.Join(dir, "codex-extra.toml")
+		require.NoError(t, os.WriteFile(extra, []byte(prov.Features), 0o600))
+		extraEnv = append(extraEnv, "CODEX_CONFIG_EXTRA_FILE="+extra)
+	}
 	c := &computer{token: "e2e-token-0123456789abcdef", home: filepath.Join(dir, "home"), logs: &syncBuffer{}}
 	addr := freeAddr(t)
 	c.url = "http://" + addr
@@ -137,10 +146,11 @@ stream_max_retries = 0
 	c.cmd.Env = append(os.Environ(),
 		"BOTD_TOKEN="+c.token, "BOTD_HOME="+c.home, "BOTD_LISTEN="+addr, "CODEX_LISTEN="+c.codexAddr,
 		"SOCKS_LISTEN="+freeAddr(t), fmt.Sprintf("DISPLAY_BASE=%d", displayBase),
-		fmt.Sprintf("VNC_PORT_BASE=%d", 20000+displayBase*10), fmt.Sprintf("VIEW_PORT_BASE=%d", 21000+displayBase*10),
-		"CODEX_CONFIG_EXTRA_FILE="+extra, "CODEX_ENV_PASS="+prov.KeyEnv, prov.KeyEnv+"="+prov.Key,
+		fmt.Sprintf("VIEW_PORT_BASE=%d", 21000+displayBase*10),
+		"MODEL_UPSTREAM_URL="+prov.BaseURL, "MODEL_API_KEY="+prov.Key,
 		"MAX_SCREENS=2",
 	)
+	c.cmd.Env = append(c.cmd.Env, extraEnv...)
 	c.cmd.Env = append(c.cmd.Env, env...) // later entries win
 	c.cmd.Stdout, c.cmd.Stderr = c.logs, c.logs
 	require.NoError(t, c.cmd.Start())
@@ -337,7 +347,7 @@ func TestLiveModel(t *testing.T) {
 	if base == "" || key == "" || name == "" {
 		t.Skip("set LIVE_MODEL_BASE_URL, LIVE_MODEL_KEY and LIVE_MODEL (make test-live)")
 	}
-	acceptance(t, &provider{BaseURL: base, KeyEnv: "OPEN_BOT_LIVE_KEY", Key: key}, name, 480)
+	acceptance(t, &provider{BaseURL: base, Key: key}, name, 480)
 }
 
 // acceptance runs the acceptance scenario: with live == nil a scripted model
@@ -361,6 +371,8 @@ func acceptance(t testing.TB, live *provider, modelName string, displayBase int)
 	}))
 	defer page.Close()
 
+	// The page is on loopback, which egress refuses unless allowed.
+	allowPage := "EGRESS_ALLOW=" + strings.TrimPrefix(page.URL, "http://")
 	const bot = "alice"
 	prompt := "Open " + page.URL + "/ in your browser with open_path, look at the screen and press the big button with computer_act. " +
 		"Then use the shell tool to run [\"sh\",\"-c\",\"id -un > bots/" + bot + "/whoami.txt\"], and use file_write to write " +
@@ -381,13 +393,13 @@ func acceptance(t testing.TB, live *provider, modelName string, displayBase int)
 			}
 			return mockmodel.Step{Message: "Done: pressed the button, ran a command and wrote the file."}
 		}
-		model = mockmodel.New(script)
+		model = mockmodel.New(script).RequireKey(scriptedKey)
 		modelSrv := httptest.NewServer(model)
 		defer modelSrv.Close()
-		c = startComputer(t, modelSrv.URL, displayBase)
+		c = startComputer(t, modelSrv.URL, displayBase, allowPage)
 		modelName = "scripted-model"
 	} else {
-		c = startComputerWith(t, *live, displayBase)
+		c = startComputerWith(t, *live, displayBase, allowPage)
 	}
 	env := startWorkerModel(t, c, modelName, bot)
 
@@ -418,7 +430,51 @@ func acceptance(t testing.TB, live *provider, modelName string, displayBase int)
 	require.Equal(t, 1, final.ToolCalls[2].Images, "computer_act returns the screenshot as an image item")
 	require.Contains(t, final.Message, "Done")
 	require.Equal(t, 6, model.Requests())
+	// The model answered only requests carrying its key, yet the key is
+	// nowhere bot can read: no bot process's environment, nothing under
+	// the workspace (.codex/ included).
+	requireKeyHidden(t, c, scriptedKey)
 	return wall
+}
+
+// requireKeyHidden fails if key appears in the environment of any process
+// of bot or desktop, or in any file under the workspace.
+func requireKeyHidden(t testing.TB, c *computer, key string) {
+	t.Helper()
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	seen := 0
+	for _, d := range procs {
+		st, err := os.Stat(d)
+		if err != nil {
+			continue
+		}
+		uid := st.Sys().(*syscall.Stat_t).Uid
+		if uid == 0 {
+			continue
+		}
+		env, err := os.ReadFile(filepath.Join(d, "environ"))
+		if err != nil {
+			continue
+		}
+		seen++
+		require.NotContains(t, string(env), key, "the key is in the environment of %s (uid %d)", d, uid)
+	}
+	require.Positive(t, seen, "no unprivileged process was checked")
+	files := 0
+	require.NoError(t, filepath.WalkDir(filepath.Join(c.home, "bot"), func(p string, de os.DirEntry, err error) error {
+		if err != nil || !de.Type().IsRegular() {
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return nil
+		}
+		files++
+		require.NotContains(t, string(b), key, "the key is in %s", p)
+		return nil
+	}))
+	require.FileExists(t, filepath.Join(c.home, "bot", ".codex", "config.toml"))
+	require.Positive(t, files)
 }
 
 func getJSON(t testing.TB, url, token string, out any) {
@@ -451,7 +507,7 @@ func TestEndToEndBadInput(t *testing.T) {
 		<-hang // the model "thinks" until Codex is killed
 		return mockmodel.Step{Message: "unreachable"}
 	}
-	model := mockmodel.New(script)
+	model := mockmodel.New(script).RequireKey(scriptedKey)
 	modelSrv := httptest.NewServer(model)
 	defer modelSrv.Close()
 	defer close(hang) // before Close, which waits for the hung handler

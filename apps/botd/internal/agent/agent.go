@@ -27,9 +27,13 @@ type Options struct {
 	User osuser.User
 	// ExtraConfig is appended to the managed config.toml.
 	ExtraConfig string
-	// Env is extra environment for Codex (e.g. a provider's key variable).
+	// Env is extra environment for Codex (the model proxy's per-boot
+	// token; never a provider's key).
 	Env []string
-	Sup *supervisor.Supervisor
+	// Provider, when set, is the model provider Codex uses by default
+	// (botd's model proxy).
+	Provider *Provider
+	Sup      *supervisor.Supervisor
 }
 
 // Agent is the running Codex app-server.
@@ -48,7 +52,7 @@ func Start(o Options) (*Agent, error) {
 	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
 		return nil, fmt.Errorf("codex must listen on loopback, not %q", host)
 	}
-	if err := WriteConfig(o.CodexHome, o.User, o.ExtraConfig); err != nil {
+	if err := WriteConfig(o.CodexHome, o.User, o.Provider, o.ExtraConfig); err != nil {
 		return nil, err
 	}
 	u := o.User

@@ -5,10 +5,10 @@ package agent
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
+	"strings"
 
 	"github.com/open-bot/computer/apps/botd/internal/osuser"
+	"github.com/open-bot/computer/apps/botd/internal/safefs"
 )
 
 // ManagedHeader is the first line of the config botd writes.
@@ -22,44 +22,38 @@ model = "gpt-6.1-sol"
 model_reasoning_effort = "medium"
 sandbox_mode = "danger-full-access"
 approval_policy = "never"
+` + defaultTables
 
+const defaultTables = `
 [features]
 memories = false
 `
 
+// Provider is the model provider botd manages for Codex (its loopback
+// model proxy): ID becomes the default model_provider, TOML its table.
+type Provider struct {
+	ID   string
+	TOML string
+}
+
 // WriteConfig writes codexHome/config.toml atomically, owned by bot, 0600.
-// extra (operator-supplied TOML, e.g. a model provider table) is appended.
-func WriteConfig(codexHome string, owner osuser.User, extra string) error {
-	body := DefaultConfig
+// prov, when set, is the default model provider; extra (operator-supplied
+// TOML) is appended. codexHome is bot's: the file is created relative to its
+// fd, O_EXCL|O_NOFOLLOW, and chowned on the fd (safefs).
+func WriteConfig(codexHome string, owner osuser.User, prov *Provider, extra string) error {
+	// extra follows the [features] table directly (so bare keys in it are
+	// features), before the provider's own table.
 	if extra != "" {
-		body += "\n# Operator additions (CODEX_CONFIG_EXTRA_FILE)\n" + extra
-		if body[len(body)-1] != '\n' {
-			body += "\n"
+		extra = "\n# Operator additions (CODEX_CONFIG_EXTRA_FILE)\n" + extra
+		if extra[len(extra)-1] != '\n' {
+			extra += "\n"
 		}
 	}
-	tmp, err := os.CreateTemp(codexHome, ".config.toml-*")
-	if err != nil {
-		return fmt.Errorf("write codex config: %w", err)
+	body := DefaultConfig + extra
+	if prov != nil {
+		body = strings.TrimSuffix(DefaultConfig, defaultTables) + fmt.Sprintf("model_provider = %q\n", prov.ID) + defaultTables + extra + prov.TOML
 	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.WriteString(body); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write codex config: %w", err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write codex config: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write codex config: %w", err)
-	}
-	if err := os.Chmod(tmp.Name(), 0o600); err != nil {
-		return fmt.Errorf("write codex config: %w", err)
-	}
-	if err := os.Chown(tmp.Name(), int(owner.UID), int(owner.GID)); err != nil {
-		return fmt.Errorf("write codex config: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), filepath.Join(codexHome, "config.toml")); err != nil {
+	if err := safefs.WriteFile(codexHome, "config.toml", []byte(body), 0o600, int(owner.UID), int(owner.GID)); err != nil {
 		return fmt.Errorf("write codex config: %w", err)
 	}
 	return nil

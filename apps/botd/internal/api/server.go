@@ -63,11 +63,12 @@ func (s *Server) Handler() http.Handler {
 }
 
 // Authorized reports whether r carries the token: the Authorization header
-// always, ?token= only on websocket upgrades (browsers cannot set headers on
-// a websocket). Hashing first makes the comparison constant-time in length too.
+// always, ?token= only on a GET websocket upgrade (browsers cannot set
+// headers on a websocket; a POST with an Upgrade header is no websocket).
+// Hashing first makes the comparison constant-time in length too.
 func (s *Server) Authorized(r *http.Request) bool {
 	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok && isUpgrade(r) {
+	if !ok && r.Method == http.MethodGet && isUpgrade(r) {
 		tok, ok = r.URL.Query().Get("token"), true
 	}
 	if !ok || tok == "" {

@@ -48,7 +48,12 @@ func do(t *testing.T, method, url, auth, body string) (int, shared.ErrorEnvelope
 	t.Helper()
 	req, err := http.NewRequest(method, url, strings.NewReader(body))
 	require.NoError(t, err)
-	if auth != "" {
+	switch auth {
+	case "":
+	case "upgrade": // no bearer; headers of a websocket upgrade
+		req.Header.Set("Connection", "Upgrade")
+		req.Header.Set("Upgrade", "websocket")
+	default:
 		req.Header.Set("Authorization", "Bearer "+auth)
 	}
 	resp, err := http.DefaultClient.Do(req)
@@ -72,6 +77,7 @@ func TestAuthAndEnvelope(t *testing.T) {
 		{"wrong token", "GET", "/health", "wrong-token-0123456789abcdef", "", 401, shared.CodeUnauthorized},
 		{"token prefix is not the token", "GET", "/health", token[:len(token)-1], "", 401, shared.CodeUnauthorized},
 		{"query token refused without upgrade", "GET", "/health?token=" + token, "", "", 401, shared.CodeUnauthorized},
+		{"query token refused on a POST that claims an upgrade", "POST", "/echo?token=" + token, "upgrade", `{"name":"x"}`, 401, shared.CodeUnauthorized},
 		{"health with token", "GET", "/health", token, "", 200, ""},
 		{"unknown route", "GET", "/nope", token, "", 404, shared.CodeNotFound},
 		{"unknown route without token is 401 (fail closed)", "GET", "/nope", "", "", 401, shared.CodeUnauthorized},

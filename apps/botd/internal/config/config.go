@@ -36,9 +36,15 @@ type Config struct {
 	// CodexConfigExtraFile is TOML appended to the managed config.toml
 	// (CODEX_CONFIG_EXTRA_FILE), e.g. a model provider table.
 	CodexConfigExtraFile string
-	// CodexEnv is passed to Codex: CODEX_ENV_PASS names variables of botd's
-	// environment to forward (e.g. a model provider's key variable).
-	CodexEnv []string
+	// ModelUpstream is the model provider's base URL (MODEL_UPSTREAM_URL);
+	// when set, Codex reaches it only through botd's model proxy.
+	ModelUpstream string
+	// ModelKey is the provider's key (MODEL_API_KEY, or MODEL_API_KEY_FILE,
+	// root-only). Root keeps it: it never goes to Codex. Never log it.
+	ModelKey string
+	// ModelProxyListen is the model proxy's loopback address
+	// (MODEL_PROXY_LISTEN, default 127.0.0.1:0, a free port).
+	ModelProxyListen string
 	// SocksAddr is the egress proxy address (SOCKS_LISTEN, default 127.0.0.1:1080).
 	SocksAddr string
 	// EgressMode is direct or tunnel (EGRESS_MODE, default direct).
@@ -108,12 +114,18 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		LogLevel:          str("BOTD_LOG_LEVEL", "info"),
 	}
 	c.CodexConfigExtraFile = strings.TrimSpace(getenv("CODEX_CONFIG_EXTRA_FILE"))
-	for _, name := range strings.Split(getenv("CODEX_ENV_PASS"), ",") {
-		if name = strings.TrimSpace(name); name != "" {
-			if v := getenv(name); v != "" {
-				c.CodexEnv = append(c.CodexEnv, name+"="+v)
-			}
+	c.ModelUpstream = strings.TrimSpace(getenv("MODEL_UPSTREAM_URL"))
+	c.ModelProxyListen = str("MODEL_PROXY_LISTEN", "127.0.0.1:0")
+	c.ModelKey = strings.TrimSpace(getenv("MODEL_API_KEY"))
+	if f := strings.TrimSpace(getenv("MODEL_API_KEY_FILE")); f != "" && c.ModelKey == "" {
+		k, err := readTokenFile(f)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("MODEL_API_KEY_FILE: %w", err))
 		}
+		c.ModelKey = k
+	}
+	if c.ModelUpstream != "" && c.ModelKey == "" {
+		errs = append(errs, errors.New("MODEL_UPSTREAM_URL is set but neither MODEL_API_KEY nor MODEL_API_KEY_FILE is"))
 	}
 	for _, d := range strings.Split(getenv("APPLY_GUARD_EXTRA_DOMAINS"), ",") {
 		if d = strings.ToLower(strings.TrimSpace(d)); d != "" {
@@ -161,7 +173,7 @@ func (c Config) CodexHome() string { return filepath.Join(c.Home, "bot", ".codex
 // DesktopHome is $BOTD_HOME/desktop.
 func (c Config) DesktopHome() string { return filepath.Join(c.Home, "desktop") }
 
-// readTokenFile reads the token from path, which must be a regular file
+// readTokenFile reads a secret (the token, the model key) from path, which must be a regular file
 // owned by the user botd runs as (root) with no group or other permission
 // bits: a token file desktop, bot or a host user sharing their uid could
 // read is refused, never used.

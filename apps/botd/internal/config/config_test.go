@@ -51,13 +51,16 @@ func TestRefusals(t *testing.T) {
 	}
 }
 
-func TestCodexEnvPassAndExtraDomains(t *testing.T) {
+func TestModelKeyAndExtraDomains(t *testing.T) {
 	c, err := FromEnv(env(map[string]string{
-		"BOTD_TOKEN": "0123456789abcdef", "CODEX_ENV_PASS": "MOCK_KEY, MISSING",
-		"MOCK_KEY": "v", "APPLY_GUARD_EXTRA_DOMAINS": " Jobs.Example.com ,,indeed.com",
+		"BOTD_TOKEN": "0123456789abcdef", "MODEL_UPSTREAM_URL": "https://models.example/v1",
+		"MODEL_API_KEY": "k-123", "APPLY_GUARD_EXTRA_DOMAINS": " Jobs.Example.com ,,indeed.com",
 	}))
 	require.NoError(t, err)
-	require.Equal(t, []string{"MOCK_KEY=v"}, c.CodexEnv)
+	require.Equal(t, "k-123", c.ModelKey)
+	require.Equal(t, "127.0.0.1:0", c.ModelProxyListen)
+	_, err = FromEnv(env(map[string]string{"BOTD_TOKEN": "0123456789abcdef", "MODEL_UPSTREAM_URL": "https://models.example/v1"}))
+	require.ErrorContains(t, err, "MODEL_API_KEY")
 	require.Equal(t, []string{"jobs.example.com", "indeed.com"}, c.ApplyGuardExtraDomains)
 }
 

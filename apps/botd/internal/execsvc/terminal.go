@@ -212,12 +212,14 @@ func openPty() (master, tty *os.File, err error) {
 		return nil, nil, err
 	}
 	defer p.Close()
-	fd, err := unix.Dup(int(p.Fd()))
+	// F_DUPFD_CLOEXEC: atomically close-on-exec, so a child started by a
+	// concurrent /exec between a dup and a CloseOnExec cannot inherit the
+	// terminal's master.
+	fd, err := unix.FcntlInt(p.Fd(), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
 		tty.Close()
 		return nil, nil, err
 	}
-	unix.CloseOnExec(fd)
 	if err := unix.SetNonblock(fd, true); err != nil {
 		unix.Close(fd)
 		tty.Close()

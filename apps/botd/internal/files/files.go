@@ -22,6 +22,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -136,6 +137,13 @@ func (s *Service) get(w http.ResponseWriter, r *http.Request) {
 	}
 	if !fi.Mode().IsRegular() {
 		s.fail(w, r, shared.Errorf(http.StatusBadRequest, shared.CodeBadRequest, "path is not a regular file"))
+		return
+	}
+	// A hard link is another name for a file that may live outside the
+	// workspace (e.g. one bot linked to a root file): a file with more than
+	// one link is served only when bot owns it.
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Nlink > 1 && st.Uid != s.o.Owner.UID {
+		s.fail(w, r, shared.Errorf(http.StatusForbidden, shared.CodeForbidden, "path is a hard link to a file the bot does not own"))
 		return
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")

@@ -301,3 +301,22 @@ func TestFIFODoesNotHang(t *testing.T) {
 	st, b := fx.do(t, "GET", "/files", "fifo", nil, true)
 	assert.Equal(t, 400, st, string(b))
 }
+
+// A hard link in the workspace to a file bot does not own (root's secret
+// outside it) is refused; bot's own linked files still read.
+func TestReadRefusesHardLinkToAFileBotDoesNotOwn(t *testing.T) {
+	fx := newFixture(t)
+	secret := filepath.Join(fx.outside, "secret")
+	require.NoError(t, os.Link(secret, filepath.Join(fx.ws, "shared", "linked")))
+	status, body := fx.do(t, "GET", "/files", "shared/linked", nil, true)
+	require.Equal(t, http.StatusForbidden, status, string(body))
+	require.NotContains(t, string(body), "TOP-SECRET")
+
+	own := filepath.Join(fx.ws, "shared", "own.txt")
+	require.NoError(t, os.WriteFile(own, []byte("mine"), 0o644))
+	require.NoError(t, os.Chown(own, int(fx.bot.UID), int(fx.bot.GID)))
+	require.NoError(t, os.Link(own, filepath.Join(fx.ws, "shared", "own-link.txt")))
+	status, body = fx.do(t, "GET", "/files", "shared/own-link.txt", nil, true)
+	require.Equal(t, http.StatusOK, status, string(body))
+	require.Equal(t, "mine", string(body))
+}

@@ -45,6 +45,17 @@ type Lease struct {
 	Holder    string        `json:"holder"`
 	TTL       time.Duration `json:"-"`
 	ExpiresAt time.Time     `json:"expiresAt"`
+	// NotAfter, when set, caps every renewal: a lease taken through a
+	// viewer link never outlives the link.
+	NotAfter time.Time `json:"-"`
+}
+
+// capped is t, or the lease's NotAfter when that comes first.
+func (l *Lease) capped(t time.Time) time.Time {
+	if !l.NotAfter.IsZero() && l.NotAfter.Before(t) {
+		return l.NotAfter
+	}
+	return t
 }
 
 // Info is the lease without its id, for listings and health.
@@ -130,6 +141,12 @@ func ClampTTL(d time.Duration) time.Duration {
 //   - an agent never takes a screen a user holds (409 user_has_control);
 //   - otherwise the screen is held by someone else (409 conflict).
 func (t *Table) Acquire(screen string, kind Kind, holder string, ttl time.Duration) (Lease, error) {
+	return t.AcquireUntil(screen, kind, holder, ttl, time.Time{})
+}
+
+// AcquireUntil is Acquire with a hard end: the lease, and every renewal of
+// it, ends at notAfter at the latest (zero: no end).
+func (t *Table) AcquireUntil(screen string, kind Kind, holder string, ttl time.Duration, notAfter time.Time) (Lease, error) {
 	if kind != Agent && kind != User {
 		return Lease{}, shared.Errorf(http.StatusBadRequest, shared.CodeBadRequest, "kind must be agent or user")
 	}
@@ -145,15 +162,18 @@ func (t *Table) Acquire(screen string, kind Kind, holder string, ttl time.Durati
 	var err error
 	switch {
 	case cur == nil:
-		l := &Lease{ID: t.newID(), Screen: screen, Kind: kind, Holder: holder, TTL: ttl, ExpiresAt: now.Add(ttl)}
+		l := &Lease{ID: t.newID(), Screen: screen, Kind: kind, Holder: holder, TTL: ttl, NotAfter: notAfter}
+		l.ExpiresAt = l.capped(now.Add(ttl))
 		t.byScreen[screen] = l
 		granted = *l
 		changes = append(changes, Change{Screen: screen, What: "acquired", New: cp(l)})
 	case cur.Kind == kind && cur.Holder == holder:
-		cur.TTL, cur.ExpiresAt = ttl, now.Add(ttl)
+		cur.TTL, cur.NotAfter = ttl, notAfter
+		cur.ExpiresAt = cur.capped(now.Add(ttl))
 		granted = *cur
 	case kind == User && cur.Kind == Agent:
-		l := &Lease{ID: t.newID(), Screen: screen, Kind: kind, Holder: holder, TTL: ttl, ExpiresAt: now.Add(ttl)}
+		l := &Lease{ID: t.newID(), Screen: screen, Kind: kind, Holder: holder, TTL: ttl, NotAfter: notAfter}
+		l.ExpiresAt = l.capped(now.Add(ttl))
 		t.byScreen[screen] = l
 		granted = *l
 		changes = append(changes, Change{Screen: screen, What: "preempted", Old: cp(cur), New: cp(l)})
@@ -179,7 +199,7 @@ func (t *Table) Check(screen, id string) (Lease, error) {
 	var err error
 	switch {
 	case cur != nil && id != "" && cur.ID == id:
-		cur.ExpiresAt = now.Add(cur.TTL)
+		cur.ExpiresAt = cur.capped(now.Add(cur.TTL))
 		out = *cur
 	case cur != nil && cur.Kind == User:
 		err = shared.Errorf(http.StatusConflict, shared.CodeUserHasControl, "a user has control of screen %s", screen)
@@ -189,6 +209,28 @@ func (t *Table) Check(screen, id string) (Lease, error) {
 	t.mu.Unlock()
 	t.notify(changes)
 	return out, err
+}
+
+// RenewUntil renews lease id of screen like Check, but never past
+// notAfter (a viewer link's expiry): input on a link that is about to
+// expire does not keep the screen beyond it. A lease already running later
+// is left as it is.
+func (t *Table) RenewUntil(screen, id string, notAfter time.Time) {
+	now := t.now()
+	var changes []Change
+	t.mu.Lock()
+	cur := t.currentLocked(screen, now, &changes)
+	if cur != nil && cur.ID == id {
+		exp := cur.capped(now.Add(cur.TTL))
+		if notAfter.Before(exp) {
+			exp = notAfter
+		}
+		if exp.After(cur.ExpiresAt) {
+			cur.ExpiresAt = exp
+		}
+	}
+	t.mu.Unlock()
+	t.notify(changes)
 }
 
 // Current is the screen's unexpired lease, or nil. It only reads (an

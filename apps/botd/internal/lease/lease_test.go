@@ -150,3 +150,30 @@ func TestClampTTL(t *testing.T) {
 		require.Equal(t, tc.want, ClampTTL(tc.in), "%v", tc.in)
 	}
 }
+
+// A lease taken through a viewer link never outlives the link: neither use
+// (Check) nor the link's own input (RenewUntil) renews it past the end.
+func TestLeaseNeverOutlivesItsLink(t *testing.T) {
+	tb, c, _ := newTable(t)
+	end := c.now.Add(90 * time.Second)
+	l, err := tb.AcquireUntil("s", User, "ann", 60*time.Second, end)
+	require.NoError(t, err)
+	require.Equal(t, c.now.Add(60*time.Second), l.ExpiresAt)
+	c.advance(50 * time.Second)
+	l, err = tb.Check("s", l.ID)
+	require.NoError(t, err)
+	require.Equal(t, end, l.ExpiresAt, "use renews, but only up to the link's end")
+	c.advance(40 * time.Second)
+	require.Nil(t, tb.Current("s"), "the lease ended with the link")
+
+	// An unbounded lease renewed by a link's input stops at that link's end.
+	l, err = tb.Acquire("s", User, "bob", 60*time.Second)
+	require.NoError(t, err)
+	linkEnd := c.now.Add(10 * time.Second)
+	c.advance(5 * time.Second)
+	tb.RenewUntil("s", l.ID, linkEnd)
+	require.Equal(t, l.ExpiresAt, tb.Current("s").ExpiresAt, "a renewal capped before the current expiry shortens nothing")
+	c.advance(50 * time.Second)
+	tb.RenewUntil("s", l.ID, c.now.Add(30*time.Second))
+	require.Equal(t, c.now.Add(30*time.Second), tb.Current("s").ExpiresAt, "renewed, but to the link's end, not a full TTL")
+}

@@ -53,7 +53,7 @@ func (s *Server) openPorts(id string) error {
 			errs = append(errs, fmt.Errorf("%s port: %w", l.mode, err))
 			break
 		}
-		hs := &http.Server{Handler: s.portHandler(id, l.mode), ReadHeaderTimeout: 10 * time.Second}
+		hs := &http.Server{Handler: s.portHandler(id, l.mode), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
 		p.servers = append(p.servers, hs)
 		go func() { _ = hs.Serve(ln) }()
 		s.log.Debug().Str("screen", id).Str("mode", string(l.mode)).Str("listen", ln.Addr().String()).Msg("viewer port open")
@@ -75,7 +75,7 @@ func (s *Server) openPorts(id string) error {
 // that screen and the port's mode (or the bearer), nothing else.
 func (s *Server) portHandler(id string, mode Mode) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		holder, err := s.admit(r, id, mode, true)
+		adm, err := s.admit(r, id, mode, true)
 		if err != nil {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="botd"`)
 			httpx.WriteErr(w, err)
@@ -85,7 +85,7 @@ func (s *Server) portHandler(id string, mode Mode) http.Handler {
 			httpx.WriteError(w, http.StatusUpgradeRequired, shared.CodeBadRequest, "this port speaks RFB over websocket only")
 			return
 		}
-		s.serveViewer(w, r, id, mode, holder)
+		s.serveViewer(w, r, id, mode, adm)
 	})
 }
 

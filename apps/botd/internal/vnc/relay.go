@@ -30,8 +30,11 @@ type relay struct {
 	screen string
 	mode   Mode
 	holder string
-	ws     *websocket.Conn
-	up     net.Conn
+	// expires is the link's expiry (zero for the bearer): the connection
+	// closes then, and input never renews a lease past it.
+	expires time.Time
+	ws      *websocket.Conn
+	up      net.Conn
 	// serverInit is x11vnc's ServerInit, from botd's own handshake.
 	serverInit []byte
 
@@ -45,9 +48,9 @@ type relay struct {
 	lastRenew  time.Time
 }
 
-func newRelay(s *Server, id string, mode Mode, holder string, ws *websocket.Conn, up net.Conn, serverInit []byte) *relay {
+func newRelay(s *Server, id string, mode Mode, adm admission, ws *websocket.Conn, up net.Conn, serverInit []byte) *relay {
 	ws.SetReadLimit(maxClientMessage)
-	return &relay{s: s, screen: id, mode: mode, holder: holder, ws: ws, up: up, serverInit: serverInit, closed: make(chan struct{})}
+	return &relay{s: s, screen: id, mode: mode, holder: adm.holder, expires: adm.expires, ws: ws, up: up, serverInit: serverInit, closed: make(chan struct{})}
 }
 
 // close ends the relay with a close code and reason the viewer sees. The
@@ -66,6 +69,12 @@ func (r *relay) close(code websocket.StatusCode, reason string) {
 func (r *relay) run() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	if !r.expires.IsZero() {
+		t := time.AfterFunc(time.Until(r.expires), func() {
+			r.close(CodeLinkExpired, "the viewer link expired")
+		})
+		defer t.Stop()
+	}
 	nc := websocket.NetConn(ctx, r.ws, websocket.MessageBinary)
 	cs := newClientStream(nc)
 	_ = nc.SetReadDeadline(time.Now().Add(handshakeTimeout))
@@ -150,8 +159,15 @@ func (r *relay) inControl(use bool) bool {
 		r.lastRenew = time.Now()
 	}
 	r.mu.Unlock()
+	if !r.expires.IsZero() && !time.Now().Before(r.expires) {
+		return false // the link expired: its input acts no more
+	}
 	if renew {
-		_, _ = leases.Check(r.screen, cur.ID)
+		if r.expires.IsZero() {
+			_, _ = leases.Check(r.screen, cur.ID)
+		} else {
+			leases.RenewUntil(r.screen, cur.ID, r.expires)
+		}
 	}
 	return true
 }

@@ -45,6 +45,9 @@ const (
 	CodeControlEnded websocket.StatusCode = 4003
 	// CodeVNCClosed: the screen's x11vnc closed the connection.
 	CodeVNCClosed websocket.StatusCode = 4004
+	// CodeLinkExpired: the viewer link this connection was opened with
+	// expired.
+	CodeLinkExpired websocket.StatusCode = 4005
 )
 
 // DefaultHolder is the user-lease holder of a control link or bearer
@@ -245,26 +248,32 @@ func linkFrom(r *http.Request) string {
 	return r.URL.Query().Get("token")
 }
 
+// admission is who a viewer connection is: the holder a control
+// connection acts as, and when its link expires (zero for the bearer).
+type admission struct {
+	holder  string
+	expires time.Time
+}
+
 // admit authenticates a viewer of screen id in mode, before anything else
 // is looked at: a link for exactly that screen and mode, or (when
-// bearerOK) the bearer token with an optional ?holder=. It returns the
-// holder a control connection acts as.
-func (s *Server) admit(r *http.Request, id string, mode Mode, bearerOK bool) (string, error) {
+// bearerOK) the bearer token with an optional ?holder=.
+func (s *Server) admit(r *http.Request, id string, mode Mode, bearerOK bool) (admission, error) {
 	if tok := linkFrom(r); LooksLikeToken(tok) {
 		c, err := s.signer.Verify(tok, id, mode)
 		if err != nil {
-			return "", errUnauthorized
+			return admission{}, errUnauthorized
 		}
-		return c.Holder, nil
+		return admission{holder: c.Holder, expires: c.Expires}, nil
 	}
 	if bearerOK && s.o.Authorized != nil && s.o.Authorized(r) {
 		h := r.URL.Query().Get("holder")
 		if h == "" {
 			h = DefaultHolder
 		}
-		return h, nil
+		return admission{holder: h}, nil
 	}
-	return "", errUnauthorized
+	return admission{}, errUnauthorized
 }
 
 func (s *Server) handleVNC(w http.ResponseWriter, r *http.Request) {
@@ -277,7 +286,7 @@ func (s *Server) handleVNC(w http.ResponseWriter, r *http.Request) {
 			mode = c.Mode
 		}
 	}
-	holder, err := s.admit(r, id, mode, true)
+	adm, err := s.admit(r, id, mode, true)
 	if err != nil {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="botd"`)
 		httpx.WriteErr(w, err)
@@ -291,7 +300,7 @@ func (s *Server) handleVNC(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteError(w, http.StatusUpgradeRequired, shared.CodeBadRequest, "this route speaks RFB over websocket only")
 		return
 	}
-	s.serveViewer(w, r, id, mode, holder)
+	s.serveViewer(w, r, id, mode, adm)
 }
 
 // errNotRunning is what a viewer of a stopped screen is told.
@@ -302,7 +311,7 @@ func errNotRunning(id string) error {
 // serveViewer relays an admitted viewer: 400 for a bad id, 409 when the
 // screen is not running, 503 when its x11vnc does not answer; then the
 // upgrade (subprotocol "binary" when offered) and the relay.
-func (s *Server) serveViewer(w http.ResponseWriter, r *http.Request, id string, mode Mode, holder string) {
+func (s *Server) serveViewer(w http.ResponseWriter, r *http.Request, id string, mode Mode, adm admission) {
 	if err := screen.ValidID(id); err != nil {
 		httpx.WriteErr(w, err)
 		return
@@ -348,7 +357,7 @@ func (s *Server) serveViewer(w http.ResponseWriter, r *http.Request, id string, 
 		up.Close()
 		return
 	}
-	rl := newRelay(s, id, mode, holder, ws, up, serverInit)
+	rl := newRelay(s, id, mode, adm, ws, up, serverInit)
 	if !s.track(rl) {
 		up.Close()
 		ws.Close(websocket.StatusGoingAway, "botd is stopping")

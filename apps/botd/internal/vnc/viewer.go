@@ -169,7 +169,8 @@ func (s *Server) handleTake(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteErr(w, err)
 		return
 	}
-	l, err := s.screens.Leases().Acquire(id, lease.User, c.Holder, 0)
+	// The lease never outlives the link that took it.
+	l, err := s.screens.Leases().AcquireUntil(id, lease.User, c.Holder, 0, c.Expires)
 	if err != nil {
 		httpx.WriteErr(w, err)
 		return

@@ -30,6 +30,9 @@ type Script func(outputs []Output) Step
 // Server is the model server.
 type Server struct {
 	script Script
+	// key, when set, is the API key every request must carry as a bearer
+	// (the way a real provider refuses a request without its key).
+	key string
 	// mu guards requests and paths.
 	mu       sync.Mutex
 	requests int
@@ -38,6 +41,13 @@ type Server struct {
 
 // New returns a server following script.
 func New(script Script) *Server { return &Server{script: script} }
+
+// RequireKey makes the server answer 401 to a request without
+// "Authorization: Bearer key". Call it before serving.
+func (s *Server) RequireKey(key string) *Server {
+	s.key = key
+	return s
+}
 
 // Requests counts /v1/responses requests served.
 func (s *Server) Requests() int {
@@ -58,6 +68,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	s.paths = append(s.paths, r.Method+" "+r.URL.Path)
 	s.mu.Unlock()
+	if s.key != "" && r.Header.Get("Authorization") != "Bearer "+s.key {
+		http.Error(w, "invalid api key", http.StatusUnauthorized)
+		return
+	}
 	if r.Method != http.MethodPost || r.URL.Path != "/v1/responses" {
 		http.NotFound(w, r)
 		return

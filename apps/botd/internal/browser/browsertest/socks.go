@@ -1,119 +1,94 @@
 package browsertest
 
 import (
-	"encoding/binary"
-	"io"
+	"context"
+	"fmt"
 	"net"
-	"strconv"
+	"net/netip"
 	"sync"
 	"testing"
-	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/open-bot/computer/apps/botd/internal/egress"
+	"github.com/open-bot/computer/pkg/shared/egresspolicy"
 )
 
-// Socks is a tiny SOCKS5 server for tests: every CONNECT, whatever host it
-// names, goes to Backend on loopback, so a browser reaches a local test
-// server under a real-looking host name (www.linkedin.com) exactly as it
-// would through botd's egress: the name is never resolved locally.
+// Socks is botd's own SOCKS proxy (egress.Proxy, direct mode) for browser
+// tests: every name a browser asks for resolves (in a stub, no DNS) to its
+// own loopback address, the proxy's policy allows loopback the way an
+// operator's EGRESS_ALLOW would, and the dial reaches Backend, so a browser
+// reaches a local test server under a real-looking host name
+// (www.linkedin.com) through the real egress path.
 type Socks struct {
 	Addr    string
 	Backend string
 
-	// mu guards hosts.
+	// mu guards hosts, names and next.
 	mu    sync.Mutex
 	hosts []string
+	names map[netip.Addr]string // the loopback address each name got
+	ips   map[string]netip.Addr
+	next  int
 }
 
-// StartSocks listens on 127.0.0.1 and serves until the test ends.
+// Allow is the EGRESS_ALLOW of the tests' proxy: loopback, where the stub
+// resolver puts every name.
+const Allow = "127.0.0.0/8"
+
+// StartSocks starts botd's egress proxy on 127.0.0.1 until the test ends.
 func StartSocks(t testing.TB, backend string) *Socks {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	s := &Socks{Backend: backend, names: map[netip.Addr]string{}, ips: map[string]netip.Addr{}}
+	p, err := egress.New(egress.Options{
+		Addr:    "127.0.0.1:0",
+		Allow:   egresspolicy.MustParse(Allow),
+		Resolve: s,
+		Dial:    s.dial,
+		Log:     zerolog.Nop(),
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &Socks{Addr: ln.Addr().String(), Backend: backend}
-	t.Cleanup(func() { _ = ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go s.serve(c)
-		}
-	}()
+	t.Cleanup(func() { _ = p.Close() })
+	s.Addr = p.Addr().String()
 	return s
 }
 
-// Hosts are the host names browsers asked for, in order.
+// LookupNetIP gives every name its own address in 127.1.0.0/16.
+func (s *Socks) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ip, ok := s.ips[host]
+	if !ok {
+		s.next++
+		ip = netip.AddrFrom4([4]byte{127, 1, byte(s.next >> 8), byte(s.next)})
+		s.ips[host], s.names[ip] = ip, host
+	}
+	return []netip.Addr{ip}, nil
+}
+
+// dial is reached only with an address the policy allowed; it records the
+// name (or the address) and port, and connects to Backend.
+func (s *Socks) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w", addr, err)
+	}
+	s.mu.Lock()
+	host := ap.Addr().String()
+	if n, ok := s.names[ap.Addr()]; ok {
+		host = n
+	}
+	s.hosts = append(s.hosts, net.JoinHostPort(host, fmt.Sprint(ap.Port())))
+	s.mu.Unlock()
+	var d net.Dialer
+	return d.DialContext(ctx, network, s.Backend)
+}
+
+// Hosts are the host:port targets browsers asked for, in order.
 func (s *Socks) Hosts() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]string(nil), s.hosts...)
-}
-
-func (s *Socks) serve(c net.Conn) {
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-	hdr := make([]byte, 2)
-	if _, err := io.ReadFull(c, hdr); err != nil || hdr[0] != 5 {
-		return
-	}
-	if _, err := io.ReadFull(c, make([]byte, hdr[1])); err != nil {
-		return
-	}
-	if _, err := c.Write([]byte{5, 0}); err != nil {
-		return
-	}
-	req := make([]byte, 4)
-	if _, err := io.ReadFull(c, req); err != nil || req[1] != 1 {
-		return
-	}
-	var host string
-	switch req[3] {
-	case 1:
-		ip := make([]byte, 4)
-		if _, err := io.ReadFull(c, ip); err != nil {
-			return
-		}
-		host = net.IP(ip).String()
-	case 3:
-		n := make([]byte, 1)
-		if _, err := io.ReadFull(c, n); err != nil {
-			return
-		}
-		name := make([]byte, n[0])
-		if _, err := io.ReadFull(c, name); err != nil {
-			return
-		}
-		host = string(name)
-	case 4:
-		ip := make([]byte, 16)
-		if _, err := io.ReadFull(c, ip); err != nil {
-			return
-		}
-		host = net.IP(ip).String()
-	default:
-		return
-	}
-	port := make([]byte, 2)
-	if _, err := io.ReadFull(c, port); err != nil {
-		return
-	}
-	s.mu.Lock()
-	s.hosts = append(s.hosts, net.JoinHostPort(host, strconv.Itoa(int(binary.BigEndian.Uint16(port)))))
-	s.mu.Unlock()
-	up, err := net.Dial("tcp", s.Backend)
-	if err != nil {
-		_, _ = c.Write([]byte{5, 5, 0, 1, 0, 0, 0, 0, 0, 0})
-		return
-	}
-	defer up.Close()
-	if _, err := c.Write([]byte{5, 0, 0, 1, 127, 0, 0, 1, 0, 0}); err != nil {
-		return
-	}
-	_ = c.SetDeadline(time.Time{})
-	done := make(chan struct{}, 2)
-	go func() { _, _ = io.Copy(up, c); done <- struct{}{} }()
-	go func() { _, _ = io.Copy(c, up); done <- struct{}{} }()
-	<-done
 }
