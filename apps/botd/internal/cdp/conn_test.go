@@ -97,7 +97,7 @@ func ctxT(t *testing.T) context.Context {
 func checkNoLeak(t *testing.T) {
 	before := goruntime.NumGoroutine()
 	t.Cleanup(func() {
-		deadline := time.Now().Add(3 * time.Second)
+		deadline := time.Now().Add(30 * time.Second)
 		for time.Now().Before(deadline) {
 			if goruntime.NumGoroutine() <= before {
 				return
@@ -152,7 +152,8 @@ func TestDecodeFailureResolvesCall(t *testing.T) {
 		m = f.next()
 		f.send(fmt.Sprintf(`{"id":%d,"result":{"product":"x"`, m.ID))
 	}()
-	start := time.Now()
+	// A call whose answer does not decode fails with that, at once: left
+	// waiting, it would end with ctxT's deadline instead.
 	_, err := cdpapi.Call(ctxT(t), c.Browser(), browser.GetVersion, cdpapi.Empty{})
 	if err == nil || !strings.Contains(err.Error(), "decode") {
 		t.Fatalf("want decode error, got %v", err)
@@ -160,9 +161,6 @@ func TestDecodeFailureResolvesCall(t *testing.T) {
 	_, err = cdpapi.Call(ctxT(t), c.Browser(), browser.GetVersion, cdpapi.Empty{})
 	if err == nil || !strings.Contains(err.Error(), "decode") {
 		t.Fatalf("want decode error for broken envelope, got %v", err)
-	}
-	if time.Since(start) > 2*time.Second {
-		t.Fatalf("decode failures took %v", time.Since(start))
 	}
 }
 
@@ -200,13 +198,20 @@ func TestLoneSurrogatesDecode(t *testing.T) {
 func TestCallTimeout(t *testing.T) {
 	c, f := newFake(t, Options{CallTimeout: 100 * time.Millisecond})
 	go f.next() // read, never answer
-	start := time.Now()
-	_, err := cdpapi.Call(context.Background(), c.Browser(), browser.GetVersion, cdpapi.Empty{})
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("want deadline, got %v", err)
-	}
-	if d := time.Since(start); d > 2*time.Second {
-		t.Fatalf("timeout took %v", d)
+	// The call has no deadline of its own: only CallTimeout can end it (the
+	// 30 s here is a liveness bound, not a speed figure).
+	errc := make(chan error, 1)
+	go func() {
+		_, err := cdpapi.Call(context.Background(), c.Browser(), browser.GetVersion, cdpapi.Empty{})
+		errc <- err
+	}()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("want deadline, got %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("CallTimeout (100 ms) did not end the call")
 	}
 	c.mu.Lock()
 	n := len(c.pending)

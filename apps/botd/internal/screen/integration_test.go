@@ -174,7 +174,9 @@ func TestIntegrationScreenLifecycle(t *testing.T) {
 	in, _ = e.m.Info("it-b")
 	require.Equal(t, 1, *in.Slot)
 
-	// MAX_SCREENS=2: a third evicts the least recently used (it-a).
+	// MAX_SCREENS=2: a third evicts the least recently used (it-a). The
+	// pause only keeps it-b's use time apart from it-a's (a longer one
+	// under load changes nothing).
 	time.Sleep(10 * time.Millisecond)
 	_, err = e.m.Ensure(ctx, "it-b") // it-b is the more recently used
 	require.NoError(t, err)

@@ -4,6 +4,7 @@
 package browsertest
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
@@ -14,6 +15,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -109,11 +111,29 @@ func StartX(t testing.TB, u osuser.User) *X {
 }
 
 // startWM runs xfwm4 on the display, so windows are managed (maximized) as
-// on a real screen, and waits until it manages the root window.
+// on a real screen, and waits until it manages the root window. An xfwm4
+// that exits before that is started again (twice at most), with its output
+// in the log.
 func (x *X) startWM(t testing.TB) {
 	testenv.RequireTools(t, "xfwm4", "xprop")
+	var last string
+	for attempt := 1; attempt <= 3; attempt++ {
+		out, ok := x.tryWM(t)
+		if ok {
+			return
+		}
+		last = out
+		t.Logf("xfwm4 exited before it managed %s (attempt %d): %s", x.Display, attempt, out)
+	}
+	t.Fatalf("xfwm4 would not manage %s: %s", x.Display, last)
+}
+
+// tryWM starts xfwm4 once; ok when it manages the display, else its output.
+func (x *X) tryWM(t testing.TB) (string, bool) {
 	u := x.Desktop
-	p, err := runner.Exec{}.Start(runner.Spec{Argv: []string{"xfwm4", "--compositor=off", "--sm-client-disable"}, User: &u, Env: []string{"DISPLAY=" + x.Display, "XAUTHORITY=" + x.XAuthority, "NO_AT_BRIDGE=1"}, Dir: x.Dir})
+	var log syncBuffer
+	p, err := runner.Exec{}.Start(runner.Spec{Argv: []string{"xfwm4", "--compositor=off", "--sm-client-disable"}, User: &u,
+		Env: []string{"DISPLAY=" + x.Display, "XAUTHORITY=" + x.XAuthority, "NO_AT_BRIDGE=1"}, Dir: x.Dir, Stdout: &log, Stderr: &log})
 	if err != nil {
 		t.Fatalf("xfwm4: %v", err)
 	}
@@ -136,18 +156,36 @@ func (x *X) startWM(t testing.TB) {
 		cmd.Env = []string{"XAUTHORITY=" + x.XAuthority}
 		out, _ := cmd.CombinedOutput()
 		if strings.Contains(string(out), "window id") {
-			return
+			return "", true
 		}
 		select {
 		case <-done:
-			t.Fatal("xfwm4 exited before it managed the display")
+			return log.String(), false
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("xfwm4 did not manage %s: %s", x.Display, out)
+			t.Fatalf("xfwm4 did not manage %s: %s\n%s", x.Display, out, log.String())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// syncBuffer is a bytes.Buffer a child's output goroutines may share.
+type syncBuffer struct {
+	mu sync.Mutex // mu guards b
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func waitX(n, pid int, exited <-chan struct{}) bool {
