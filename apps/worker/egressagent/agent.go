@@ -27,6 +27,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/open-bot/computer/pkg/shared/egresspolicy"
+	"github.com/open-bot/computer/pkg/shared/egresswire"
 )
 
 // Options configures the agent. Zero values get the defaults noted.
@@ -202,7 +203,8 @@ func (a *agent) session(ctx context.Context) (time.Duration, error) {
 	}
 	sctx, scancel := context.WithCancel(ctx)
 	defer scancel()
-	nc := &wsConn{Conn: websocket.NetConn(sctx, ws, websocket.MessageBinary), ws: ws}
+	// One websocket message per yamux data frame, not two (header, body).
+	nc := &wsConn{Conn: egresswire.CoalesceFrames(websocket.NetConn(sctx, ws, websocket.MessageBinary)), ws: ws}
 	sess, err := yamux.Server(nc, a.yamuxConfig())
 	if err != nil {
 		_ = nc.Close()

@@ -15,9 +15,18 @@ import (
 	"github.com/open-bot/computer/pkg/shared/egresswire"
 )
 
-const copyBufSize = 32 * 1024
+// A copy starts with a small buffer, as io.Copy's, and moves to a big one
+// once a read fills it (as botd's does): an idle or chatty connection holds
+// 32 KiB a direction, a bulk transfer makes an eighth of the writes.
+const (
+	smallBufSize = 32 * 1024
+	bigBufSize   = 256 * 1024
+)
 
-var bufPool = sync.Pool{New: func() any { b := make([]byte, copyBufSize); return &b }}
+var (
+	smallBufs = sync.Pool{New: func() any { b := make([]byte, smallBufSize); return &b }}
+	bigBufs   = sync.Pool{New: func() any { b := make([]byte, bigBufSize); return &b }}
+)
 
 // epoch makes activity stamps monotonic.
 var epoch = time.Now()
@@ -223,11 +232,18 @@ var errTunnelLost = errors.New("egress tunnel lost")
 // pump copies src to dst. A clean EOF is nil; an EOF from a stream whose
 // session died is errTunnelLost, so the target sees a reset, not a FIN.
 func (r *relayState) pump(dst io.Writer, src io.Reader, lost func() bool) error {
-	bp := bufPool.Get().(*[]byte)
-	defer bufPool.Put(bp)
+	pool := &smallBufs
+	bp := pool.Get().(*[]byte)
+	defer func() { pool.Put(bp) }()
 	buf := *bp
 	for {
 		nr, er := src.Read(buf)
+		if nr == len(buf) && pool == &smallBufs {
+			big := bigBufs.Get().(*[]byte)
+			copy(*big, buf[:nr])
+			smallBufs.Put(bp)
+			pool, bp, buf = &bigBufs, big, *big
+		}
 		if nr > 0 {
 			r.touch()
 			if _, ew := dst.Write(buf[:nr]); ew != nil {

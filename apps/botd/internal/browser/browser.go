@@ -100,6 +100,8 @@ type Browser struct {
 
 	ctx    context.Context // ends when the browser is gone
 	cancel context.CancelFunc
+	// maximized is closed once start-up's maximize is done (or gave up).
+	maximized chan struct{}
 
 	// mu guards sessions, crashed, lastFront, lastTabChange, blocked and
 	// state.
@@ -133,7 +135,7 @@ func Start(ctx context.Context, o Options) (*Browser, error) {
 	if o.Width <= 0 || o.Height <= 0 {
 		o.Width, o.Height = 1280, 800
 	}
-	b := &Browser{o: o, sessions: map[target.ID]*cdp.Session{}, crashed: map[target.ID]bool{}, state: shared.StateStarting}
+	b := &Browser{o: o, sessions: map[target.ID]*cdp.Session{}, crashed: map[target.ID]bool{}, state: shared.StateStarting, maximized: make(chan struct{})}
 	if o.Log != nil {
 		b.log = o.Log.With().Str("component", "browser").Str("screen", o.ID).Logger()
 	} else {
@@ -228,10 +230,36 @@ func (c childEndsCloser) Start(s runner.Spec) (runner.Process, error) {
 }
 
 // ready waits until the browser answers, has a page and runs the apply
-// guard; then it maximizes the windows.
+// guard; then it reloads restored tabs under the guard. The steps that do
+// not depend on each other run at once: the guard's Fetch.enable and the
+// target discovery go out together, the first page is an event (not a
+// poll), and the windows are maximized in the background (Windows waits for
+// it), so a cold start is Chromium's own start-up plus a few round trips.
 func (b *Browser) ready(ctx context.Context) error {
 	t0 := time.Now()
 	defer func() { b.log.Debug().Dur("elapsed", time.Since(t0)).Msg("ready done") }()
+	// Everything is asked at once: commands wait in the pipe until Chromium
+	// reads it, and run in order. The first page is subscribed to before
+	// watchTargets turns discovery on, which announces the targets that
+	// already exist as well as new ones.
+	pageSeen := make(chan struct{})
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	created := cdpapi.Events(wctx, b.conn.Browser(), target.TargetCreated)
+	go func() {
+		for ev, err := range created {
+			if err != nil {
+				return
+			}
+			if ev.TargetInfo != nil && isPage(ev.TargetInfo) {
+				close(pageSeen)
+				return
+			}
+		}
+	}()
+	guard := make(chan error, 1)
+	go func() { guard <- b.startGuard(ctx) }()
+	go b.watchTargets()
 	for {
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		_, err := cdpapi.Call(cctx, b.conn.Browser(), browser.GetVersion, cdpapi.Empty{})
@@ -247,29 +275,36 @@ func (b *Browser) ready(ctx context.Context) error {
 		}
 	}
 	b.log.Debug().Dur("elapsed", time.Since(t0)).Msg("answers")
-	if err := b.startGuard(ctx); err != nil {
+	if err := <-guard; err != nil {
 		return fmt.Errorf("apply guard: %w", err)
 	}
-	go b.watchTargets()
+	b.log.Debug().Dur("elapsed", time.Since(t0)).Msg("guard on")
 	var pages []*target.Info
-	for {
-		var err error
-		pages, err = b.pageTargets(ctx)
-		if err != nil {
-			return err
-		}
-		if len(pages) > 0 {
-			break
-		}
+	// The event is the fast path; a slow poll covers a discovery that
+	// failed to turn on.
+	poll := time.NewTicker(250 * time.Millisecond)
+	defer poll.Stop()
+	for len(pages) == 0 {
 		select {
+		case <-pageSeen:
+			pageSeen = nil // once: then only the poll
+		case <-poll.C:
 		case <-ctx.Done():
 			return fmt.Errorf("no page appeared: %w", ctx.Err())
-		case <-time.After(50 * time.Millisecond):
+		}
+		var err error
+		if pages, err = b.pageTargets(ctx); err != nil {
+			return err
 		}
 	}
 	b.log.Debug().Dur("elapsed", time.Since(t0)).Msg("has page")
 	b.reloadRestored(ctx, pages)
-	b.maximize(ctx, pages)
+	go func() {
+		defer close(b.maximized)
+		mctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+		defer cancel()
+		b.maximize(mctx, pages)
+	}()
 	return nil
 }
 

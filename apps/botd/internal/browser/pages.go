@@ -47,12 +47,16 @@ func (b *Browser) pageTargets(ctx context.Context) ([]*target.Info, error) {
 	}
 	var out []*target.Info
 	for _, t := range res.TargetInfos {
-		if t.Type != "page" || t.Subtype == "prerender" || strings.HasPrefix(t.URL, "devtools://") {
-			continue
+		if isPage(t) {
+			out = append(out, t)
 		}
-		out = append(out, t)
 	}
 	return out, nil
+}
+
+// isPage reports whether t is a tab: not a prerender, worker or DevTools.
+func isPage(t *target.Info) bool {
+	return t.Type == "page" && t.Subtype != "prerender" && !strings.HasPrefix(t.URL, "devtools://")
 }
 
 // session returns a flat session attached to the page, attaching once.
@@ -229,6 +233,11 @@ func (b *Browser) states(ctx context.Context) ([]pageState, error) {
 	if err != nil {
 		return nil, err
 	}
+	return b.statesOf(ctx, pages), nil
+}
+
+// statesOf asks each of pages whether it is visible and focused.
+func (b *Browser) statesOf(ctx context.Context, pages []*target.Info) []pageState {
 	out := make([]pageState, len(pages))
 	done := make(chan struct{}, len(pages))
 	for i, p := range pages {
@@ -250,20 +259,26 @@ func (b *Browser) states(ctx context.Context) ([]pageState, error) {
 	for range pages {
 		<-done
 	}
-	return out, nil
+	return out
 }
 
 // front picks the page in front: a visible, focused one; else a visible one
 // (the one botd last brought forward first); else the last one botd
 // opened; else the first tab.
 func (b *Browser) front(ctx context.Context) (*target.Info, error) {
-	st, err := b.states(ctx)
+	pages, err := b.pageTargets(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if len(st) == 0 {
+	switch len(pages) {
+	case 0:
 		return nil, ErrNoPage
+	case 1:
+		// Every rule below picks the only tab: skip asking it (an attach
+		// and an evaluate, slow while the tab is still loading).
+		return pages[0], nil
 	}
+	st := b.statesOf(ctx, pages)
 	b.mu.Lock()
 	last := b.lastFront
 	b.mu.Unlock()
@@ -529,6 +544,12 @@ type Window struct {
 
 // Windows lists the windows holding the browser's tabs.
 func (b *Browser) Windows(ctx context.Context) ([]Window, error) {
+	// Start maximizes in the background; report the windows once it did.
+	select {
+	case <-b.maximized:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 	pages, err := b.pageTargets(ctx)
 	if err != nil {
 		return nil, err

@@ -129,7 +129,8 @@ func (p *Proxy) ServeTunnel(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithCancel(p.ctx)
 	defer cancel()
-	nc := &wsConn{Conn: websocket.NetConn(ctx, ws, websocket.MessageBinary), ws: ws}
+	// One websocket message per yamux data frame, not two (header, body).
+	nc := &wsConn{Conn: egresswire.CoalesceFrames(websocket.NetConn(ctx, ws, websocket.MessageBinary)), ws: ws}
 	sess, err := yamux.Client(nc, p.yamuxConfig())
 	if err != nil {
 		_ = nc.Close()
