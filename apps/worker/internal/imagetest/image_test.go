@@ -709,3 +709,19 @@ echo ENGINE-CYCLE-OK`
 	require.Contains(t, string(out), "an engine answers already")
 	require.Contains(t, string(out), "stopping dockerd")
 }
+
+// TestImageHealthcheckFollowsListen: the image's HEALTHCHECK asks /healthz on
+// the port BOTD_LISTEN names, so a container listening elsewhere than :7000
+// still becomes healthy.
+func TestImageHealthcheckFollowsListen(t *testing.T) {
+	img := requireImage(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	tokPath, _ := tokenFile(t, 0o600)
+	for _, listen := range []string{"127.0.0.1:7100", "0.0.0.0:7200"} {
+		name := run(t, ctx, img, volume(t, ctx), tokPath, "BOTD_LISTEN="+listen)
+		waitHealthy(t, ctx, name)
+		l := logs(ctx, name, "all")
+		require.Contains(t, l, strings.TrimPrefix(strings.TrimPrefix(listen, "127.0.0.1"), "0.0.0.0"), "botd did not listen on %s", listen)
+	}
+}
