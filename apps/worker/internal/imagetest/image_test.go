@@ -669,3 +669,59 @@ func TestImageFullDisk(t *testing.T) {
 		require.Empty(t, left, "the half-made base was left behind")
 	}
 }
+
+// TestDockerEngineScript: scripts/docker-engine.sh starts dockerd where no
+// engine answers, leaves an engine it did not start alone, and stops only
+// its own. It runs in a private mount and network namespace with a fresh
+// /run and data-root, so the machine's engine is neither seen nor touched.
+func TestDockerEngineScript(t *testing.T) {
+	if os.Geteuid() != 0 {
+		unavailable(t, "needs root (unshare, dockerd)")
+	}
+	for _, tool := range []string{"unshare", "dockerd", "docker"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			unavailable(t, "%s not on PATH (scripts/docker-engine.sh start installs docker.io)", tool)
+		}
+	}
+	script := filepath.Join(repoRoot(t), "scripts/docker-engine.sh")
+	sh := `set -u
+mount -t tmpfs tmpfs /run && mount -t tmpfs tmpfs /var/lib/docker && ip link set lo up || exit 90
+export OPEN_BOT_ENGINE_DIR=/run/eng
+s="$1"
+bash "$s" status && exit 91                 # nothing answers in here
+bash "$s" stop || exit 92                   # nothing of ours: a no-op
+bash "$s" start || { tail -20 /run/eng/dockerd.log; exit 93; }
+pid=$(cat /run/eng/dockerd.pid)
+[ "$(cat /proc/$pid/comm)" = dockerd ] || exit 94
+docker info >/dev/null || exit 95
+bash "$s" start || exit 96                  # answers already: changes nothing
+[ "$(cat /run/eng/dockerd.pid)" = "$pid" ] || exit 97
+bash "$s" stop || exit 98
+[ -e /proc/$pid ] && exit 99
+bash "$s" status && exit 100
+echo ENGINE-CYCLE-OK`
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "unshare", "-m", "-n", "--propagation", "private", "bash", "-c", sh, "sh", script).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.Contains(t, string(out), "ENGINE-CYCLE-OK")
+	require.Contains(t, string(out), "started by this script")
+	require.Contains(t, string(out), "an engine answers already")
+	require.Contains(t, string(out), "stopping dockerd")
+}
+
+// TestImageHealthcheckFollowsListen: the image's HEALTHCHECK asks /healthz on
+// the port BOTD_LISTEN names, so a container listening elsewhere than :7000
+// still becomes healthy.
+func TestImageHealthcheckFollowsListen(t *testing.T) {
+	img := requireImage(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	tokPath, _ := tokenFile(t, 0o600)
+	for _, listen := range []string{"127.0.0.1:7100", "0.0.0.0:7200"} {
+		name := run(t, ctx, img, volume(t, ctx), tokPath, "BOTD_LISTEN="+listen)
+		waitHealthy(t, ctx, name)
+		l := logs(ctx, name, "all")
+		require.Contains(t, l, strings.TrimPrefix(strings.TrimPrefix(listen, "127.0.0.1"), "0.0.0.0"), "botd did not listen on %s", listen)
+	}
+}
