@@ -370,11 +370,14 @@ func TestRedTeam(t *testing.T) {
 			if squat, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(rtViewPortBase+2*2)); err == nil {
 				defer squat.Close()
 			}
-			done := make(chan struct{})
+			type result struct {
+				status int
+				body   []byte
+			}
+			done := make(chan result, 1)
 			go func() {
-				defer close(done)
 				status, body := rt.call("POST", "/screens/rt-fifo/start", nil)
-				require.Equal(t, http.StatusOK, status, string(body))
+				done <- result{status, body}
 			}()
 			// Meanwhile every route answers (the manager is not frozen).
 			for i := 0; i < 3; i++ {
@@ -382,7 +385,8 @@ func TestRedTeam(t *testing.T) {
 				require.Equal(t, http.StatusOK, status, string(body))
 			}
 			select {
-			case <-done:
+			case r := <-done:
+				require.Equal(t, http.StatusOK, r.status, string(r.body))
 			case <-time.After(90 * time.Second):
 				t.Fatal("a start hangs behind a FIFO in /tmp")
 			}
