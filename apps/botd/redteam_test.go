@@ -95,6 +95,9 @@ func startRedTeam(t *testing.T) *redTeam {
 		"SOCKS_LISTEN="+rt.socks, "DISPLAY_BASE="+strconv.Itoa(rtDisplayBase), "VIEW_PORT_BASE="+strconv.Itoa(rtViewPortBase),
 		"MODEL_UPSTREAM_URL="+model.URL+"/v1", "MODEL_API_KEY="+rt.key,
 		"EGRESS_ALLOW="+strings.TrimPrefix(rt.page.URL, "http://"), "MAX_SCREENS=4",
+		// How a key reached Codex before the model proxy (botd now ignores
+		// it): a build that still honours it fails the key row.
+		"CODEX_ENV_PASS=MODEL_API_KEY",
 	)
 	d.cmd.Stdout, d.cmd.Stderr = lockedWriter{d}, lockedWriter{d}
 	require.NoError(t, d.cmd.Start())
@@ -348,6 +351,7 @@ func TestRedTeam(t *testing.T) {
 			require.NoError(t, os.Mkdir(victim, 0o700))
 			code, out := asUser(t, "desktop", "ln", "-s", victim, filepath.Join(home, "desktop", "screens", "rt-link"))
 			require.Equal(t, 0, code, out)
+			defer rt.call("POST", "/screens/rt-link/stop", nil) // should it have started
 			status, body := rt.call("POST", "/screens/rt-link/start", nil)
 			require.NotEqual(t, http.StatusOK, status, "the screen started through a planted link: %s", body)
 			st, err := os.Stat(victim)
@@ -366,11 +370,14 @@ func TestRedTeam(t *testing.T) {
 			if squat, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(rtViewPortBase+2*2)); err == nil {
 				defer squat.Close()
 			}
-			done := make(chan struct{})
+			type result struct {
+				status int
+				body   []byte
+			}
+			done := make(chan result, 1)
 			go func() {
-				defer close(done)
 				status, body := rt.call("POST", "/screens/rt-fifo/start", nil)
-				require.Equal(t, http.StatusOK, status, string(body))
+				done <- result{status, body}
 			}()
 			// Meanwhile every route answers (the manager is not frozen).
 			for i := 0; i < 3; i++ {
@@ -378,7 +385,8 @@ func TestRedTeam(t *testing.T) {
 				require.Equal(t, http.StatusOK, status, string(body))
 			}
 			select {
-			case <-done:
+			case r := <-done:
+				require.Equal(t, http.StatusOK, r.status, string(r.body))
 			case <-time.After(90 * time.Second):
 				t.Fatal("a start hangs behind a FIFO in /tmp")
 			}
@@ -428,16 +436,21 @@ func TestRedTeam(t *testing.T) {
 			dir := t.TempDir()
 			f := filepath.Join(dir, "token")
 			require.NoError(t, os.WriteFile(f, []byte(randomKey("tok-")), 0o644))
-			cmd := exec.Command(botdBin)
-			cmd.Env = append(os.Environ(), "BOTD_TOKEN=", "BOTD_TOKEN_FILE="+f, "BOTD_HOME="+filepath.Join(dir, "home"))
-			out, err := cmd.CombinedOutput()
+			// A botd that accepts the file would run: bound it.
+			run := func() ([]byte, error) {
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				defer cancel()
+				cmd := exec.CommandContext(ctx, botdBin)
+				cmd.Env = append(os.Environ(), "BOTD_TOKEN=", "BOTD_TOKEN_FILE="+f, "BOTD_HOME="+filepath.Join(dir, "home"),
+					"BOTD_LISTEN="+freePort(t), "CODEX_LISTEN="+freePort(t), "SOCKS_LISTEN="+freePort(t))
+				return cmd.CombinedOutput()
+			}
+			out, err := run()
 			require.Error(t, err, "botd started with a world-readable token file")
 			require.Contains(t, string(out), "chmod 600")
 			require.NoError(t, os.Chmod(f, 0o600))
 			require.NoError(t, os.Chown(f, 60101, 60101))
-			cmd = exec.Command(botdBin)
-			cmd.Env = append(os.Environ(), "BOTD_TOKEN=", "BOTD_TOKEN_FILE="+f, "BOTD_HOME="+filepath.Join(dir, "home"))
-			out, err = cmd.CombinedOutput()
+			out, err = run()
 			require.Error(t, err, "botd started with a token file another user owns")
 			require.Contains(t, string(out), "owned by uid 60101")
 		}},

@@ -25,6 +25,7 @@ import (
 	"github.com/open-bot/computer/apps/botd/internal/cdp"
 	"github.com/open-bot/computer/apps/botd/internal/osuser"
 	"github.com/open-bot/computer/apps/botd/internal/runner"
+	"github.com/open-bot/computer/apps/botd/internal/safefs"
 	"github.com/open-bot/computer/apps/botd/internal/supervisor"
 	"github.com/open-bot/computer/pkg/shared"
 )
@@ -379,15 +380,21 @@ func (b *Browser) kill() {
 // in ours), and stale locks are removed.
 func (b *Browser) prepareProfile(ctx context.Context) error {
 	dir := b.o.ProfileDir
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("browser: profile: %w", err)
-	}
 	if u := b.o.User; u != nil {
-		for _, d := range []string{filepath.Dir(dir), dir} {
-			if err := os.Lchown(d, int(u.UID), int(u.GID)); err != nil {
-				return fmt.Errorf("browser: profile: %w", err)
-			}
+		// The screen's directory is desktop's: the profile directory in it
+		// is made and chowned without following a link planted there.
+		parent := filepath.Dir(dir)
+		if err := os.MkdirAll(filepath.Dir(parent), 0o755); err != nil {
+			return fmt.Errorf("browser: profile: %w", err)
 		}
+		if err := safefs.EnsureDir(filepath.Dir(parent), filepath.Join(filepath.Base(parent), filepath.Base(dir)), 0o700, int(u.UID), int(u.GID)); err != nil {
+			return fmt.Errorf("browser: profile: %w", err)
+		}
+		if err := safefs.EnsureDir(filepath.Dir(parent), filepath.Base(parent), 0o700, int(u.UID), int(u.GID)); err != nil {
+			return fmt.Errorf("browser: profile: %w", err)
+		}
+	} else if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("browser: profile: %w", err)
 	}
 	return releaseProfile(ctx, dir, b.log)
 }
