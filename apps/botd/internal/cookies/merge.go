@@ -188,6 +188,22 @@ const tombstoneTTL = 30 * 24 * 3600
 //   - expired cookies leave the jar;
 //   - every store is then brought to the jar's state.
 func merge(jar map[Key]Cookie, tombs map[Key]Tombstone, cur []map[Key]Cookie, last []map[Key]string, now float64) Plan {
+	return mergeFP(jar, tombs, cur, nil, last, now)
+}
+
+// fingerprints maps each cookie of a store to its fingerprint.
+func fingerprints(held map[Key]Cookie) map[Key]string {
+	fp := make(map[Key]string, len(held))
+	for k, c := range held {
+		fp[k] = c.Fingerprint()
+	}
+	return fp
+}
+
+// mergeFP is merge given the stores' fingerprints (curFP[i] is
+// fingerprints(cur[i]); a nil or missing one is computed here). Sync
+// computes each as its browser answers, while slower ones still work.
+func mergeFP(jar map[Key]Cookie, tombs map[Key]Tombstone, cur []map[Key]Cookie, curFP []map[Key]string, last []map[Key]string, now float64) Plan {
 	p := Plan{Jar: make(map[Key]Cookie, len(jar)), Tombstones: make(map[Key]Tombstone, len(tombs))}
 	for k, c := range jar {
 		p.Jar[k] = c
@@ -205,9 +221,12 @@ func merge(jar map[Key]Cookie, tombs map[Key]Tombstone, cur []map[Key]Cookie, la
 	heldFP := make([]map[Key]string, len(cur))
 	var sets, removes []change
 	for i, held := range cur {
-		hfp := make(map[Key]string, len(held))
-		for k, c := range held {
-			hfp[k] = c.Fingerprint()
+		var hfp map[Key]string
+		if i < len(curFP) {
+			hfp = curFP[i]
+		}
+		if hfp == nil {
+			hfp = fingerprints(held)
 		}
 		heldFP[i] = hfp
 		prev := last[i]

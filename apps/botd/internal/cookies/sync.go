@@ -159,6 +159,7 @@ func (s *Sync) Sync(ctx context.Context) error {
 	// 1. Read every browser (in parallel; a browser that fails sits out).
 	type read struct {
 		cur map[Key]Cookie
+		fp  map[Key]string
 		err error
 	}
 	reads := make([]read, len(stores))
@@ -180,11 +181,13 @@ func (s *Sync) Sync(ctx context.Context) error {
 				m[c.Key()] = c
 			}
 			reads[i].cur = m
+			reads[i].fp = fingerprints(m) // while the others still answer
 		}()
 	}
 	wg.Wait()
 	var live []Store
 	var cur []map[Key]Cookie
+	var curFP []map[Key]string
 	var errs []error
 	for i, r := range reads {
 		if r.err != nil {
@@ -193,6 +196,7 @@ func (s *Sync) Sync(ctx context.Context) error {
 		}
 		live = append(live, stores[i])
 		cur = append(cur, r.cur)
+		curFP = append(curFP, r.fp)
 	}
 
 	// 2–3. Find each browser's changes and merge them into the jar.
@@ -201,7 +205,7 @@ func (s *Sync) Sync(ctx context.Context) error {
 	for i, st := range live {
 		last[i] = s.last[st]
 	}
-	p := merge(s.jar, s.tombs, cur, last, float64(s.now().UnixNano())/1e9)
+	p := mergeFP(s.jar, s.tombs, cur, curFP, last, float64(s.now().UnixNano())/1e9)
 	s.mu.Unlock()
 
 	// 4. Write the changes into every browser.
@@ -225,11 +229,7 @@ func (s *Sync) Sync(ctx context.Context) error {
 			defer cancel()
 			if err := st.SetCookies(wctx, params); err != nil {
 				// Retry next round: it still holds what we read.
-				fps := make(map[Key]string, len(cur[i]))
-				for k, c := range cur[i] {
-					fps[k] = c.Fingerprint()
-				}
-				held[i] = fps
+				held[i] = curFP[i]
 				s.log.Warn().Err(err).Str("screen", st.ID()).Msg("write cookies")
 				return
 			}
