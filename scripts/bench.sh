@@ -8,6 +8,12 @@ export PATH="/usr/local/go/bin:$PATH"
 # The workspace export/import benchmark writes ~3 GB of temp files; it only
 # runs with BENCH_BIG=1 (default here, `BENCH_BIG=0 make bench` skips it).
 export BENCH_BIG="${BENCH_BIG:-1}"
+# The store figures need Postgres beside SQLite (installed and started here
+# when missing, like CI does).
+if [ -z "${WORKER_TEST_DATABASE_URL:-}" ] && [ "$(id -u)" = 0 ]; then
+  WORKER_TEST_DATABASE_URL="$(bash scripts/postgres.sh)"
+  export WORKER_TEST_DATABASE_URL
+fi
 
 # Each line: package, benchmark regexp, benchtime. Add yours here.
 BENCHES=(
@@ -64,6 +70,13 @@ BENCHES=(
   # -> observe, destroy p50, PSS of one idle computer (no screen) and with
   # one screen. Docker needs an engine and the image (make image).
   "./apps/worker/internal/providers|^BenchmarkProviders$|1x"
+  # issue 12 (control plane): store ops/s for lease acquire+release and
+  # run-event append, SQLite and Postgres (WORKER_TEST_DATABASE_URL); the
+  # worker's idle RSS (its tool-relay overhead is BenchmarkToolRelay above).
+  "./apps/worker/internal/store|^BenchmarkStore$|2000x"
+  "./apps/worker|^BenchmarkWorkerIdleRSS$|1x"
+  # issue 16: user lease -> the agent's running action failed (mean, max).
+  "./apps/botd/internal/screen|^BenchmarkScreenTakeoverCutoff$|20x"
 )
 
 # Print "Benchmark...  value unit  value unit ..." lines as a table. The awk
