@@ -108,6 +108,13 @@ for b in "${BENCHES[@]}"; do
   fi
 done
 
+# issue 14: image size, no-change rebuild, run -> healthy, stop -> exited,
+# observe inside the container vs on the host (needs a Docker engine).
+if docker info >/dev/null 2>&1; then
+  echo "bench: scripts/bench-image.sh" >&2
+  bash scripts/bench-image.sh >>"$out" || { echo "bench: image failed" >&2; exit 1; }
+fi
+
 printf '\n%-58s %s\n' "benchmark" "figures"
 printf '%-58s %s\n' "---------" "-------"
 awk "$table_awk" "$out"

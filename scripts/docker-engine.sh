@@ -1,21 +1,26 @@
 #!/usr/bin/env bash
 # docker-engine.sh — make sure a Docker engine answers here, and stop only what
-# this script started.
+# this caller started.
 #
-#   scripts/docker-engine.sh start   install Debian's docker.io if docker/dockerd
-#                                    are missing, start dockerd if no engine
-#                                    answers, wait until `docker info` answers
-#   scripts/docker-engine.sh stop    stop dockerd only if `start` started it
-#   scripts/docker-engine.sh status  exit 0 when an engine answers
+#   scripts/docker-engine.sh start [CLAIM]  install Debian's docker.io if
+#                                           docker/dockerd are missing, start
+#                                           dockerd if no engine answers, wait
+#                                           until `docker info` answers
+#   scripts/docker-engine.sh stop [CLAIM]   stop dockerd only if `start` started it
+#   scripts/docker-engine.sh status         exit 0 when an engine answers
 #
-# Idempotent: `start` with an engine already answering changes nothing and does
-# not claim that engine; `stop` without a record of our own dockerd does nothing.
-# The record is $OPEN_BOT_ENGINE_DIR/dockerd.pid (default /run/open-bot-engine).
-# Needs root to install or start anything.
+# CLAIM is a file of the caller's (e.g. from mktemp): `start` writes dockerd's
+# pid into it only when it started dockerd, and `stop CLAIM` stops only that
+# dockerd. So a run that found an engine answering (another run's, or the
+# machine's) never stops it, even when two runs overlap. Without CLAIM, the
+# machine-wide record $OPEN_BOT_ENGINE_DIR/dockerd.pid (default
+# /run/open-bot-engine) is used: `stop` stops whatever dockerd any `start`
+# started. Needs root to install or start anything.
 set -euo pipefail
 
 STATE="${OPEN_BOT_ENGINE_DIR:-/run/open-bot-engine}"
 PIDFILE="$STATE/dockerd.pid"
+CLAIM="${2:-}"
 LOG="$STATE/dockerd.log"
 WAIT="${DOCKER_ENGINE_WAIT_SECONDS:-60}"
 export DEBIAN_FRONTEND=noninteractive
@@ -23,11 +28,11 @@ export DEBIAN_FRONTEND=noninteractive
 log() { printf 'docker-engine: %s\n' "$*" >&2; }
 answers() { command -v docker >/dev/null 2>&1 && timeout 10 docker info >/dev/null 2>&1; }
 
+# ours [FILE]: FILE (default the machine-wide record) names a live dockerd.
 ours() {
-  # Our record names a live dockerd: the pid is alive and is dockerd.
-  [ -s "$PIDFILE" ] || return 1
-  local pid comm
-  pid="$(cat "$PIDFILE")"
+  local f="${1:-$PIDFILE}" pid comm
+  [ -s "$f" ] || return 1
+  pid="$(cat "$f")"
   [[ "$pid" =~ ^[0-9]+$ ]] || return 1
   comm="$(cat "/proc/$pid/comm" 2>/dev/null || true)"
   [ "$comm" = dockerd ]
@@ -55,6 +60,7 @@ start() {
     # record is dockerd's own.
     setsid dockerd >>"$LOG" 2>&1 </dev/null &
     echo $! >"$PIDFILE"
+    [ -z "$CLAIM" ] || echo $! >"$CLAIM"
   fi
   local deadline=$((SECONDS + WAIT))
   until answers; do
@@ -74,13 +80,14 @@ start() {
 }
 
 stop() {
-  if ! ours; then
-    rm -f "$PIDFILE"
-    log "no dockerd started by this script is running; nothing to stop"
+  local rec="${CLAIM:-$PIDFILE}"
+  if ! ours "$rec"; then
+    [ -n "$CLAIM" ] || rm -f "$PIDFILE"
+    log "no dockerd started by this script${CLAIM:+ for this caller} is running; nothing to stop"
     return 0
   fi
   local pid
-  pid="$(cat "$PIDFILE")"
+  pid="$(cat "$rec")"
   log "stopping dockerd $pid (started by this script)"
   kill -TERM "$pid"
   local deadline=$((SECONDS + 30))
@@ -90,6 +97,7 @@ stop() {
     kill -KILL "$pid" 2>/dev/null || true
   fi
   rm -f "$PIDFILE"
+  [ -z "$CLAIM" ] || : >"$CLAIM"
 }
 
 case "${1:-start}" in
@@ -102,7 +110,7 @@ status)
   fi
   ;;
 *)
-  echo "usage: $0 start|stop|status" >&2
+  echo "usage: $0 start [CLAIM]|stop [CLAIM]|status" >&2
   exit 2
   ;;
 esac

@@ -688,17 +688,27 @@ func TestDockerEngineScript(t *testing.T) {
 mount -t tmpfs tmpfs /run && mount -t tmpfs tmpfs /var/lib/docker && ip link set lo up || exit 90
 export OPEN_BOT_ENGINE_DIR=/run/eng
 s="$1"
+a=/run/claim-a; b=/run/claim-b; : >"$a"; : >"$b"
 bash "$s" status && exit 91                 # nothing answers in here
-bash "$s" stop || exit 92                   # nothing of ours: a no-op
-bash "$s" start || { tail -20 /run/eng/dockerd.log; exit 93; }
-pid=$(cat /run/eng/dockerd.pid)
+bash "$s" stop "$a" || exit 92              # nothing of ours: a no-op
+bash "$s" start "$a" || { tail -20 /run/eng/dockerd.log; exit 93; }
+pid=$(cat "$a")
 [ "$(cat /proc/$pid/comm)" = dockerd ] || exit 94
 docker info >/dev/null || exit 95
-bash "$s" start || exit 96                  # answers already: changes nothing
-[ "$(cat /run/eng/dockerd.pid)" = "$pid" ] || exit 97
-bash "$s" stop || exit 98
-[ -e /proc/$pid ] && exit 99
-bash "$s" status && exit 100
+# A second, overlapping run finds the engine answering: it claims nothing,
+# and its stop leaves the engine to the run that started it.
+bash "$s" start "$b" || exit 96
+[ -s "$b" ] && exit 97
+bash "$s" stop "$b" || exit 98
+docker info >/dev/null || exit 99
+bash "$s" stop "$a" || exit 100
+[ -e /proc/$pid ] && exit 101
+bash "$s" status && exit 102
+# Without a claim file, stop stops what any start started.
+bash "$s" start || exit 103
+pid=$(cat /run/eng/dockerd.pid)
+bash "$s" stop || exit 104
+[ -e /proc/$pid ] && exit 105
 echo ENGINE-CYCLE-OK`
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
