@@ -87,7 +87,7 @@ func (s *Service) relay(w http.ResponseWriter, r *http.Request, c claims, g *gra
 	}
 	// botd's own link for the rest of this one's life (at least a second),
 	// sent in a header, never in a URL.
-	left := time.Until(exp).Round(time.Second)
+	left := (time.Until(exp) + time.Second - 1).Truncate(time.Second)
 	if left < time.Second {
 		left = time.Second
 	}
