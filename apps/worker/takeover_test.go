@@ -366,8 +366,8 @@ func TestTakeoverAndBotdEvents(t *testing.T) {
 	})
 
 	t.Run("expired link", func(t *testing.T) {
-		// A service with a three-second link life over the same worker.
-		tk := takeover.New(takeover.Options{Computers: e.w.Computers, Runs: e.w.Runs, Store: e.w.Store, TTL: 3 * time.Second})
+		// A service with an eight-second link life over the same worker.
+		tk := takeover.New(takeover.Options{Computers: e.w.Computers, Runs: e.w.Runs, Store: e.w.Store, TTL: 8 * time.Second})
 		srv := httptest.NewServer(tk.Handler(""))
 		defer srv.Close()
 		tk.SetBase(srv.URL)
