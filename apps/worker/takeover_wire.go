@@ -141,6 +141,13 @@ func (l *dashLister) Runs(ctx context.Context, computerID string) ([]dashboard.R
 		if err != nil {
 			return nil, err
 		}
+		kept := evs[:0]
+		for _, e := range evs {
+			if e.Type != "notification" {
+				kept = append(kept, e)
+			}
+		}
+		evs = kept
 		if len(evs) > dashEvents {
 			evs = evs[len(evs)-dashEvents:]
 		}
