@@ -265,3 +265,31 @@ func TestDashboardThroughWorker(t *testing.T) {
 	final, _ := waitRun(t, e, id, 3*time.Minute)
 	require.Equal(t, runs.StatusCompleted, final.Status)
 }
+
+// TestDashboardLoginLinkRoute: `worker dashboard`'s route mints a one-time
+// link only for the worker token's holder; the link signs in once.
+func TestDashboardLoginLinkRoute(t *testing.T) {
+	e := &workerEnv{token: "worker-token-0123456789", dataDir: t.TempDir()}
+	e.serve(t, "scripted-model")
+	require.Equal(t, http.StatusUnauthorized, post(t, e.url+"/v1/dashboard/login-link", "wrong-token-0123456789", struct{}{}, nil))
+	var got struct {
+		URL string `json:"url"`
+	}
+	require.Equal(t, http.StatusOK, post(t, e.url+"/v1/dashboard/login-link", e.token, struct{}{}, &got))
+	require.True(t, strings.HasPrefix(got.URL, e.url+"/dashboard/login?code="), got.URL)
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := noRedirect.Get(got.URL)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	require.Contains(t, resp.Header.Get("Set-Cookie"), "HttpOnly")
+	resp, err = noRedirect.Get(got.URL)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusUnauthorized, resp.StatusCode, "the link works once")
+	// The control relay refuses anything but a link the worker signed.
+	resp, err = http.Get(e.url + takeover.Prefix + "bm90LWEtbGluaw.AAAA")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+}

@@ -237,6 +237,7 @@ func newWorker(ctx context.Context, c serveConfig, log zerolog.Logger) (*worker,
 	h := httpapi.Handler(httpapi.Options{Token: c.Token, Computers: comps, Runs: m, Log: log.With().Str("sub", "api").Logger(),
 		Mount: func(mux *http.ServeMux, gate func(http.HandlerFunc) http.HandlerFunc) {
 			httpapi.MountTakeover(mux, gate, tk)
+			ppl.mountLogin(mux)
 		}})
 	return &worker{Store: st, Computers: comps, Runs: m, Handler: ppl.handler(h), People: ppl, stop: stop}, nil
 }
