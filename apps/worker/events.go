@@ -221,9 +221,20 @@ func (f *eventFollower) apply(computerID, typ string, at time.Time, data json.Ra
 			}
 			note(d.Screen, p)
 		}
-	case shared.EventEgress:
+	case shared.EventEgress, shared.EventHealth:
+		// The health snapshot (sent on every connect) carries egress too,
+		// so a tunnel that was already down when we connected is noticed.
 		var h shared.EgressHealth
-		if json.Unmarshal(data, &h) != nil || h.Mode == "direct" {
+		if typ == shared.EventHealth {
+			var ch shared.ComputerHealth
+			if json.Unmarshal(data, &ch) != nil {
+				return
+			}
+			h = ch.Egress
+		} else if json.Unmarshal(data, &h) != nil {
+			return
+		}
+		if h.Mode != "tunnel" {
 			return
 		}
 		up := h.TunnelConnected && h.AgentOnline

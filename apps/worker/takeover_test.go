@@ -28,6 +28,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/open-bot/computer/apps/worker/egressagent"
+	"github.com/open-bot/computer/apps/worker/internal/computers"
 	"github.com/open-bot/computer/apps/worker/internal/mockmodel"
 	"github.com/open-bot/computer/apps/worker/internal/runs"
 	"github.com/open-bot/computer/apps/worker/internal/store"
@@ -390,6 +392,24 @@ func TestTakeoverAndBotdEvents(t *testing.T) {
 		require.NoError(t, tk.Release(context.Background(), e.computer, "bob"))
 	})
 
+	t.Run("execution lease", func(t *testing.T) {
+		// The bot's execution lease held by someone other than a live run
+		// here (another worker's run, say): busy as well.
+		ctx := context.Background()
+		comp, err := e.w.Computers.Get(ctx, e.computer)
+		require.NoError(t, err)
+		l, err := e.w.Store.AcquireLease(ctx, computers.LeaseKey(comp, "bob"), "elsewhere", time.Minute)
+		require.NoError(t, err)
+		status, _, msg := takeoverCall(t, e, "POST", "bob", "")
+		require.Equal(t, http.StatusConflict, status)
+		require.Equal(t, "Stop the bot first", msg)
+		require.NoError(t, e.w.Store.ReleaseLease(ctx, l.Key, l.Epoch))
+		status, _, _ = takeoverCall(t, e, "POST", "bob", "")
+		require.Equal(t, http.StatusOK, status)
+		status, _, _ = takeoverCall(t, e, "DELETE", "bob", "")
+		require.Equal(t, http.StatusOK, status)
+	})
+
 	t.Run("botd events", func(t *testing.T) {
 		phase.Store(2)
 		waitFor(t, "the worker following botd's events", 30*time.Second, func() bool { return e.w.People.Events.Connected(e.computer) })
@@ -457,4 +477,56 @@ func mustStatusAfterWaiting(t testing.TB, l *sseLog) string {
 	}
 	t.Fatalf("no status after waiting_takeover: %v", l.events)
 	return ""
+}
+
+// TestBotdEgressLossIntoRun: in tunnel mode, the egress agent going away
+// and coming back reach the bot's live run as events (real botd, real
+// egress agent, real Codex with the scripted model).
+func TestBotdEgressLossIntoRun(t *testing.T) {
+	script := func(outs []mockmodel.Output) mockmodel.Step {
+		if len(outs) == 0 {
+			return waitShell("bots/alice/go")
+		}
+		return mockmodel.Step{Message: "done"}
+	}
+	model := mockmodel.New(script).RequireKey(scriptedKey)
+	modelSrv := httptest.NewServer(model)
+	defer modelSrv.Close()
+	c := startComputer(t, modelSrv.URL, 476, "EGRESS_MODE=tunnel", "VNC_PORT_BASE=34800", "VIEW_PORT_BASE=34850")
+	e := startWorker(t, c, "alice")
+	botd := client.New(c.url, c.token, nil)
+
+	agent := func() (stop func()) {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_ = egressagent.Run(ctx, egressagent.Options{BotdURL: c.url, Token: c.token})
+		}()
+		return func() { cancel(); <-done }
+	}
+	tunnel := func(want bool) func() bool {
+		return func() bool {
+			h, err := botd.Health(context.Background())
+			return err == nil && h.Egress.TunnelConnected == want && h.Egress.AgentOnline == want
+		}
+	}
+	stop := agent()
+	waitFor(t, "the tunnel up", 30*time.Second, tunnel(true))
+	waitFor(t, "the worker following botd's events", 30*time.Second, func() bool { return e.w.People.Events.Connected(e.computer) })
+
+	id := e.startRun(t, "alice", "Wait for the file.")
+	sse := followSSE(t, e, id)
+	sse.wait(t, "the waiting shell", 3*time.Minute, func(ev sseEvent) bool { return ev.Type == "tool_call" && ev.Data["tool"] == "shell" })
+
+	stop()
+	waitFor(t, "the tunnel down", 30*time.Second, tunnel(false))
+	sse.wait(t, "egress lost", time.Minute, botdKind("egress_lost"))
+	stop = agent()
+	defer stop()
+	sse.wait(t, "egress restored", time.Minute, botdKind("egress_restored"))
+
+	writeBotFile(t, e, "alice", "bots/alice/go")
+	final, _ := waitRun(t, e, id, 3*time.Minute)
+	require.Equal(t, runs.StatusCompleted, final.Status)
 }
