@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -313,10 +314,11 @@ func TestTakeoverAndBotdEvents(t *testing.T) {
 		// The person's raw RFB client through the worker: a frame, and keys
 		// that reach the page while control is held.
 		rfb := connectControl(t, link)
-		require.NoError(t, rfb.pointer(1, rfb.W/2, rfb.H/2))
-		require.NoError(t, rfb.pointer(0, rfb.W/2, rfb.H/2))
-		require.NoError(t, rfb.typeText("hi"))
-		waitFor(t, "typed keys at the page", 30*time.Second, func() bool { return strings.Contains(page.typed(), "hi") })
+		// The pointer moves on the X display, and keys reach the page
+		// (clicked into first; a person clicks again if focus was elsewhere).
+		require.NoError(t, rfb.pointer(0, 123, 234))
+		waitFor(t, "the pointer to move", 30*time.Second, func() bool { x, y := pointerAt(t, c, botd, "alice"); return x == 123 && y == 234 })
+		typeUntil(t, rfb, page, "h")
 
 		// While the run waits, the policy lets a person take control again:
 		// a new link; the old one's connection closes and it is refused.
@@ -332,14 +334,14 @@ func TestTakeoverAndBotdEvents(t *testing.T) {
 		require.Equal(t, http.StatusGone, st)
 
 		rfb2 := connectControl(t, link2.URL)
-		require.NoError(t, rfb2.typeText("ok"))
-		waitFor(t, "keys through the second link", 30*time.Second, func() bool { return strings.Contains(page.typed(), "ok") })
+		typeUntil(t, rfb2, page, "k")
 
 		// Release: the connection closes, the link is refused, the run goes on.
 		status, _, _ = takeoverCall(t, e, "DELETE", "alice", "")
 		require.Equal(t, http.StatusOK, status)
 		require.Error(t, rfb2.drain(20*time.Second), "release closes the control connection")
 		_ = rfb2.typeText("qq")
+		_ = rfb2.pointer(0, 321, 123)
 		ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
 		_, st, err = dialRFB(ctx, wsURL(link2.URL))
 		cancel()
@@ -356,6 +358,8 @@ func TestTakeoverAndBotdEvents(t *testing.T) {
 		}
 		require.True(t, sawTakeover, "request_takeover returned after the release: %+v", final.ToolCalls)
 		require.Equal(t, runs.StatusRunning, runs.Status(mustStatusAfterWaiting(t, sse)), "the run went back to running")
+		x, y := pointerAt(t, c, botd, "alice")
+		require.False(t, x == 321 && y == 123, "a pointer move after release reached the screen")
 		require.NotContains(t, page.typed(), "zz")
 		require.NotContains(t, page.typed(), "qq")
 
@@ -529,4 +533,53 @@ func TestBotdEgressLossIntoRun(t *testing.T) {
 	writeBotFile(t, e, "alice", "bots/alice/go")
 	final, _ := waitRun(t, e, id, 3*time.Minute)
 	require.Equal(t, runs.StatusCompleted, final.Status)
+}
+
+// typeUntil clicks the middle of the screen and types key until the page
+// has seen it (up to ten tries: focus may take a moment to land).
+func typeUntil(t testing.TB, c *rfbClient, p *keyPage, key string) {
+	t.Helper()
+	before := strings.Count(p.typed(), key)
+	for try := 0; try < 10; try++ {
+		require.NoError(t, c.pointer(1, c.W/2, c.H/2))
+		require.NoError(t, c.pointer(0, c.W/2, c.H/2))
+		require.NoError(t, c.typeText(key))
+		deadline := time.Now().Add(3 * time.Second)
+		for time.Now().Before(deadline) {
+			if strings.Count(p.typed(), key) > before {
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	t.Fatalf("key %q never reached the page (typed: %q)", key, p.typed())
+}
+
+// pointerAt reads the X pointer of screen on the test botd's display with
+// xdotool (as root, with the screen's X cookie).
+func pointerAt(t testing.TB, c *computer, botd *client.Client, screen string) (int, int) {
+	t.Helper()
+	scs, err := botd.Screens(context.Background())
+	require.NoError(t, err)
+	for _, sc := range scs {
+		if sc.ID != screen {
+			continue
+		}
+		cmd := exec.Command("xdotool", "getmouselocation", "--shell")
+		cmd.Env = append(os.Environ(), "DISPLAY="+sc.Display, fmt.Sprintf("XAUTHORITY=%s/desktop/.Xauthority-%d", c.home, sc.Slot))
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "xdotool: %s", out)
+		var x, y int
+		for _, l := range strings.Split(string(out), "\n") {
+			if v, ok := strings.CutPrefix(l, "X="); ok {
+				x, _ = strconv.Atoi(v)
+			}
+			if v, ok := strings.CutPrefix(l, "Y="); ok {
+				y, _ = strconv.Atoi(v)
+			}
+		}
+		return x, y
+	}
+	t.Fatalf("no screen %s", screen)
+	return 0, 0
 }
