@@ -274,9 +274,9 @@ func TestTakeoverAndBotdEvents(t *testing.T) {
 	model := mockmodel.New(script).RequireKey(scriptedKey)
 	modelSrv := httptest.NewServer(model)
 	defer modelSrv.Close()
-	c := startComputer(t, modelSrv.URL, 470,
+	c := startComputer(t, modelSrv.URL, 474,
 		"EGRESS_ALLOW="+strings.TrimPrefix(page.srv.URL, "http://"), "APPLY_GUARD_EXTRA_DOMAINS=127.0.0.1",
-		"VNC_PORT_BASE=34000", "VIEW_PORT_BASE=34100")
+		"VNC_PORT_BASE=34500", "VIEW_PORT_BASE=34550")
 	e := startWorker(t, c, "alice", "bob")
 	e.w.People.Takeover.SetBase(e.url)
 	botd := client.New(c.url, c.token, nil)
