@@ -379,7 +379,15 @@ func TestTakeoverAndBotdEvents(t *testing.T) {
 		tk.SetBase(srv.URL)
 		link, err := tk.Take(context.Background(), e.computer, "bob", "")
 		require.NoError(t, err)
-		rfb := connectControl(t, link.URL)
+		t.Cleanup(func() { _ = tk.Release(context.Background(), e.computer, "bob") })
+		// One whole frame (a fresh screen may not have painted yet).
+		ctx0, cancel0 := context.WithTimeout(context.Background(), 10*time.Second)
+		rfb, st0, err := dialRFB(ctx0, wsURL(link.URL))
+		cancel0()
+		require.NoError(t, err, "HTTP %d", st0)
+		require.NoError(t, rfb.handshake())
+		_, err = rfb.fullFrame(10 * time.Second)
+		require.NoError(t, err)
 		// The open connection closes at expiry (botd's and the worker's
 		// clocks both end it); a new dial is refused.
 		require.Error(t, rfb.drain(30*time.Second))
