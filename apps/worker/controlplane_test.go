@@ -119,7 +119,8 @@ func waitFor(t testing.TB, what string, timeout time.Duration, cond func() bool)
 func TestControlPlaneAgainstBotd(t *testing.T) {
 	model, modelURL := hangingModel(t)
 	// One screen only: a second bot's graphical tools must fail while shell works.
-	c := startComputerWith(t, scripted(modelURL), 400, "MAX_SCREENS=1", "VNC_PORT_BASE=31000", "VIEW_PORT_BASE=31100")
+	c := startComputerWith(t, scripted(modelURL), 400, "MAX_SCREENS=1", "VNC_PORT_BASE=31000", "VIEW_PORT_BASE=31100",
+		"EGRESS_ALLOW=127.0.0.1/32") // the test page is on loopback, which egress refuses by default
 	env := startWorker(t, c, "alice", "bob")
 
 	// --- credentials ---------------------------------------------------------
@@ -311,7 +312,7 @@ func TestWorkerKilledMidRun(t *testing.T) {
 	start := func() *exec.Cmd {
 		cmd := exec.Command(bin, "serve")
 		cmd.Env = append(os.Environ(), "DATA_DIR="+dataDir, "WORKER_LISTEN="+listen, "WORKER_TOKEN="+token,
-			"WORKER_MODEL=scripted-model", "WORKER_MODEL_PROVIDER=mock", "WORKER_PROVIDER=attach")
+			"WORKER_MODEL=scripted-model", "WORKER_MODEL_PROVIDER=botd", "WORKER_PROVIDER=attach")
 		var logs syncBuffer
 		cmd.Stdout, cmd.Stderr = &logs, &logs
 		require.NoError(t, cmd.Start())

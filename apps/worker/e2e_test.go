@@ -238,7 +238,7 @@ func startWorkerModel(t testing.TB, c *computer, model string, bots ...string) *
 func (e *workerEnv) serve(t testing.TB, model string) {
 	t.Helper()
 	w, err := newWorker(t.Context(), serveConfig{DataDir: e.dataDir, Provider: "attach", Token: e.token, Model: model,
-		ModelProvider: "mock", Approvals: "decline"}, zerolog.Nop())
+		ModelProvider: "botd", Approvals: "decline"}, zerolog.Nop())
 	require.NoError(t, err)
 	srv := httptest.NewServer(w.Handler)
 	t.Cleanup(func() { srv.Close(); w.Close() })

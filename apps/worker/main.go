@@ -18,6 +18,7 @@ commands:
   computers  create|list|add-bot|stop|start|destroy computers on a running worker
   runs       start|watch|stop runs on a running worker
   egress     run the egress agent (botd's tunnel mode dials out through it)
+  dashboard  print a one-time sign-in link to the running worker's dashboard
 `
 
 func main() {
@@ -37,6 +38,8 @@ func main() {
 		err = runRuns(ctx, os.Args[2:])
 	case "egress":
 		err = runEgress(ctx, os.Args[2:])
+	case "dashboard":
+		err = runDashboard(ctx, os.Args[2:])
 	case "-h", "--help", "help":
 		fmt.Print(usage)
 		return

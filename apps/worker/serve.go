@@ -24,6 +24,7 @@ import (
 	"github.com/open-bot/computer/apps/worker/internal/runs"
 	"github.com/open-bot/computer/apps/worker/internal/secret"
 	"github.com/open-bot/computer/apps/worker/internal/store"
+	"github.com/open-bot/computer/apps/worker/internal/takeover"
 )
 
 // serveConfig is the worker's configuration (flags default to the env).
@@ -133,6 +134,13 @@ func runServe(ctx context.Context, args []string) error {
 		where = "in " + c.TokenFile
 	}
 	fmt.Fprintf(os.Stderr, "worker: serving http://%s (store: %s; bearer token %s)\n", ln.Addr(), w.Store.Engine(), where)
+	base := "http://" + ln.Addr().String()
+	w.People.Takeover.SetBase(base)
+	// The sign-in link is a secret for the person at this terminal: printed
+	// here, never logged.
+	if link, err := w.People.LoginLink(base); err == nil {
+		fmt.Fprintf(os.Stderr, "worker: dashboard (one-time sign-in link, valid 10 minutes): %s\n", link)
+	}
 	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
@@ -153,6 +161,8 @@ type worker struct {
 	Computers *computers.Service
 	Runs      *runs.Manager
 	Handler   http.Handler
+	// People serves takeover links, the dashboard and botd's events.
+	People *people
 	// stop ends the background reconcile/sweep loop.
 	stop context.CancelFunc
 }
@@ -199,8 +209,10 @@ func newWorker(ctx context.Context, c serveConfig, log zerolog.Logger) (*worker,
 		st.Close()
 		return nil, err
 	}
+	tk := takeover.New(takeover.Options{Computers: comps, Store: st, Log: log.With().Str("sub", "takeover").Logger()})
 	m := runs.NewManager(runs.Options{Store: st, Computers: comps, Model: c.Model, ModelProvider: c.ModelProvider,
-		Approvals: runs.ApprovalPolicy(c.Approvals), Log: log.With().Str("sub", "runs").Logger()})
+		Approvals: runs.ApprovalPolicy(c.Approvals), Log: log.With().Str("sub", "runs").Logger(), TakeoverLink: tk.ForRun})
+	tk.SetRuns(m)
 	// Runs first: none a previous worker left may stay running; then
 	// machines are reconnected (in the background: a slow provider must not
 	// hold the API back).
@@ -215,6 +227,17 @@ func newWorker(ctx context.Context, c serveConfig, log zerolog.Logger) (*worker,
 		}
 		comps.Watch(bg, 30*time.Second)
 	}()
-	h := httpapi.Handler(httpapi.Options{Token: c.Token, Computers: comps, Runs: m, Log: log.With().Str("sub", "api").Logger()})
-	return &worker{Store: st, Computers: comps, Runs: m, Handler: h, stop: stop}, nil
+	ppl, err := newPeople(st, comps, m, tk, log)
+	if err != nil {
+		stop()
+		st.Close()
+		return nil, err
+	}
+	go ppl.Events.run(bg)
+	h := httpapi.Handler(httpapi.Options{Token: c.Token, Computers: comps, Runs: m, Log: log.With().Str("sub", "api").Logger(),
+		Mount: func(mux *http.ServeMux, gate func(http.HandlerFunc) http.HandlerFunc) {
+			httpapi.MountTakeover(mux, gate, tk)
+			ppl.mountLogin(mux)
+		}})
+	return &worker{Store: st, Computers: comps, Runs: m, Handler: ppl.handler(h), People: ppl, stop: stop}, nil
 }

@@ -172,6 +172,11 @@ func (bs *Screens) setState(id string, st shared.ProcessState) {
 	bs.mu.Lock()
 	bs.states[id] = st
 	bs.mu.Unlock()
+	if st == shared.StateCrashed && bs.o.Events != nil {
+		// A crashed browser is news for the run on this screen (the
+		// worker follows /events).
+		bs.o.Events.Publish(shared.EventProcess, map[string]string{"name": "chromium:" + id, "screen": id, "state": string(st)})
+	}
 	if bs.o.Changed != nil {
 		bs.o.Changed()
 	}

@@ -78,6 +78,10 @@ type Options struct {
 	Log           zerolog.Logger
 	// TurnTimeout bounds one run (default 30 min).
 	TurnTimeout time.Duration
+	// TakeoverLink, when set, is called when the model asks for a person
+	// (request_takeover): it takes the bot's screen for a person and returns
+	// the control link the run's event carries (see internal/takeover).
+	TakeoverLink func(ctx context.Context, computerID, botID, screen string) (url string, expiresAt time.Time, err error)
 }
 
 // Manager holds the live runs of this worker process (the store holds all).
@@ -766,8 +770,17 @@ func (r *Run) waitTakeover(ctx context.Context, screen, reason string) error {
 	r.snap.Status = StatusWaitingTakeover
 	r.snap.Takeover = reason
 	r.persistLocked(store.RunUpdate{State: ptr(string(StatusWaitingTakeover))})
-	r.emitLocked("status", map[string]string{"status": string(StatusWaitingTakeover), "screen": screen, "reason": reason})
 	r.mu.Unlock()
+	ev := map[string]any{"status": string(StatusWaitingTakeover), "screen": screen, "reason": reason}
+	if link := r.m.o.TakeoverLink; link != nil {
+		if u, exp, err := link(ctx, r.computerID, r.botID, screen); err != nil {
+			r.m.o.Log.Warn().Str("run", r.id).Err(err).Msg("take the screen for a person")
+			ev["controlError"] = err.Error()
+		} else {
+			ev["controlUrl"], ev["expiresAt"] = u, exp
+		}
+	}
+	r.emit("status", ev)
 	select {
 	case <-ch:
 		r.mu.Lock()

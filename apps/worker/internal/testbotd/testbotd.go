@@ -29,6 +29,9 @@ type Options struct {
 	PortBase int
 	// MaxScreens (default 2).
 	MaxScreens int
+	// Env is added to botd's environment (e.g. EGRESS_ALLOW for a page on
+	// loopback, which egress refuses by default).
+	Env []string
 }
 
 // Botd is a running botd.
@@ -122,6 +125,7 @@ func Start(t testing.TB, o Options) *Botd {
 		fmt.Sprintf("VNC_PORT_BASE=%d", o.PortBase), fmt.Sprintf("VIEW_PORT_BASE=%d", o.PortBase+50),
 		fmt.Sprintf("MAX_SCREENS=%d", o.MaxScreens),
 	)
+	d.cmd.Env = append(d.cmd.Env, o.Env...)
 	d.cmd.Stdout, d.cmd.Stderr = d.logs, d.logs
 	if err := d.cmd.Start(); err != nil {
 		t.Fatal(err)

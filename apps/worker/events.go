@@ -1,0 +1,253 @@
+package main
+
+// Following botd's /events into runs (issue 15, requirement 4): the worker
+// keeps one websocket to each running computer's botd /events, reconnecting
+// with backoff, and turns what concerns a teammate into an event of that
+// bot's live run ("botd" events in the run's stream and store): apply-guard
+// blocks, a crashed browser or screen process, a preemption (a person took
+// the screen), and egress loss (every run of the computer).
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/rs/zerolog"
+
+	"github.com/open-bot/computer/apps/worker/internal/computers"
+	"github.com/open-bot/computer/apps/worker/internal/runs"
+	"github.com/open-bot/computer/pkg/shared"
+)
+
+// RunEventBotd is the run event type of what botd reported.
+const RunEventBotd = "botd"
+
+// eventFollower keeps a follower per running computer.
+type eventFollower struct {
+	comps *computers.Service
+	runs  *runs.Manager
+	log   zerolog.Logger
+	// every is how often the computer list is looked at.
+	every time.Duration
+
+	mu      sync.Mutex
+	follows map[string]context.CancelFunc
+	// connected counts live /events connections by computer (tests wait
+	// on it so a trigger is not fired before anyone listens).
+	connected map[string]int
+}
+
+func newEventFollower(comps *computers.Service, m *runs.Manager, log zerolog.Logger) *eventFollower {
+	return &eventFollower{comps: comps, runs: m, log: log, every: 2 * time.Second,
+		follows: map[string]context.CancelFunc{}, connected: map[string]int{}}
+}
+
+// run follows every running computer until ctx ends.
+func (f *eventFollower) run(ctx context.Context) {
+	t := time.NewTicker(f.every)
+	defer t.Stop()
+	for {
+		f.sync(ctx)
+		select {
+		case <-ctx.Done():
+			f.mu.Lock()
+			for id, cancel := range f.follows {
+				cancel()
+				delete(f.follows, id)
+			}
+			f.mu.Unlock()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// sync starts followers for running computers and stops the others.
+func (f *eventFollower) sync(ctx context.Context) {
+	cs, err := f.comps.List(ctx)
+	if err != nil {
+		return
+	}
+	want := map[string]bool{}
+	for _, c := range cs {
+		if c.State == "running" {
+			want[c.ID] = true
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for id, cancel := range f.follows {
+		if !want[id] {
+			cancel()
+			delete(f.follows, id)
+		}
+	}
+	for id := range want {
+		if _, ok := f.follows[id]; !ok {
+			cctx, cancel := context.WithCancel(ctx)
+			f.follows[id] = cancel
+			go f.follow(cctx, id)
+		}
+	}
+}
+
+// Connected reports whether computer id's /events is being followed now.
+func (f *eventFollower) Connected(id string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.connected[id] > 0
+}
+
+// follow reads one computer's /events, reconnecting with backoff (250 ms
+// doubling to 15 s, reset after a connection that lasted).
+func (f *eventFollower) follow(ctx context.Context, id string) {
+	backoff := 250 * time.Millisecond
+	egressUp := true
+	for ctx.Err() == nil {
+		start := time.Now()
+		err := f.once(ctx, id, &egressUp)
+		if ctx.Err() != nil {
+			return
+		}
+		if time.Since(start) > 30*time.Second {
+			backoff = 250 * time.Millisecond
+		}
+		f.log.Debug().Str("computer", id).AnErr("err", err).Dur("retry_in", backoff).Msg("botd events: reconnecting")
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		if backoff *= 2; backoff > 15*time.Second {
+			backoff = 15 * time.Second
+		}
+	}
+}
+
+func (f *eventFollower) once(ctx context.Context, id string, egressUp *bool) error {
+	botd, _, err := f.comps.Botd(ctx, id)
+	if err != nil {
+		return err
+	}
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	c, _, err := websocket.Dial(dctx, "ws"+strings.TrimPrefix(botd.BaseURL(), "http")+"/events",
+		&websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + botd.Token()}}})
+	cancel()
+	if err != nil {
+		return err
+	}
+	defer c.CloseNow()
+	c.SetReadLimit(1 << 20)
+	f.mu.Lock()
+	f.connected[id]++
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		f.connected[id]--
+		f.mu.Unlock()
+	}()
+	for {
+		_, b, err := c.Read(ctx)
+		if err != nil {
+			return err
+		}
+		var ev struct {
+			Type string          `json:"type"`
+			At   time.Time       `json:"at"`
+			Data json.RawMessage `json:"data"`
+		}
+		if json.Unmarshal(b, &ev) != nil {
+			continue
+		}
+		f.apply(id, ev.Type, ev.At, ev.Data, egressUp)
+	}
+}
+
+// apply turns one botd event into run events.
+func (f *eventFollower) apply(computerID, typ string, at time.Time, data json.RawMessage, egressUp *bool) {
+	note := func(screen string, payload map[string]any) {
+		r, ok := f.runs.ScreenRun(computerID, screen)
+		if !ok {
+			return
+		}
+		payload["screen"], payload["at"] = screen, at
+		r.Note(RunEventBotd, payload)
+	}
+	switch typ {
+	case shared.EventApplyGuard:
+		var d struct {
+			Screen, Method, URL string
+		}
+		if json.Unmarshal(data, &d) == nil && d.Screen != "" {
+			note(d.Screen, map[string]any{"kind": "apply_guard_blocked", "method": d.Method, "url": d.URL,
+				"message": "the apply guard blocked a request that looked like submitting an application"})
+		}
+	case shared.EventProcess:
+		var d struct {
+			Name   string `json:"name"`
+			Screen string `json:"screen"`
+			State  string `json:"state"`
+			Error  string `json:"error"`
+		}
+		if json.Unmarshal(data, &d) != nil || d.State != string(shared.StateCrashed) {
+			return
+		}
+		proc, screen, _ := strings.Cut(d.Name, ":")
+		if d.Screen != "" {
+			screen = d.Screen
+		}
+		if screen == "" {
+			return
+		}
+		kind := "process_crashed"
+		if proc == "chromium" {
+			kind = "browser_crashed"
+		}
+		note(screen, map[string]any{"kind": kind, "process": proc, "error": d.Error})
+	case shared.EventPreempted:
+		var d struct {
+			Screen string            `json:"screen"`
+			Old    *shared.LeaseInfo `json:"old"`
+			New    *shared.LeaseInfo `json:"new"`
+		}
+		if json.Unmarshal(data, &d) == nil && d.Screen != "" {
+			p := map[string]any{"kind": "preempted", "message": "a person took control of the screen"}
+			if d.New != nil {
+				p["by"] = d.New.Kind
+			}
+			note(d.Screen, p)
+		}
+	case shared.EventEgress, shared.EventHealth:
+		// The health snapshot (sent on every connect) carries egress too,
+		// so a tunnel that was already down when we connected is noticed.
+		var h shared.EgressHealth
+		if typ == shared.EventHealth {
+			var ch shared.ComputerHealth
+			if json.Unmarshal(data, &ch) != nil {
+				return
+			}
+			h = ch.Egress
+		} else if json.Unmarshal(data, &h) != nil {
+			return
+		}
+		if h.Mode != "tunnel" {
+			return
+		}
+		up := h.TunnelConnected && h.AgentOnline
+		if up == *egressUp {
+			return
+		}
+		*egressUp = up
+		kind := "egress_restored"
+		if !up {
+			kind = "egress_lost"
+		}
+		for _, r := range f.runs.ComputerRuns(computerID) {
+			r.Note(RunEventBotd, map[string]any{"kind": kind, "at": at, "tunnelConnected": h.TunnelConnected, "agentOnline": h.AgentOnline})
+		}
+	}
+}

@@ -1,0 +1,154 @@
+package takeover
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"html/template"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+//go:embed control.html
+var controlPage string
+
+//go:embed control.js
+var controlJS string
+
+var pageTmpl = template.Must(template.New("control").Parse(controlPage))
+
+// Handler serves the control links under Prefix: GET with a websocket
+// upgrade is the RFB relay (subprotocol "binary"); a plain GET is a small
+// noVNC page that opens that relay. The link is the only credential (a
+// person's browser has no worker token); an invalid link is 401, an
+// expired or released one 410. NoVNCDir is Debian's novnc package.
+func (s *Service) Handler(noVNCDir string) http.Handler {
+	if noVNCDir == "" {
+		noVNCDir = "/usr/share/novnc"
+	}
+	mux := http.NewServeMux()
+	files := http.StripPrefix(Prefix+"novnc", http.FileServer(http.Dir(noVNCDir)))
+	mux.Handle("GET "+Prefix+"novnc/core/", files)
+	mux.Handle("GET "+Prefix+"novnc/vendor/", files)
+	mux.HandleFunc("GET "+Prefix+"control.js", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/javascript; charset=utf-8")
+		_, _ = w.Write([]byte(controlJS))
+	})
+	mux.HandleFunc("GET "+Prefix+"{link}", s.serveLink)
+	return mux
+}
+
+func (s *Service) serveLink(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("Referrer-Policy", "no-referrer")
+	c, err := s.verify(r.PathValue("link"))
+	switch {
+	case errors.Is(err, errExpired):
+		http.Error(w, "this control link expired; ask for a new one", http.StatusGone)
+		return
+	case err != nil:
+		http.Error(w, "invalid control link", http.StatusUnauthorized)
+		return
+	}
+	s.mu.Lock()
+	g := s.grants[grantKey(c.Computer, c.Bot)]
+	s.mu.Unlock()
+	if g == nil || g.holder != c.Holder || g.screen != c.Screen {
+		http.Error(w, "this control was released; ask for a new link", http.StatusGone)
+		return
+	}
+	if !isUpgrade(r) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.Header().Set("X-Frame-Options", "DENY")
+		w.Header().Set("Content-Security-Policy", "default-src 'self'; connect-src 'self'; style-src 'self' 'unsafe-inline'; frame-ancestors 'none'")
+		_ = pageTmpl.Execute(w, map[string]any{"Screen": c.Screen, "Expires": time.Unix(c.Exp, 0).UTC().Format(time.RFC3339)})
+		return
+	}
+	s.relay(w, r, c, g)
+}
+
+func isUpgrade(r *http.Request) bool {
+	return strings.EqualFold(r.Header.Get("Upgrade"), "websocket")
+}
+
+// relay connects a person's control connection to botd until the link
+// expires, the grant is released, or either side ends.
+func (s *Service) relay(w http.ResponseWriter, r *http.Request, c claims, g *grant) {
+	exp := time.Unix(c.Exp, 0)
+	ctx, cancel := context.WithDeadline(context.WithoutCancel(r.Context()), exp)
+	defer cancel()
+	botd, _, err := s.o.Computers.Botd(ctx, c.Computer)
+	if err != nil {
+		http.Error(w, "the computer is not reachable", http.StatusBadGateway)
+		return
+	}
+	// botd's own link for the rest of this one's life (at least a second),
+	// sent in a header, never in a URL.
+	left := (time.Until(exp) + time.Second - 1).Truncate(time.Second)
+	if left < time.Second {
+		left = time.Second
+	}
+	link, err := botd.ViewerToken(ctx, c.Screen, "control", c.Holder, left)
+	if err != nil {
+		s.o.Log.Warn().Str("screen", c.Screen).Msg("control relay: botd refused a control link")
+		http.Error(w, "the screen cannot be controlled now", http.StatusBadGateway)
+		return
+	}
+	up, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(botd.BaseURL(), "http")+"/screens/"+c.Screen+"/vnc",
+		&websocket.DialOptions{Subprotocols: []string{"binary"}, HTTPHeader: http.Header{"X-Viewer-Token": {link.Token}}})
+	if err != nil {
+		http.Error(w, "the screen is not running", http.StatusBadGateway)
+		return
+	}
+	defer up.CloseNow()
+	down, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{"binary"}})
+	if err != nil {
+		return
+	}
+	defer down.CloseNow()
+	id := &struct{}{}
+	s.mu.Lock()
+	if s.grants[grantKey(c.Computer, c.Bot)] != g {
+		s.mu.Unlock()
+		_ = down.Close(websocket.StatusPolicyViolation, "control was released")
+		return
+	}
+	g.conns[id] = cancel
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(g.conns, id)
+		s.mu.Unlock()
+	}()
+	up.SetReadLimit(-1)
+	down.SetReadLimit(1 << 20)
+	pipe(ctx, down, up)
+	reason := "control ended"
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		reason = "the control link expired"
+	}
+	_ = down.Close(websocket.StatusPolicyViolation, reason)
+}
+
+// pipe copies messages both ways until either side ends or ctx is done.
+func pipe(ctx context.Context, a, b *websocket.Conn) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	cp := func(dst, src *websocket.Conn) {
+		defer cancel()
+		for {
+			typ, msg, err := src.Read(ctx)
+			if err != nil {
+				return
+			}
+			if err := dst.Write(ctx, typ, msg); err != nil {
+				return
+			}
+		}
+	}
+	go cp(b, a)
+	cp(a, b)
+}

@@ -1,0 +1,215 @@
+package main
+
+// Wiring of the takeover policy, the control relay, botd's events and the
+// dashboard into the worker (issue 15, requirements 3–5). Kept apart from
+// serve.go so the provider/checkpoint wiring merges cleanly.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/rs/zerolog"
+
+	"github.com/open-bot/computer/apps/worker/internal/computers"
+	"github.com/open-bot/computer/apps/worker/internal/dashboard"
+	"github.com/open-bot/computer/apps/worker/internal/runs"
+	"github.com/open-bot/computer/apps/worker/internal/store"
+	"github.com/open-bot/computer/apps/worker/internal/takeover"
+	"github.com/open-bot/computer/pkg/shared/client"
+)
+
+// people is what the worker serves to people rather than to API callers:
+// the control relay (/control/…, the link is the credential) and the
+// dashboard (/dashboard/…, a session cookie from a one-time login link).
+// Everything else goes to the API, behind the worker token.
+type people struct {
+	Takeover  *takeover.Service
+	Dashboard *dashboard.Dashboard
+	Events    *eventFollower
+}
+
+// newPeople builds the takeover service (already handed to the run
+// manager through its hook), the event follower and the dashboard.
+func newPeople(st store.Store, comps *computers.Service, m *runs.Manager, tk *takeover.Service, log zerolog.Logger) (*people, error) {
+	d, err := dashboard.New(dashboard.Options{
+		Lister:     &dashLister{st: st, comps: comps, tk: tk},
+		Controller: &dashController{tk: tk},
+		Screens:    dashScreens{comps: comps},
+		Log:        log.With().Str("sub", "dashboard").Logger(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &people{Takeover: tk, Dashboard: d, Events: newEventFollower(comps, m, log.With().Str("sub", "events").Logger())}, nil
+}
+
+// handler routes /control/ and /dashboard/ to the people's handlers and
+// everything else to api.
+func (p *people) handler(api http.Handler) http.Handler {
+	control := p.Takeover.Handler("")
+	dash := p.Dashboard.Handler()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case strings.HasPrefix(r.URL.Path, takeover.Prefix):
+			control.ServeHTTP(w, r)
+		case r.URL.Path == "/dashboard":
+			http.Redirect(w, r, "/dashboard/", http.StatusSeeOther)
+		case strings.HasPrefix(r.URL.Path, "/dashboard/"):
+			dash.ServeHTTP(w, r)
+		default:
+			api.ServeHTTP(w, r)
+		}
+	})
+}
+
+// LoginLink is a one-time dashboard sign-in link on base (a secret for the
+// person at the terminal: print it, never log it).
+func (p *people) LoginLink(base string) (string, error) {
+	path, err := p.Dashboard.LoginLink()
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimRight(base, "/") + path, nil
+}
+
+type dashLister struct {
+	st    store.Store
+	comps *computers.Service
+	tk    *takeover.Service
+}
+
+func (l *dashLister) Computers(ctx context.Context) ([]dashboard.Computer, error) {
+	vs, err := l.comps.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]dashboard.Computer, 0, len(vs))
+	for _, v := range vs {
+		c := dashboard.Computer{ID: v.ID, Kind: v.Kind, Provider: v.Provider, State: v.State}
+		if cp, err := l.comps.LatestCheckpoint(ctx, v.ID); err == nil {
+			c.LastCheckpoint = &dashboard.Checkpoint{Revision: cp.Revision, Size: cp.Size, At: cp.At}
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+func (l *dashLister) Bots(ctx context.Context, computerID string) ([]dashboard.Bot, error) {
+	if _, err := l.comps.Get(ctx, computerID); err != nil {
+		return nil, err
+	}
+	bots, err := l.comps.Bots(ctx, computerID)
+	if err != nil {
+		return nil, err
+	}
+	states := map[string]string{}
+	if botd, _, err := l.comps.Botd(ctx, computerID); err == nil {
+		if scs, err := botd.Screens(ctx); err == nil {
+			for _, s := range scs {
+				states[s.ID] = s.State
+			}
+		}
+	}
+	out := make([]dashboard.Bot, 0, len(bots))
+	for _, b := range bots {
+		st := states[b.ID]
+		if st == "" {
+			st = "stopped"
+		}
+		out = append(out, dashboard.Bot{ID: b.ID, Screen: b.ID, ScreenState: st, InControl: l.tk.InControl(computerID, b.ID)})
+	}
+	return out, nil
+}
+
+// dashRuns and dashEvents bound what the page shows per computer.
+const dashRuns, dashEvents = 10, 30
+
+func (l *dashLister) Runs(ctx context.Context, computerID string) ([]dashboard.Run, error) {
+	rs, err := l.st.ListRuns(ctx, computerID)
+	if err != nil {
+		return nil, err
+	}
+	if len(rs) > dashRuns {
+		rs = rs[:dashRuns]
+	}
+	out := make([]dashboard.Run, 0, len(rs))
+	for _, r := range rs {
+		evs, err := l.st.Events(ctx, r.ID, 0)
+		if err != nil {
+			return nil, err
+		}
+		kept := evs[:0]
+		for _, e := range evs {
+			if e.Type != "notification" {
+				kept = append(kept, e)
+			}
+		}
+		evs = kept
+		if len(evs) > dashEvents {
+			evs = evs[len(evs)-dashEvents:]
+		}
+		dr := dashboard.Run{ID: r.ID, BotID: r.BotID, State: r.State, Events: make([]dashboard.Event, 0, len(evs))}
+		for _, e := range evs {
+			dr.Events = append(dr.Events, dashboard.Event{At: e.At, Kind: e.Type, Text: eventText(e.Type, e.Data)})
+		}
+		out = append(out, dr)
+	}
+	return out, nil
+}
+
+// eventText is a short line for a run event (never a control link: the
+// page shows runs to whoever signed in, the link is for the taker).
+func eventText(typ string, data []byte) string {
+	var m map[string]any
+	_ = json.Unmarshal(data, &m)
+	delete(m, "controlUrl")
+	switch typ {
+	case "tool_call":
+		return fmt.Sprintf("%v", m["tool"])
+	case "tool_result":
+		return fmt.Sprintf("%v ok=%v", m["tool"], m["success"])
+	case "status":
+		s := fmt.Sprintf("%v", m["status"])
+		if e, ok := m["error"].(string); ok && e != "" {
+			s += ": " + e
+		}
+		if r, ok := m["reason"].(string); ok && r != "" {
+			s += ": " + r
+		}
+		return s
+	case RunEventBotd:
+		s := fmt.Sprintf("%v", m["kind"])
+		if u, ok := m["url"].(string); ok {
+			s += " " + u
+		}
+		return s
+	case "notification":
+		return fmt.Sprintf("%v", m["method"])
+	}
+	b, _ := json.Marshal(m)
+	if len(b) > 200 {
+		b = b[:200]
+	}
+	return string(b)
+}
+
+type dashController struct{ tk *takeover.Service }
+
+func (c *dashController) TakeControl(ctx context.Context, computerID, botID string) (dashboard.ControlLink, error) {
+	l, err := c.tk.Take(ctx, computerID, botID, "")
+	return dashboard.ControlLink{URL: l.URL, ExpiresAt: l.ExpiresAt}, err
+}
+
+func (c *dashController) ReleaseControl(ctx context.Context, computerID, botID string) error {
+	return c.tk.Release(ctx, computerID, botID)
+}
+
+type dashScreens struct{ comps *computers.Service }
+
+func (s dashScreens) Botd(ctx context.Context, computerID string) (*client.Client, error) {
+	c, _, err := s.comps.Botd(ctx, computerID)
+	return c, err
+}
