@@ -10,8 +10,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -20,7 +18,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -39,80 +36,11 @@ const (
 	replPortBase    = 33000
 )
 
-// buttonPage is the deterministic page: a big button whose click posts a
-// marker, and a persistent sign-in cookie set on the first visit. It
-// records every cookie value it was sent.
-type buttonPage struct {
-	cookie string
-	mu     sync.Mutex
-	clicks int
-	seen   []string
-}
-
-func newButtonPage() *buttonPage {
-	var v [12]byte
-	_, _ = rand.Read(v[:])
-	return &buttonPage{cookie: hex.EncodeToString(v[:])}
-}
-
-func (p *buttonPage) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	switch r.URL.Path {
-	case "/":
-		got := "none"
-		if c, err := r.Cookie("signin"); err == nil {
-			got = c.Value
-		} else {
-			http.SetCookie(w, &http.Cookie{Name: "signin", Value: p.cookie, Path: "/", MaxAge: 86400, HttpOnly: true})
-		}
-		p.mu.Lock()
-		p.seen = append(p.seen, got)
-		p.mu.Unlock()
-		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		fmt.Fprintf(w, `<!doctype html><title>e2e button</title><body style="margin:0">
-<button id="b" style="position:fixed;left:0;top:0;width:100vw;height:100vh;font-size:48px;background:#2a7;color:#fff;border:0"
- onclick="fetch('/clicked',{method:'POST'}).then(()=>{this.textContent='clicked'})">Press me (signed in: %s)</button></body>`, got)
-	case "/clicked":
-		p.mu.Lock()
-		p.clicks++
-		p.mu.Unlock()
-	default:
-		http.NotFound(w, r)
-	}
-}
-
-func (p *buttonPage) clicked() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.clicks
-}
-
-func (p *buttonPage) sawCookie() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return slices.Contains(p.seen, p.cookie)
-}
-
-func (p *buttonPage) forget() {
-	p.mu.Lock()
-	p.seen = nil
-	p.mu.Unlock()
-}
-
-// acceptanceScript is the scripted model's side of the flow for bot.
-func acceptanceScript(pageURL, bot string) mockmodel.Script {
-	return func(outs []mockmodel.Output) mockmodel.Step {
-		steps := []mockmodel.Step{
-			{Tool: "computer_observe", Args: map[string]any{}},
-			{Tool: "open_path", Args: map[string]any{"target": pageURL}},
-			{Tool: "computer_act", Args: map[string]any{"actions": []map[string]any{{"type": "click", "x": 640, "y": 450}, {"type": "wait", "ms": 300}}}},
-			{Tool: "shell", Args: map[string]any{"argv": []string{"sh", "-c", "id -un > bots/" + bot + "/whoami.txt; echo ran"}}},
-			{Tool: "file_write", Args: map[string]any{"path": "bots/" + bot + "/result.txt", "content": "the button was pressed\n"}},
-		}
-		if len(outs) < len(steps) {
-			return steps[len(outs)]
-		}
-		return mockmodel.Step{Message: "Done: pressed the button, ran a command and wrote the file."}
-	}
+// pageProbe is what the test learns from the button page's server.
+type pageProbe interface {
+	Clicked() int
+	SawCookie() bool
+	Forget()
 }
 
 // openDir makes a directory others can traverse (botd's users must reach
@@ -185,11 +113,11 @@ func providerWorker(t testing.TB, env map[string]string, machines, bot string) *
 // directory removed) and recover replaces it from the checkpoint.
 func TestAcceptanceReplaceLocal(t *testing.T) {
 	requireIntegration(t, "codex", "Xvfb", "chromium", "x11vnc", "xfwm4")
-	page := newButtonPage()
+	page := mockmodel.NewButtonPage()
 	pageSrv := httptest.NewServer(page)
 	defer pageSrv.Close()
 	const bot = "alice"
-	model := mockmodel.New(acceptanceScript(pageSrv.URL+"/", bot)).RequireKey(scriptedKey)
+	model := mockmodel.New(mockmodel.AcceptanceScript(pageSrv.URL+"/", bot)).RequireKey(scriptedKey)
 	modelSrv := httptest.NewServer(model)
 	defer modelSrv.Close()
 
@@ -206,13 +134,14 @@ func TestAcceptanceReplaceLocal(t *testing.T) {
 		_, err := os.Stat(filepath.Join(dir, "machines", "computers", ref))
 		require.True(t, os.IsNotExist(err), "the machine's directory is gone")
 	}
-	acceptanceReplace(t, e, page, pageSrv.URL+"/", bot, destroy)
+	acceptanceReplace(t, e, page, pageSrv.URL+"/", bot, destroy, nil)
 	require.Equal(t, 6, model.Requests())
 }
 
 // acceptanceReplace runs the flow on e's computer; destroy removes the
 // machine behind ref without the worker knowing.
-func acceptanceReplace(t *testing.T, e *workerEnv, page *buttonPage, pageURL, bot string, destroy func(ref string)) {
+// afterReplace, when set, runs on the replacement's ref before the checks.
+func acceptanceReplace(t *testing.T, e *workerEnv, page pageProbe, pageURL, bot string, destroy, afterReplace func(ref string)) {
 	ctx := t.Context()
 	runID := e.startRun(t, bot, "Open the page, press the big button, then use the shell and file tools.")
 	final, events := waitRun(t, e, runID, 10*time.Minute)
@@ -223,7 +152,7 @@ func acceptanceReplace(t *testing.T, e *workerEnv, page *buttonPage, pageURL, bo
 		require.True(t, tc.Success, "%s failed: %s", tc.Tool, tc.Output)
 	}
 	require.Equal(t, []string{"computer_observe", "open_path", "computer_act", "shell", "file_write"}, names)
-	require.GreaterOrEqual(t, page.clicked(), 1, "the page's server recorded no click")
+	require.GreaterOrEqual(t, page.Clicked(), 1, "the page's server recorded no click")
 	require.Contains(t, events, "checkpoint", "the run's end wrote a checkpoint: %v", events)
 
 	var got struct {
@@ -266,7 +195,7 @@ func acceptanceReplace(t *testing.T, e *workerEnv, page *buttonPage, pageURL, bo
 	before, err := e.w.Store.GetComputer(ctx, e.computer)
 	require.NoError(t, err)
 	destroy(before.ProviderRef)
-	page.forget()
+	page.Forget()
 
 	// The next lifecycle step goes through the stale ref: gone, so a
 	// replacement is made and the checkpoint restored before first use.
@@ -278,6 +207,9 @@ func acceptanceReplace(t *testing.T, e *workerEnv, page *buttonPage, pageURL, bo
 	after, err := e.w.Store.GetComputer(ctx, e.computer)
 	require.NoError(t, err)
 	require.NotEqual(t, before.ProviderRef, after.ProviderRef, "the store records the replacement's ref")
+	if afterReplace != nil {
+		afterReplace(after.ProviderRef)
+	}
 
 	botd, _, err = e.w.Computers.Botd(ctx, e.computer)
 	require.NoError(t, err)
@@ -295,7 +227,7 @@ func acceptanceReplace(t *testing.T, e *workerEnv, page *buttonPage, pageURL, bo
 	require.Equal(t, http.StatusOK, e.do(t, "POST", "/tools/computer_observe", map[string]any{"botId": bot, "args": map[string]any{}}, &obs))
 	waitTab("the tab on the replacement")
 	deadline := time.Now().Add(60 * time.Second)
-	for !page.sawCookie() {
+	for !page.SawCookie() {
 		require.True(t, time.Now().Before(deadline), "the restored tab did not load the page with the sign-in cookie")
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -306,4 +238,96 @@ type CheckpointAnswer struct {
 	Revision int64     `json:"revision"`
 	Size     int64     `json:"size"`
 	At       time.Time `json:"at"`
+}
+
+// inContainer is the button page and scripted model running inside one
+// docker machine (mockserve), probed with `docker exec`: a container reaches
+// nothing of the host but what it publishes, so the model and the page live
+// on its own loopback.
+type inContainer struct {
+	t         testing.TB
+	dir       string // mockserve and the key, copied into each container
+	cookie    string
+	container string
+}
+
+func (c *inContainer) start(ref string) {
+	t := c.t
+	t.Helper()
+	c.container = ref
+	out, err := exec.Command("docker", "cp", c.dir+"/.", ref+":/opt/mockserve/").CombinedOutput()
+	require.NoError(t, err, "docker cp: %s", out)
+	out, err = exec.Command("docker", "exec", "-d", ref, "/opt/mockserve/mockserve", "-key-file", "/opt/mockserve/key",
+		"-cookie", c.cookie, "-state", "/tmp/mockserve").CombinedOutput()
+	require.NoError(t, err, "docker exec mockserve: %s", out)
+	deadline := time.Now().Add(30 * time.Second)
+	for exec.Command("docker", "exec", ref, "test", "-d", "/tmp/mockserve").Run() != nil {
+		require.True(t, time.Now().Before(deadline), "mockserve did not start in the container")
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func (c *inContainer) read(name string) string {
+	out, _ := exec.Command("docker", "exec", c.container, "cat", "/tmp/mockserve/"+name).Output()
+	return string(out)
+}
+
+func (c *inContainer) Clicked() int {
+	n := 0
+	fmt.Sscanf(c.read("clicks"), "%d", &n)
+	return n
+}
+
+func (c *inContainer) SawCookie() bool {
+	return slices.Contains(strings.Split(c.read("seen"), "\n"), c.cookie)
+}
+
+// Forget: a replacement container starts with an empty record anyway.
+func (c *inContainer) Forget() {}
+
+// TestAcceptanceReplaceDocker: the acceptance flow on the docker provider
+// (the computer image on the real engine); the container and its volume
+// are removed behind the worker's back and recover replaces them from the
+// checkpoint. Under CI=true a missing engine or image fails.
+func TestAcceptanceReplaceDocker(t *testing.T) {
+	if os.Geteuid() != 0 {
+		requireIntegration(t) // root: the engine's socket and the root-only token files
+	}
+	image := envMap(nil)("WORKER_IMAGE")
+	if image == "" {
+		image = providers.DefaultImage
+	}
+	if out, err := exec.Command("docker", "image", "inspect", "--format", "{{.Id}}", image).CombinedOutput(); err != nil {
+		msg := fmt.Sprintf("no Docker engine with image %s (make image): %s", image, strings.TrimSpace(string(out)))
+		if os.Getenv("CI") == "true" {
+			t.Fatal("CI=true but " + msg)
+		}
+		t.Skip(msg)
+	}
+	dir := openDir(t, "wire-docker-")
+	ms := filepath.Join(dir, "mockserve")
+	require.NoError(t, os.Mkdir(ms, 0o755))
+	build := exec.Command("go", "build", "-o", filepath.Join(ms, "mockserve"), "github.com/open-bot/computer/apps/worker/internal/mockmodel/mockserve")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "build mockserve: %s", out)
+	require.NoError(t, os.WriteFile(filepath.Join(ms, "key"), []byte(scriptedKey), 0o600))
+	page := &inContainer{t: t, dir: ms, cookie: mockmodel.NewButtonPage().Cookie}
+
+	const bot = "alice"
+	env := map[string]string{
+		"WORKER_PROVIDER": providers.KindDocker, "WORKER_IMAGE": image,
+		"MODEL_UPSTREAM_URL": "http://127.0.0.1:18080/v1", "MODEL_API_KEY": scriptedKey,
+		"EGRESS_ALLOW": "127.0.0.1:18081",
+	}
+	e := providerWorker(t, env, filepath.Join(dir, "machines"), bot)
+	c, err := e.w.Store.GetComputer(t.Context(), e.computer)
+	require.NoError(t, err)
+	page.start(c.ProviderRef)
+	destroy := func(ref string) {
+		// The machine is gone: container and volume removed by the engine.
+		require.NoError(t, e.w.setup.Docker.Destroy(t.Context(), ref))
+		require.Error(t, exec.Command("docker", "inspect", ref).Run(), "the container is gone")
+	}
+	acceptanceReplace(t, e, page, "http://127.0.0.1:18081/", bot, destroy, page.start)
 }
