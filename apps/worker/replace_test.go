@@ -30,10 +30,12 @@ import (
 )
 
 // Test ranges (HELPERS.md, helper "wire"): displays 420-449, ports
-// 32000-33499. Local machines here use displays 440-447, ports 33000-33029.
+// 32000-33499. Local machines here take one of 7 slots: displays 420-447,
+// ports 33000-33104 (a slot another test holds is skipped).
 const (
-	replDisplayBase = 440
+	replDisplayBase = 420
 	replPortBase    = 33000
+	replSlots       = "7"
 )
 
 // pageProbe is what the test learns from the button page's server.
@@ -80,7 +82,7 @@ func providerWorker(t testing.TB, env map[string]string, machines, bot string) *
 	e := &workerEnv{token: "worker-token-0123456789", dataDir: t.TempDir()}
 	w, err := newWorker(t.Context(), serveConfig{DataDir: e.dataDir, Provider: env["WORKER_PROVIDER"], Token: e.token,
 		Model: "scripted-model", ModelProvider: "botd", Approvals: "decline", MachinesDir: machines,
-		Getenv: envMap(env)}, zerolog.Nop())
+		Getenv: envMap(env)}, testLog(t))
 	require.NoError(t, err)
 	srv := httptest.NewServer(w.Handler)
 	t.Cleanup(func() {
@@ -124,7 +126,7 @@ func TestAcceptanceReplaceLocal(t *testing.T) {
 	dir := openDir(t, "wire-local-")
 	env := map[string]string{
 		"WORKER_PROVIDER": providers.KindLocal, "WORKER_BOTD_BIN": buildBotd(t, dir),
-		"WORKER_LOCAL_DISPLAY_BASE": fmt.Sprint(replDisplayBase), "WORKER_LOCAL_PORT_BASE": fmt.Sprint(replPortBase), "WORKER_LOCAL_SLOTS": "2",
+		"WORKER_LOCAL_DISPLAY_BASE": fmt.Sprint(replDisplayBase), "WORKER_LOCAL_PORT_BASE": fmt.Sprint(replPortBase), "WORKER_LOCAL_SLOTS": replSlots,
 		"MODEL_UPSTREAM_URL": modelSrv.URL + "/v1", "MODEL_API_KEY": scriptedKey,
 		"EGRESS_ALLOW": strings.TrimPrefix(pageSrv.URL, "http://"),
 	}
@@ -330,4 +332,75 @@ func TestAcceptanceReplaceDocker(t *testing.T) {
 		require.Error(t, exec.Command("docker", "inspect", ref).Run(), "the container is gone")
 	}
 	acceptanceReplace(t, e, page, "http://127.0.0.1:18081/", bot, destroy, page.start)
+}
+
+// TestIdleSuspendAndCheckpointFailure, on the local provider: idle
+// suspension checkpoints then stops the machine (the computer stays
+// desired-running) and the next tool call starts it again with its home;
+// a checkpoint whose export fails answers 502 with the reason and keeps the
+// previous checkpoint.
+func TestIdleSuspendAndCheckpointFailure(t *testing.T) {
+	requireIntegration(t, "codex", "Xvfb", "chromium", "x11vnc", "xfwm4")
+	dir := openDir(t, "wire-idle-")
+	env := map[string]string{
+		"WORKER_PROVIDER": providers.KindLocal, "WORKER_BOTD_BIN": buildBotd(t, dir),
+		"WORKER_LOCAL_DISPLAY_BASE": fmt.Sprint(replDisplayBase), "WORKER_LOCAL_PORT_BASE": fmt.Sprint(replPortBase), "WORKER_LOCAL_SLOTS": replSlots,
+	}
+	const bot = "bob"
+	e := providerWorker(t, env, filepath.Join(dir, "machines"), bot)
+	ctx := t.Context()
+	tool := func(name string, args map[string]any) (int, map[string]any) {
+		var out map[string]any
+		code := e.do(t, "POST", "/tools/"+name, map[string]any{"botId": bot, "args": args}, &out)
+		return code, out
+	}
+	code, out := tool("file_write", map[string]any{"path": "bots/" + bot + "/note.txt", "content": "kept while asleep\n"})
+	require.Equal(t, http.StatusOK, code, "%v", out)
+
+	c, err := e.w.Store.GetComputer(ctx, e.computer)
+	require.NoError(t, err)
+	require.Positive(t, e.w.setup.Local.PID(c.ProviderRef), "the machine runs")
+	// Idle for longer than 1 ns: checkpoint, then stop.
+	require.NoError(t, e.w.Computers.SuspendIdle(ctx, time.Nanosecond))
+	c, err = e.w.Store.GetComputer(ctx, e.computer)
+	require.NoError(t, err)
+	require.Equal(t, "stopped", c.ObservedState)
+	require.Equal(t, "running", c.DesiredState, "a suspended computer still wants to run")
+	require.Zero(t, e.w.setup.Local.PID(c.ProviderRef), "the machine is stopped")
+	first, err := e.w.Store.LatestCheckpoint(ctx, e.computer)
+	require.NoError(t, err, "suspension checkpointed first")
+	require.Positive(t, first.Size)
+
+	// The next use starts the same machine (same ref, its home kept).
+	code, out = tool("file_read", map[string]any{"path": "bots/" + bot + "/note.txt"})
+	require.Equal(t, http.StatusOK, code, "%v", out)
+	require.Contains(t, fmt.Sprint(out), "kept while asleep")
+	again, err := e.w.Store.GetComputer(ctx, e.computer)
+	require.NoError(t, err)
+	require.Equal(t, "running", again.ObservedState)
+	require.Equal(t, c.ProviderRef, again.ProviderRef, "woken, not replaced")
+
+	// The machine stops behind the worker's back: the checkpoint's export
+	// fails, the route says so, and the previous checkpoint stays.
+	require.NoError(t, e.w.setup.Local.Stop(ctx, again.ProviderRef))
+	var fail struct {
+		Error struct{ Code, Message string } `json:"error"`
+	}
+	require.Equal(t, http.StatusBadGateway, e.do(t, "POST", "/checkpoint", nil, &fail))
+	require.Contains(t, fail.Error.Message, "the previous one is kept")
+	latest, err := e.w.Store.LatestCheckpoint(ctx, e.computer)
+	require.NoError(t, err)
+	require.Equal(t, first.Revision, latest.Revision)
+}
+
+// testLog is the worker's log in the test's output (shown on failure).
+func testLog(t testing.TB) zerolog.Logger {
+	return zerolog.New(zerolog.ConsoleWriter{Out: testWriter{t}, NoColor: true}).With().Timestamp().Logger()
+}
+
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
 }
