@@ -64,6 +64,11 @@ BENCHES=(
   # -> observe, destroy p50, PSS of one idle computer (no screen) and with
   # one screen. Docker needs an engine and the image (make image).
   "./apps/worker/internal/providers|^BenchmarkProviders$|1x"
+  # issue 15: replacement -> first observe with the restored home: a machine
+  # destroyed behind the worker, `recover` (provision + import of the latest
+  # checkpoint, 64 MiB + 2,000 files) to the first computer_observe through
+  # the worker, p50 of 3, local and docker (docker needs the image).
+  "./apps/worker|^BenchmarkReplacement$|1x"
 )
 
 # Print "Benchmark...  value unit  value unit ..." lines as a table. The awk
