@@ -79,9 +79,15 @@ func envMap(m map[string]string) func(string) string {
 // kind, with one Team computer created through that provider and bot added.
 func providerWorker(t testing.TB, env map[string]string, machines, bot string) *workerEnv {
 	t.Helper()
+	return providerWorkerModel(t, env, machines, bot, "scripted-model")
+}
+
+// providerWorkerModel is providerWorker with a model name.
+func providerWorkerModel(t testing.TB, env map[string]string, machines, bot, model string) *workerEnv {
+	t.Helper()
 	e := &workerEnv{token: "worker-token-0123456789", dataDir: t.TempDir()}
 	w, err := newWorker(t.Context(), serveConfig{DataDir: e.dataDir, Provider: env["WORKER_PROVIDER"], Token: e.token,
-		Model: "scripted-model", ModelProvider: "botd", Approvals: "decline", MachinesDir: machines,
+		Model: model, ModelProvider: "botd", Approvals: "decline", MachinesDir: machines,
 		Getenv: envMap(env)}, testLog(t))
 	require.NoError(t, err)
 	srv := httptest.NewServer(w.Handler)
@@ -136,24 +142,59 @@ func TestAcceptanceReplaceLocal(t *testing.T) {
 		_, err := os.Stat(filepath.Join(dir, "machines", "computers", ref))
 		require.True(t, os.IsNotExist(err), "the machine's directory is gone")
 	}
-	acceptanceReplace(t, e, page, pageSrv.URL+"/", bot, destroy, nil)
+	acceptanceReplace(t, e, page, pageSrv.URL+"/", bot, destroy, nil, false)
 	require.Equal(t, 6, model.Requests())
+}
+
+// TestLiveModelReplace is the same flow with a real vision model on the
+// local provider: `make test-live` with LIVE_MODEL_BASE_URL (an
+// OpenAI-compatible Responses API), LIVE_MODEL_KEY and LIVE_MODEL. Never in
+// CI: without them it skips.
+func TestLiveModelReplace(t *testing.T) {
+	base, key, name := os.Getenv("LIVE_MODEL_BASE_URL"), os.Getenv("LIVE_MODEL_KEY"), os.Getenv("LIVE_MODEL")
+	if base == "" || key == "" || name == "" {
+		t.Skip("set LIVE_MODEL_BASE_URL, LIVE_MODEL_KEY and LIVE_MODEL (make test-live)")
+	}
+	requireIntegration(t, "codex", "Xvfb", "chromium", "x11vnc", "xfwm4")
+	page := mockmodel.NewButtonPage()
+	pageSrv := httptest.NewServer(page)
+	defer pageSrv.Close()
+	dir := openDir(t, "wire-live-")
+	env := map[string]string{
+		"WORKER_PROVIDER": providers.KindLocal, "WORKER_BOTD_BIN": buildBotd(t, dir),
+		"WORKER_LOCAL_DISPLAY_BASE": fmt.Sprint(replDisplayBase), "WORKER_LOCAL_PORT_BASE": fmt.Sprint(replPortBase), "WORKER_LOCAL_SLOTS": replSlots,
+		"MODEL_UPSTREAM_URL": base, "MODEL_API_KEY": key, "EGRESS_ALLOW": strings.TrimPrefix(pageSrv.URL, "http://"),
+	}
+	e := providerWorkerModel(t, env, filepath.Join(dir, "machines"), "alice", name)
+	destroy := func(ref string) { require.NoError(t, e.w.setup.Local.Destroy(t.Context(), ref)) }
+	acceptanceReplace(t, e, page, pageSrv.URL+"/", "alice", destroy, nil, true)
 }
 
 // acceptanceReplace runs the flow on e's computer; destroy removes the
 // machine behind ref without the worker knowing.
 // afterReplace, when set, runs on the replacement's ref before the checks.
-func acceptanceReplace(t *testing.T, e *workerEnv, page pageProbe, pageURL, bot string, destroy, afterReplace func(ref string)) {
+// A live model (live) gets the task in words and may take its own path:
+// only what it must have done is checked.
+func acceptanceReplace(t *testing.T, e *workerEnv, page pageProbe, pageURL, bot string, destroy, afterReplace func(ref string), live bool) {
 	ctx := t.Context()
-	runID := e.startRun(t, bot, "Open the page, press the big button, then use the shell and file tools.")
+	prompt := "Open " + pageURL + " in your browser with open_path, look at the screen and press the big button with computer_act. " +
+		"Then use the shell tool to run [\"sh\",\"-c\",\"id -un > bots/" + bot + "/whoami.txt\"], and use file_write to write " +
+		"\"the button was pressed\\n\" to bots/" + bot + "/result.txt. Finish with a short summary."
+	runID := e.startRun(t, bot, prompt)
 	final, events := waitRun(t, e, runID, 10*time.Minute)
 	require.Equal(t, runs.StatusCompleted, final.Status, "run error: %s; tool calls: %+v", final.Error, final.ToolCalls)
 	var names []string
 	for _, tc := range final.ToolCalls {
 		names = append(names, tc.Tool)
-		require.True(t, tc.Success, "%s failed: %s", tc.Tool, tc.Output)
+		require.True(t, live || tc.Success, "%s failed: %s", tc.Tool, tc.Output)
 	}
-	require.Equal(t, []string{"computer_observe", "open_path", "computer_act", "shell", "file_write"}, names)
+	if live {
+		for _, want := range []string{"open_path", "computer_act", "shell", "file_write"} {
+			require.Contains(t, names, want)
+		}
+	} else {
+		require.Equal(t, []string{"computer_observe", "open_path", "computer_act", "shell", "file_write"}, names)
+	}
 	require.GreaterOrEqual(t, page.Clicked(), 1, "the page's server recorded no click")
 	require.Contains(t, events, "checkpoint", "the run's end wrote a checkpoint: %v", events)
 
@@ -331,7 +372,7 @@ func TestAcceptanceReplaceDocker(t *testing.T) {
 		require.NoError(t, e.w.setup.Docker.Destroy(t.Context(), ref))
 		require.Error(t, exec.Command("docker", "inspect", ref).Run(), "the container is gone")
 	}
-	acceptanceReplace(t, e, page, "http://127.0.0.1:18081/", bot, destroy, page.start)
+	acceptanceReplace(t, e, page, "http://127.0.0.1:18081/", bot, destroy, page.start, false)
 }
 
 // TestIdleSuspendAndCheckpointFailure, on the local provider: idle
