@@ -445,3 +445,55 @@ func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
 }
+
+// TestMoveLocalToDocker: a kind change makes a replacement of the new kind
+// (the old ref never goes to it) that imports the latest checkpoint, made
+// from the old machine just before; the old machine is destroyed.
+func TestMoveLocalToDocker(t *testing.T) {
+	requireIntegration(t, "codex", "Xvfb", "chromium", "x11vnc", "xfwm4")
+	image := os.Getenv("WORKER_IMAGE")
+	if image == "" {
+		image = providers.DefaultImage
+	}
+	if out, err := exec.Command("docker", "image", "inspect", "--format", "{{.Id}}", image).CombinedOutput(); err != nil {
+		msg := fmt.Sprintf("no Docker engine with image %s (make image): %s", image, strings.TrimSpace(string(out)))
+		if os.Getenv("CI") == "true" {
+			t.Fatal("CI=true but " + msg)
+		}
+		t.Skip(msg)
+	}
+	dir := openDir(t, "wire-move-")
+	env := map[string]string{
+		"WORKER_PROVIDER": providers.KindLocal, "WORKER_BOTD_BIN": buildBotd(t, dir), "WORKER_IMAGE": image,
+		"WORKER_LOCAL_DISPLAY_BASE": fmt.Sprint(replDisplayBase), "WORKER_LOCAL_PORT_BASE": fmt.Sprint(replPortBase), "WORKER_LOCAL_SLOTS": replSlots,
+	}
+	const bot = "carol"
+	e := providerWorker(t, env, filepath.Join(dir, "machines"), bot)
+	ctx := t.Context()
+	var out map[string]any
+	require.Equal(t, http.StatusOK, e.do(t, "POST", "/tools/file_write", map[string]any{"botId": bot,
+		"args": map[string]any{"path": "bots/" + bot + "/moved.txt", "content": "made on the local machine\n"}}, &out), "%v", out)
+	before, err := e.w.Store.GetComputer(ctx, e.computer)
+	require.NoError(t, err)
+
+	var moved struct {
+		Computer struct{ Provider, State, LastError string } `json:"computer"`
+	}
+	require.Equal(t, http.StatusOK, e.do(t, "POST", "/move", map[string]string{"provider": "docker"}, &moved))
+	require.Equal(t, "running", moved.Computer.State, moved.Computer.LastError)
+	require.Equal(t, "docker", moved.Computer.Provider)
+	after, err := e.w.Store.GetComputer(ctx, e.computer)
+	require.NoError(t, err)
+	require.NotEqual(t, before.ProviderRef, after.ProviderRef)
+	_, err = os.Stat(filepath.Join(dir, "machines", "computers", before.ProviderRef))
+	require.True(t, os.IsNotExist(err), "the local machine is destroyed")
+
+	require.Equal(t, http.StatusOK, e.do(t, "POST", "/tools/file_read", map[string]any{"botId": bot,
+		"args": map[string]any{"path": "bots/" + bot + "/moved.txt"}}, &out), "%v", out)
+	require.Contains(t, fmt.Sprint(out), "made on the local machine", "the home moved with the checkpoint")
+	var bad struct {
+		Error struct{ Message string } `json:"error"`
+	}
+	require.Equal(t, http.StatusBadRequest, e.do(t, "POST", "/move", map[string]string{"provider": "e2b"}, &bad))
+	require.Contains(t, bad.Error.Message, `"e2b"`)
+}

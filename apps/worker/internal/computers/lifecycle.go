@@ -283,3 +283,69 @@ func (s *Service) KeepsCheckpoints(ctx context.Context, id string) bool {
 	c, err := s.Get(ctx, id)
 	return err == nil && c.Provider != providers.KindAttach
 }
+
+// Move puts computer id on a machine of another provider kind: the current
+// machine is checkpointed (when it answers), a machine of kind is made
+// through providers.Ensure (a kind change: the old ref never goes to the new
+// kind) with the latest checkpoint imported before first use, the store
+// records the new kind and ref, and the old machine is destroyed.
+func (s *Service) Move(ctx context.Context, id, kind string) (View, error) {
+	c, err := s.Get(ctx, id)
+	if err != nil {
+		return View{}, err
+	}
+	if _, ok := s.o.Providers[kind]; !ok || kind == providers.KindAttach {
+		return View{}, shared.Errorf(http.StatusBadRequest, shared.CodeBadRequest, "provider: %q is not a kind this worker can make machines of", kind)
+	}
+	if c.Provider == providers.KindAttach {
+		return View{}, shared.Errorf(http.StatusConflict, shared.CodeConflict, "an attached botd cannot move")
+	}
+	if kind == c.Provider {
+		return s.Start(ctx, id)
+	}
+	s.checkpointBefore(ctx, c, "a move to "+kind)
+	s.drop(id)
+	dl := time.Now().Add(TransitionTimeout)
+	if _, err := s.o.Store.UpdateComputer(ctx, id, store.StateUpdate{Desired: ptr(store.StateRunning), Observed: ptr(store.StateStarting), Deadline: &dl}); err != nil {
+		return View{}, err
+	}
+	spec, err := s.spec(c)
+	if err != nil {
+		s.fail(id, err)
+		return View{}, err
+	}
+	rctx, cancel := context.WithTimeout(ctx, ReconcileTimeout)
+	defer cancel()
+	var restore providers.RestoreFunc
+	if s.o.Homes != nil {
+		restore = func(ctx context.Context, m providers.Machine) error {
+			_, _, err := s.o.Homes.Restore(ctx, c.HomeKey, m)
+			return err
+		}
+	}
+	e, err := providers.Ensure(rctx, providers.Registry(s.o.Providers), kind, c.Provider, c.ProviderRef, spec, restore)
+	if err != nil {
+		s.fail(id, fmt.Errorf("move to %s: %w", kind, err))
+		c, _ = s.o.Store.GetComputer(context.WithoutCancel(ctx), id)
+		return ViewOf(c), nil
+	}
+	zero := time.Time{}
+	empty := ""
+	if _, err := s.o.Store.UpdateComputer(ctx, id, store.StateUpdate{Provider: &kind, ProviderRef: &e.Ref,
+		Observed: ptr(store.StateRunning), Deadline: &zero, LastError: &empty}); err != nil {
+		_ = s.o.Providers[kind].Destroy(context.WithoutCancel(ctx), e.Ref)
+		return View{}, err
+	}
+	s.mu.Lock()
+	s.machines[id] = e.Machine
+	s.lastUsed[id] = time.Now()
+	s.mu.Unlock()
+	if old := s.o.Providers[c.Provider]; old != nil && c.ProviderRef != "" {
+		if err := old.Destroy(context.WithoutCancel(ctx), c.ProviderRef); err != nil {
+			s.o.Log.Warn().Str("computer", id).Err(err).Msg("destroy the machine left behind by a move")
+		}
+	}
+	s.o.Log.Info().Str("computer", id).Str("from", c.Provider).Str("to", kind).Msg("moved to another provider")
+	c, err = s.o.Store.GetComputer(ctx, id)
+	return ViewOf(c), err
+}

@@ -18,8 +18,10 @@ type CheckpointView struct {
 	At       time.Time `json:"at"`
 }
 
-// MountCheckpoint adds POST /v1/computers/{id}/checkpoint: the computer's
-// portable home is exported into the home store now.
+// MountCheckpoint adds POST /v1/computers/{id}/checkpoint (the computer's
+// portable home is exported into the home store now) and POST
+// /v1/computers/{id}/move {provider} (a machine of another kind, restored
+// from the latest checkpoint).
 func MountCheckpoint(mux *http.ServeMux, gate func(http.HandlerFunc) http.HandlerFunc, comps *computers.Service) {
 	mux.HandleFunc("POST /v1/computers/{id}/checkpoint", gate(func(w http.ResponseWriter, r *http.Request) {
 		cp, err := comps.Checkpoint(r.Context(), r.PathValue("id"), nil)
@@ -34,5 +36,19 @@ func MountCheckpoint(mux *http.ServeMux, gate func(http.HandlerFunc) http.Handle
 			return
 		}
 		writeJSON(w, http.StatusOK, CheckpointView{Revision: cp.Revision, Size: cp.Size, At: cp.At.UTC()})
+	}))
+	mux.HandleFunc("POST /v1/computers/{id}/move", gate(func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			Provider string `json:"provider"`
+		}
+		if !decode(w, r, &req) {
+			return
+		}
+		v, err := comps.Move(r.Context(), r.PathValue("id"), req.Provider)
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"computer": v})
 	}))
 }

@@ -136,6 +136,9 @@ func (s *sqlStore) UpdateComputer(ctx context.Context, id string, u StateUpdate)
 	if u.ProviderRef != nil {
 		add("provider_ref", *u.ProviderRef)
 	}
+	if u.Provider != nil {
+		add("provider", *u.Provider)
+	}
 	args = append(args, id)
 	res, err := s.db.ExecContext(ctx, s.q(`UPDATE computers SET `+strings.Join(sets, ", ")+` WHERE id=?`), args...)
 	if err != nil {

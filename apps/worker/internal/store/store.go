@@ -86,6 +86,9 @@ type StateUpdate struct {
 	Deadline          *time.Time
 	LastError         *string
 	ProviderRef       *string
+	// Provider changes the computer's provider kind (a move to another
+	// kind; set with the new kind's ProviderRef).
+	Provider *string
 }
 
 // Bot is a bot added to a computer.
