@@ -28,10 +28,12 @@ test: build
 	@if docker info >/dev/null 2>&1; then IMAGE=$(IMAGE) ./scripts/build-image.sh; else echo "make test: no Docker engine answers; the image tests skip (fail under CI=true)"; fi
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
 
-# The acceptance run with a real vision model (never in CI): set
+# The acceptance runs with a real vision model (never in CI): set
 # LIVE_MODEL_BASE_URL (an OpenAI-compatible Responses API), LIVE_MODEL_KEY and LIVE_MODEL.
+# TestLiveModel: an attached botd; TestLiveModelReplace: a local computer made
+# by the worker, destroyed and replaced from its checkpoint.
 test-live: build
-	$(GO) test -count=1 -v -run '^TestLiveModel$$' -timeout 20m ./apps/worker/
+	$(GO) test -count=1 -v -run '^TestLiveModel(Replace)?$$' -timeout 20m ./apps/worker/
 
 bench: build
 	./scripts/bench.sh

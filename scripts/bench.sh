@@ -77,6 +77,11 @@ BENCHES=(
   "./apps/worker|^BenchmarkWorkerIdleRSS$|1x"
   # issue 16: user lease -> the agent's running action failed (mean, max).
   "./apps/botd/internal/screen|^BenchmarkScreenTakeoverCutoff$|20x"
+  # issue 15: replacement -> first observe with the restored home: a machine
+  # destroyed behind the worker, `recover` (provision + import of the latest
+  # checkpoint, 64 MiB + 2,000 files) to the first computer_observe through
+  # the worker, p50 of 3, local and docker (docker needs the image).
+  "./apps/worker|^BenchmarkReplacement$|1x"
 )
 
 # Print "Benchmark...  value unit  value unit ..." lines as a table. The awk

@@ -127,13 +127,14 @@ func (c cliComputer) scope() string {
 	return "session:" + c.Scope.Session
 }
 
-const computersUsage = `usage: worker computers <create|list|adopt|add-bot|stop|start|destroy> [flags]
+const computersUsage = `usage: worker computers <create|list|adopt|add-bot|stop|start|recover|checkpoint|destroy> [flags]
   create  [--team T | --session S | --account] [--kind team|private] [--provider KIND]
           [--attach-url URL --attach-token-file FILE]   prints the capability once
   list
   adopt ID   a new capability (the old one stops working; a restart forgets them all)
   add-bot  --capability C ID BOT
-  stop|start|destroy --capability C ID
+  stop|start|recover|destroy --capability C ID
+  checkpoint --capability C ID   export the computer's home into the home store now
 common flags: --url (WORKER_URL) --json; the token: WORKER_TOKEN(_FILE) or DATA_DIR/worker-token
 `
 
@@ -245,7 +246,23 @@ func runComputers(ctx context.Context, args []string) error {
 			fmt.Printf("new capability for %s (the old one no longer works):\n%s\n", pos[0], out.Capability)
 		}
 		return nil
-	case "stop", "start", "destroy":
+	case "checkpoint":
+		if err := needID(1); err != nil {
+			return err
+		}
+		var out struct {
+			Revision int64     `json:"revision"`
+			Size     int64     `json:"size"`
+			At       time.Time `json:"at"`
+		}
+		if err := c.call(ctx, "POST", "/v1/computers/"+pos[0]+"/checkpoint", nil, &out); err != nil {
+			return err
+		}
+		if !c.asJSON {
+			fmt.Printf("checkpoint %d of %s: %d bytes at %s\n", out.Revision, pos[0], out.Size, out.At.Format(time.RFC3339))
+		}
+		return nil
+	case "stop", "start", "recover", "destroy":
 		if err := needID(1); err != nil {
 			return err
 		}

@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 
 	"github.com/open-bot/computer/apps/worker/internal/capability"
 	"github.com/open-bot/computer/apps/worker/internal/computers"
+	"github.com/open-bot/computer/apps/worker/internal/homes"
 	"github.com/open-bot/computer/apps/worker/internal/httpapi"
 	"github.com/open-bot/computer/apps/worker/internal/providers"
 	"github.com/open-bot/computer/apps/worker/internal/runs"
@@ -35,6 +35,13 @@ type serveConfig struct {
 	Token                           string
 	// TokenFile is where the token came from (shown to people, never the token).
 	TokenFile string
+	// MachinesDir holds the local provider's computers and docker's token
+	// files (WORKER_MACHINES_DIR); "" picks defaultMachinesDir.
+	MachinesDir string
+	// IdleAfter suspends computers nobody used for this long (0: never).
+	IdleAfter time.Duration
+	// Getenv reads the providers' and home store's env (nil: os.Getenv).
+	Getenv func(string) string
 }
 
 func envOr(k, def string) string {
@@ -94,15 +101,23 @@ func runServe(ctx context.Context, args []string) error {
 	var c serveConfig
 	fs.StringVar(&c.Listen, "listen", envOr("WORKER_LISTEN", "127.0.0.1:7100"), "API listen address (WORKER_LISTEN)")
 	fs.StringVar(&c.DataDir, "data-dir", envOr("DATA_DIR", defaultDataDir()), "state directory: worker.db, secret.key, worker-token (DATA_DIR)")
-	fs.StringVar(&c.Provider, "provider", envOr("WORKER_PROVIDER", providers.KindAttach), "default provider kind for new computers (WORKER_PROVIDER)")
+	fs.StringVar(&c.Provider, "provider", envOr("WORKER_PROVIDER", ""), "default provider kind for new computers: local, docker, single-screen or attach; empty: docker where an engine answers with the image, else local (WORKER_PROVIDER)")
 	fs.StringVar(&c.Model, "model", envOr("WORKER_MODEL", "gpt-6.1-sol"), "default model (WORKER_MODEL)")
 	fs.StringVar(&c.ModelProvider, "model-provider", envOr("WORKER_MODEL_PROVIDER", ""), "Codex model provider id (WORKER_MODEL_PROVIDER)")
 	fs.StringVar(&c.Approvals, "approvals", envOr("WORKER_APPROVALS", "decline"), "answer to Codex approval requests: decline|accept (WORKER_APPROVALS)")
+	fs.StringVar(&c.MachinesDir, "machines-dir", envOr("WORKER_MACHINES_DIR", ""), "local computers' homes and docker token files (WORKER_MACHINES_DIR; default /var/lib/open-bot/machines as root)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if c.MachinesDir == "" {
+		c.MachinesDir = defaultMachinesDir(c.DataDir)
+	}
+	idle, err := idleMinutes(os.Getenv)
+	if err != nil {
+		return err
+	}
+	c.IdleAfter = idle
 	c.DatabaseURL = os.Getenv("WORKER_DATABASE_URL")
-	var err error
 	if c.Token, c.TokenFile, err = workerToken(c.DataDir); err != nil {
 		return err
 	}
@@ -133,7 +148,7 @@ func runServe(ctx context.Context, args []string) error {
 	if c.TokenFile != "" {
 		where = "in " + c.TokenFile
 	}
-	fmt.Fprintf(os.Stderr, "worker: serving http://%s (store: %s; bearer token %s)\n", ln.Addr(), w.Store.Engine(), where)
+	fmt.Fprintf(os.Stderr, "worker: serving http://%s (store: %s; bearer token %s; default provider %s; homes %s)\n", ln.Addr(), w.Store.Engine(), where, w.DefaultProvider, w.Homes)
 	base := "http://" + ln.Addr().String()
 	w.People.Takeover.SetBase(base)
 	// The sign-in link is a secret for the person at this terminal: printed
@@ -147,14 +162,6 @@ func runServe(ctx context.Context, args []string) error {
 	return nil
 }
 
-// registry is every provider kind this worker can use, by kind. New kinds
-// (local, docker, single-screen) register here.
-func registry(c serveConfig) map[string]providers.Provider {
-	return map[string]providers.Provider{
-		providers.KindAttach: providers.NewAttach(),
-	}
-}
-
 // worker is the wired control plane.
 type worker struct {
 	Store     store.Store
@@ -163,27 +170,31 @@ type worker struct {
 	Handler   http.Handler
 	// People serves takeover links, the dashboard and botd's events.
 	People *people
+	// DefaultProvider is the kind new computers get; Homes names the home store.
+	DefaultProvider, Homes string
 	// stop ends the background reconcile/sweep loop.
-	stop context.CancelFunc
+	stop  context.CancelFunc
+	setup *providers.Setup
 }
 
 // Close stops the background loop and closes the store.
 func (w *worker) Close() error {
 	w.stop()
-	return w.Store.Close()
+	var errs []error
+	if w.setup != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		errs = append(errs, w.setup.Close(ctx))
+		cancel()
+	}
+	errs = append(errs, w.Store.Close())
+	return errors.Join(errs...)
 }
 
 // newWorker wires the control plane in one place: store, secrets,
 // providers, computers (reconciled), runs (recovered), API.
 func newWorker(ctx context.Context, c serveConfig, log zerolog.Logger) (*worker, error) {
-	reg := registry(c)
-	if _, ok := reg[c.Provider]; !ok {
-		var known []string
-		for k := range reg {
-			known = append(known, k)
-		}
-		sort.Strings(known)
-		return nil, fmt.Errorf("WORKER_PROVIDER=%q: unknown provider kind (this worker has: %s)", c.Provider, strings.Join(known, ", "))
+	if err := checkKind(c.Provider); err != nil {
+		return nil, err
 	}
 	if err := os.MkdirAll(c.DataDir, 0o700); err != nil {
 		return nil, err
@@ -203,10 +214,27 @@ func newWorker(ctx context.Context, c serveConfig, log zerolog.Logger) (*worker,
 		st.Close()
 		return nil, err
 	}
-	comps, err := computers.New(computers.Options{Store: st, Providers: reg, DefaultProvider: c.Provider, Sealer: sealer,
-		Caps: capability.NewSet(), Log: log.With().Str("sub", "computers").Logger()})
+	hs, homesName, err := homeStore(ctx, c)
 	if err != nil {
 		st.Close()
+		return nil, fmt.Errorf("home store: %w", err)
+	}
+	reg, def, setup, err := providerSetup(ctx, c, log)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	closeAll := func() {
+		if setup != nil {
+			setup.Close(context.Background())
+		}
+		st.Close()
+	}
+	comps, err := computers.New(computers.Options{Store: st, Providers: reg, DefaultProvider: def, Sealer: sealer,
+		Caps: capability.NewSet(), Log: log.With().Str("sub", "computers").Logger(),
+		Homes: homes.NewCheckpointer(hs), IdleAfter: c.IdleAfter})
+	if err != nil {
+		closeAll()
 		return nil, err
 	}
 	tk := takeover.New(takeover.Options{Computers: comps, Store: st, Log: log.With().Str("sub", "takeover").Logger()})
@@ -217,7 +245,7 @@ func newWorker(ctx context.Context, c serveConfig, log zerolog.Logger) (*worker,
 	// machines are reconnected (in the background: a slow provider must not
 	// hold the API back).
 	if err := m.Recover(ctx); err != nil {
-		st.Close()
+		closeAll()
 		return nil, fmt.Errorf("recover runs: %w", err)
 	}
 	bg, stop := context.WithCancel(context.WithoutCancel(ctx))
@@ -230,14 +258,16 @@ func newWorker(ctx context.Context, c serveConfig, log zerolog.Logger) (*worker,
 	ppl, err := newPeople(st, comps, m, tk, log)
 	if err != nil {
 		stop()
-		st.Close()
+		closeAll()
 		return nil, err
 	}
 	go ppl.Events.run(bg)
 	h := httpapi.Handler(httpapi.Options{Token: c.Token, Computers: comps, Runs: m, Log: log.With().Str("sub", "api").Logger(),
 		Mount: func(mux *http.ServeMux, gate func(http.HandlerFunc) http.HandlerFunc) {
 			httpapi.MountTakeover(mux, gate, tk)
+			httpapi.MountCheckpoint(mux, gate, comps)
 			ppl.mountLogin(mux)
 		}})
-	return &worker{Store: st, Computers: comps, Runs: m, Handler: ppl.handler(h), People: ppl, stop: stop}, nil
+	return &worker{Store: st, Computers: comps, Runs: m, Handler: ppl.handler(h), People: ppl, stop: stop, setup: setup,
+		DefaultProvider: def, Homes: homesName}, nil
 }

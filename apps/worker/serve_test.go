@@ -20,7 +20,7 @@ func TestServeStartErrors(t *testing.T) {
 	c := cfg(dir)
 	c.Provider = "e2b"
 	_, err := newWorker(t.Context(), c, zerolog.Nop())
-	require.ErrorContains(t, err, `WORKER_PROVIDER="e2b": unknown provider kind (this worker has: attach)`)
+	require.ErrorContains(t, err, `WORKER_PROVIDER="e2b": unknown provider kind (this worker has: attach, docker, local, single-screen)`)
 
 	junk := []byte("these are somebody's notes, not a database\n")
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "worker.db"), junk, 0o600))

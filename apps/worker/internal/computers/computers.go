@@ -18,6 +18,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/open-bot/computer/apps/worker/internal/capability"
+	"github.com/open-bot/computer/apps/worker/internal/homes"
 	"github.com/open-bot/computer/apps/worker/internal/providers"
 	"github.com/open-bot/computer/apps/worker/internal/secret"
 	"github.com/open-bot/computer/apps/worker/internal/store"
@@ -49,6 +50,11 @@ type Options struct {
 	Sealer          *secret.Sealer
 	Caps            *capability.Set
 	Log             zerolog.Logger
+	// Homes checkpoints and restores portable homes (nil: none kept).
+	Homes *homes.Checkpointer
+	// IdleAfter suspends a running machine nobody used for this long
+	// (checkpoint, then stop); 0 never does.
+	IdleAfter time.Duration
 }
 
 // Service manages computers.
@@ -57,6 +63,7 @@ type Service struct {
 	// mu guards machines.
 	mu       sync.Mutex
 	machines map[string]providers.Machine
+	lastUsed map[string]time.Time
 }
 
 // New returns the service; it fails for an unknown default provider kind.
@@ -67,7 +74,7 @@ func New(o Options) (*Service, error) {
 	if o.Caps == nil {
 		o.Caps = capability.NewSet()
 	}
-	return &Service{o: o, machines: map[string]providers.Machine{}}, nil
+	return &Service{o: o, machines: map[string]providers.Machine{}, lastUsed: map[string]time.Time{}}, nil
 }
 
 func kinds(m map[string]providers.Provider) []string {
@@ -223,7 +230,7 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (View, string, 
 	if err != nil {
 		return View{}, "", err
 	}
-	if _, err := s.connect(ctx, c); err != nil {
+	if _, err := s.connectWithin(ctx, c, ReconcileTimeout); err != nil {
 		c, _ = s.o.Store.GetComputer(context.WithoutCancel(ctx), c.ID)
 		return ViewOf(c), cap, nil // created; the state says what went wrong
 	}
@@ -261,11 +268,8 @@ const (
 	ReconcileTimeout = 90 * time.Second
 )
 
-// connect reconnects a computer's machine and records it running.
-func (s *Service) connect(ctx context.Context, c store.Computer) (providers.Machine, error) {
-	return s.connectWithin(ctx, c, ConnectTimeout)
-}
-
+// connectWithin reconnects a computer's machine (replacing a gone one) and
+// records it running; d bounds the whole step.
 func (s *Service) connectWithin(ctx context.Context, c store.Computer, d time.Duration) (providers.Machine, error) {
 	p, ok := s.o.Providers[c.Provider]
 	if !ok {
@@ -280,11 +284,18 @@ func (s *Service) connectWithin(ctx context.Context, c store.Computer, d time.Du
 	}
 	rctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
-	m, err := p.Reconnect(rctx, c.ProviderRef, spec)
-	if err != nil {
+	var m providers.Machine
+	if c.Provider == providers.KindAttach {
+		// An attached botd cannot be replaced: reconnect only.
+		m, err = p.Reconnect(rctx, c.ProviderRef, spec)
 		if errors.Is(err, providers.ErrGone) {
-			err = fmt.Errorf("the machine is gone (%w); recover makes a replacement", err)
+			err = fmt.Errorf("the attached botd is gone (%w)", err)
 		}
+	} else {
+		// A gone machine is replaced, the latest checkpoint restored first.
+		m, err = s.ensure(rctx, c, spec)
+	}
+	if err != nil {
 		s.fail(c.ID, err)
 		return nil, err
 	}
@@ -295,6 +306,7 @@ func (s *Service) connectWithin(ctx context.Context, c store.Computer, d time.Du
 	}
 	s.mu.Lock()
 	s.machines[c.ID] = m
+	s.lastUsed[c.ID] = time.Now()
 	s.mu.Unlock()
 	return m, nil
 }
@@ -331,6 +343,9 @@ func (s *Service) List(ctx context.Context) ([]View, error) {
 func (s *Service) Machine(ctx context.Context, id string) (providers.Machine, error) {
 	s.mu.Lock()
 	m := s.machines[id]
+	if m != nil {
+		s.lastUsed[id] = time.Now()
+	}
 	s.mu.Unlock()
 	if m != nil {
 		return m, nil
@@ -342,7 +357,7 @@ func (s *Service) Machine(ctx context.Context, id string) (providers.Machine, er
 	if c.DesiredState != store.StateRunning {
 		return nil, shared.Errorf(http.StatusConflict, shared.CodeConflict, "the computer is %s; start it first", c.ObservedState)
 	}
-	m, err = s.connect(ctx, c)
+	m, err = s.connectWithin(ctx, c, ReconcileTimeout)
 	if err != nil {
 		return nil, shared.Errorf(http.StatusServiceUnavailable, shared.CodeUnavailable, "the computer's machine does not answer; see its lastError")
 	}
@@ -384,6 +399,7 @@ func (s *Service) Stop(ctx context.Context, id string) (View, error) {
 	if !p.Describe().Capabilities.Stop {
 		return View{}, shared.Errorf(http.StatusConflict, shared.CodeConflict, "the %s provider cannot stop a machine", c.Provider)
 	}
+	s.checkpointBefore(ctx, c, "stop")
 	dl := time.Now().Add(TransitionTimeout)
 	if _, err := s.o.Store.UpdateComputer(ctx, id, store.StateUpdate{Desired: ptr(store.StateStopped), Observed: ptr(store.StateStopping), Deadline: &dl}); err != nil {
 		return View{}, err
@@ -406,8 +422,7 @@ func (s *Service) Start(ctx context.Context, id string) (View, error) {
 	if err != nil {
 		return View{}, err
 	}
-	p, err := s.provider(c)
-	if err != nil {
+	if _, err := s.provider(c); err != nil {
 		return View{}, err
 	}
 	dl := time.Now().Add(TransitionTimeout)
@@ -415,19 +430,9 @@ func (s *Service) Start(ctx context.Context, id string) (View, error) {
 		return View{}, err
 	}
 	s.drop(id)
-	if _, err := s.connect(ctx, c); err != nil && c.Provider != providers.KindAttach {
-		// Gone or broken: a replacement from the same kind.
-		spec, serr := s.spec(c)
-		if serr == nil {
-			if ref, perr := p.Provision(ctx, spec); perr == nil {
-				if c, err = s.o.Store.UpdateComputer(ctx, id, store.StateUpdate{ProviderRef: &ref}); err == nil {
-					_, _ = s.connect(ctx, c)
-				}
-			} else {
-				s.fail(id, perr)
-			}
-		}
-	}
+	// A gone machine is replaced (the latest checkpoint restored first);
+	// any other failure is recorded on the computer.
+	_, _ = s.connectWithin(ctx, c, ReconcileTimeout)
 	c, err = s.o.Store.GetComputer(ctx, id)
 	return ViewOf(c), err
 }
@@ -476,6 +481,8 @@ func (s *Service) Reconcile(ctx context.Context) error {
 			// A destroy that a crash interrupted: finish it.
 			wg.Add(1)
 			go func() { defer wg.Done(); _, _ = s.Destroy(ctx, c.ID) }()
+		case suspended(c):
+			continue // idle-suspended: the next use starts it
 		case c.DesiredState == store.StateRunning:
 			wg.Add(1)
 			go func() {
@@ -489,7 +496,7 @@ func (s *Service) Reconcile(ctx context.Context) error {
 		}
 	}
 	wg.Wait()
-	return nil
+	return s.ReconcileMachines(ctx)
 }
 
 // SweepDeadlines moves every computer whose transitional state outlived its
@@ -523,6 +530,9 @@ func (s *Service) Watch(ctx context.Context, every time.Duration) {
 		case <-t.C:
 			if err := s.SweepDeadlines(ctx); err != nil {
 				s.o.Log.Warn().Err(err).Msg("sweep computer deadlines")
+			}
+			if err := s.SuspendIdle(ctx, s.o.IdleAfter); err != nil {
+				s.o.Log.Warn().Err(err).Msg("suspend idle computers")
 			}
 		}
 	}

@@ -34,6 +34,12 @@ type Setup struct {
 //	WORKER_IMAGE              open-bot/computer:dev
 //	DOCKER_HOST               the engine (Docker's own variable)
 //	WORKER_LOCAL_DISPLAY_BASE 100, WORKER_LOCAL_PORT_BASE 20000, WORKER_LOCAL_SLOTS 32
+//
+// Every machine's botd also gets the model and egress settings the worker
+// has (MachineEnv: MODEL_UPSTREAM_URL, MODEL_API_KEY or the contents of
+// MODEL_API_KEY_FILE, EGRESS_ALLOW; local machines also
+// CODEX_CONFIG_EXTRA_FILE and CODEX_BIN, which name host paths), plus any
+// names listed in WORKER_MACHINE_ENV (comma-separated).
 func FromEnv(ctx context.Context, getenv func(string) string, log *zerolog.Logger) (*Setup, error) {
 	if getenv == nil {
 		getenv = os.Getenv
@@ -62,6 +68,11 @@ func FromEnv(ctx context.Context, getenv func(string) string, log *zerolog.Logge
 		DisplayBase: num("WORKER_LOCAL_DISPLAY_BASE"), PortBase: num("WORKER_LOCAL_PORT_BASE"),
 		Slots: num("WORKER_LOCAL_SLOTS"), Log: log,
 	}
+	common, localOnly, err := machineEnv(getenv)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	lo.Env = append(append(lo.Env, common...), localOnly...)
 	want := str("WORKER_PROVIDER", "")
 	switch want {
 	case "", KindLocal, KindDocker, KindSingleScreen:
@@ -73,8 +84,7 @@ func FromEnv(ctx context.Context, getenv func(string) string, log *zerolog.Logge
 	}
 
 	s := &Setup{Registry: Registry{}}
-	var err error
-	if s.Docker, err = NewDocker(DockerOptions{Image: str("WORKER_IMAGE", DefaultImage), Host: getenv("DOCKER_HOST"), DataDir: dataDir, Log: log}); err != nil {
+	if s.Docker, err = NewDocker(DockerOptions{Image: str("WORKER_IMAGE", DefaultImage), Host: getenv("DOCKER_HOST"), DataDir: dataDir, Log: log, Env: common}); err != nil {
 		return nil, err
 	}
 	s.Registry[KindDocker] = s.Docker
@@ -137,4 +147,37 @@ func defaultBotdBin() string {
 		}
 	}
 	return "/opt/botd/botd"
+}
+
+// machineEnv is the environment every machine's botd gets from the worker's
+// (see FromEnv); localOnly holds settings that name host paths.
+func machineEnv(getenv func(string) string) (common, localOnly []string, err error) {
+	add := func(to *[]string, k string) {
+		if v := strings.TrimSpace(getenv(k)); v != "" {
+			*to = append(*to, k+"="+v)
+		}
+	}
+	add(&common, "MODEL_UPSTREAM_URL")
+	if k := strings.TrimSpace(getenv("MODEL_API_KEY")); k != "" {
+		common = append(common, "MODEL_API_KEY="+k)
+	} else if f := strings.TrimSpace(getenv("MODEL_API_KEY_FILE")); f != "" {
+		b, rerr := os.ReadFile(f)
+		if rerr != nil {
+			return nil, nil, fmt.Errorf("MODEL_API_KEY_FILE: %w", rerr)
+		}
+		common = append(common, "MODEL_API_KEY="+strings.TrimSpace(string(b)))
+	}
+	add(&common, "EGRESS_ALLOW")
+	for _, k := range strings.Split(getenv("WORKER_MACHINE_ENV"), ",") {
+		if k = strings.TrimSpace(k); k == "" {
+			continue
+		}
+		if strings.HasPrefix(k, "BOTD_") || strings.Contains(k, "=") {
+			return nil, nil, fmt.Errorf("WORKER_MACHINE_ENV: %q cannot be passed to a machine", k)
+		}
+		add(&common, k)
+	}
+	add(&localOnly, "CODEX_CONFIG_EXTRA_FILE")
+	add(&localOnly, "CODEX_BIN")
+	return common, localOnly, nil
 }

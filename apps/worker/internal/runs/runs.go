@@ -576,6 +576,7 @@ func (r *Run) run(ctx context.Context, drive func(context.Context) error) {
 		if r.resumed {
 			r.m.releaseScreens(rctx, r.computerID, "run-"+r.id)
 		}
+		r.checkpointAtEnd()
 		r.cancel()
 		r.mu.Lock()
 		now := time.Now().UTC()

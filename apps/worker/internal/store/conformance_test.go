@@ -136,6 +136,21 @@ func TestConformanceComputers(t *testing.T) {
 		c, err = s.GetComputer(ctx, "c1")
 		require.NoError(t, err)
 		require.Equal(t, int64(2), c.HomeRevision)
+
+		// A checkpoint made for a run carries the run's lease epoch: once
+		// the lease moved on, it is refused and the latest stays.
+		l1, err := s.AcquireLease(ctx, "c1/ckpt-bot", "run-a", time.Minute)
+		require.NoError(t, err)
+		require.NoError(t, s.PutCheckpoint(ctx, Checkpoint{ComputerID: "c1", Revision: 3, Size: 30, LeaseKey: "c1/ckpt-bot", Epoch: l1.Epoch}))
+		require.NoError(t, s.ReleaseLease(ctx, "c1/ckpt-bot", l1.Epoch))
+		l2, err := s.AcquireLease(ctx, "c1/ckpt-bot", "run-b", time.Minute)
+		require.NoError(t, err)
+		require.ErrorIs(t, s.PutCheckpoint(ctx, Checkpoint{ComputerID: "c1", Revision: 4, Size: 40, LeaseKey: "c1/ckpt-bot", Epoch: l1.Epoch}), ErrStaleEpoch)
+		require.ErrorIs(t, s.PutCheckpoint(ctx, Checkpoint{ComputerID: "c1", Revision: 4, Size: 40, LeaseKey: "nope", Epoch: 1}), ErrStaleEpoch)
+		require.NoError(t, s.PutCheckpoint(ctx, Checkpoint{ComputerID: "c1", Revision: 4, Size: 40, LeaseKey: "c1/ckpt-bot", Epoch: l2.Epoch}))
+		cp, err = s.LatestCheckpoint(ctx, "c1")
+		require.NoError(t, err)
+		require.Equal(t, int64(4), cp.Revision)
 	})
 }
 

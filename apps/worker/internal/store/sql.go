@@ -136,6 +136,9 @@ func (s *sqlStore) UpdateComputer(ctx context.Context, id string, u StateUpdate)
 	if u.ProviderRef != nil {
 		add("provider_ref", *u.ProviderRef)
 	}
+	if u.Provider != nil {
+		add("provider", *u.Provider)
+	}
 	args = append(args, id)
 	res, err := s.db.ExecContext(ctx, s.q(`UPDATE computers SET `+strings.Join(sets, ", ")+` WHERE id=?`), args...)
 	if err != nil {
@@ -389,12 +392,24 @@ func (s *sqlStore) PutCheckpoint(ctx context.Context, c Checkpoint) error {
 	if c.At.IsZero() {
 		c.At = time.Now()
 	}
-	_, err := s.db.ExecContext(ctx, s.q(`INSERT INTO checkpoints (computer_id, revision, size, at) VALUES (?,?,?,?)`),
-		c.ComputerID, c.Revision, c.Size, ms(c.At))
-	if err != nil {
+	if c.LeaseKey != "" {
+		// Fenced: recorded only while the run's lease is still at its epoch.
+		res, err := s.db.ExecContext(ctx, s.q(`INSERT INTO checkpoints (computer_id, revision, size, at)
+			SELECT CAST(? AS TEXT), CAST(? AS BIGINT), CAST(? AS BIGINT), CAST(? AS BIGINT) WHERE EXISTS (SELECT 1 FROM bot_leases WHERE lease_key=? AND epoch=?)`),
+			c.ComputerID, c.Revision, c.Size, ms(c.At), c.LeaseKey, c.Epoch)
+		if err != nil {
+			return s.wrap(err)
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return s.wrap(err)
+		} else if n == 0 {
+			return ErrStaleEpoch
+		}
+	} else if _, err := s.db.ExecContext(ctx, s.q(`INSERT INTO checkpoints (computer_id, revision, size, at) VALUES (?,?,?,?)`),
+		c.ComputerID, c.Revision, c.Size, ms(c.At)); err != nil {
 		return s.wrap(err)
 	}
-	_, err = s.db.ExecContext(ctx, s.q(`UPDATE computers SET home_revision=?, updated_at=? WHERE id=? AND home_revision<?`),
+	_, err := s.db.ExecContext(ctx, s.q(`UPDATE computers SET home_revision=?, updated_at=? WHERE id=? AND home_revision<?`),
 		c.Revision, ms(time.Now()), c.ComputerID, c.Revision)
 	return s.wrap(err)
 }

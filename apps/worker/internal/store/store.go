@@ -86,6 +86,9 @@ type StateUpdate struct {
 	Deadline          *time.Time
 	LastError         *string
 	ProviderRef       *string
+	// Provider changes the computer's provider kind (a move to another
+	// kind; set with the new kind's ProviderRef).
+	Provider *string
 }
 
 // Bot is a bot added to a computer.
@@ -143,6 +146,11 @@ type Checkpoint struct {
 	Revision   int64
 	Size       int64
 	At         time.Time
+	// LeaseKey and Epoch fence a checkpoint made for a run: when LeaseKey
+	// is set the write is refused with ErrStaleEpoch unless Epoch is still
+	// that lease's epoch. They are not stored.
+	LeaseKey string
+	Epoch    int64
 }
 
 // Store is the worker's state. Every method is safe for concurrent use.

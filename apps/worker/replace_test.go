@@ -1,0 +1,499 @@
+package main
+
+// Seed 000's acceptance flow through the worker's own providers: a computer
+// made by the worker (local, then docker), the scripted model presses a
+// page's button and uses the shell and file tools; the run's end writes a
+// checkpoint; then the machine is destroyed behind the worker's back, and
+// `recover` boots a replacement through the stale providerRef, into which
+// the worker imports the latest checkpoint before first use: the
+// model-created file, the page's sign-in cookie and its tab come back.
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/open-bot/computer/apps/worker/internal/mockmodel"
+	"github.com/open-bot/computer/apps/worker/internal/providers"
+	"github.com/open-bot/computer/apps/worker/internal/runs"
+)
+
+// Test ranges (HELPERS.md, helper "wire"): displays 420-449, ports
+// 32000-33499. Local machines here take one of 7 slots: displays 420-447,
+// ports 33000-33104 (a slot another test holds is skipped).
+const (
+	replDisplayBase = 420
+	replPortBase    = 33000
+	replSlots       = "7"
+)
+
+// pageProbe is what the test learns from the button page's server.
+type pageProbe interface {
+	Clicked() int
+	SawCookie() bool
+	Forget()
+}
+
+// openDir makes a directory others can traverse (botd's users must reach
+// the homes under it), removed at the end.
+func openDir(t testing.TB, prefix string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", prefix)
+	require.NoError(t, err)
+	require.NoError(t, os.Chmod(dir, 0o755))
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+// buildBotd builds botd into dir.
+func buildBotd(t testing.TB, dir string) string {
+	t.Helper()
+	bin := filepath.Join(dir, "botd")
+	out, err := exec.Command("go", "build", "-o", bin, "github.com/open-bot/computer/apps/botd").CombinedOutput()
+	require.NoError(t, err, "build botd: %s", out)
+	return bin
+}
+
+// envMap is a getenv over m, then the process's environment.
+func envMap(m map[string]string) func(string) string {
+	return func(k string) string {
+		if v, ok := m[k]; ok {
+			return v
+		}
+		return os.Getenv(k)
+	}
+}
+
+// providerWorker is a worker served in-process whose default provider is
+// kind, with one Team computer created through that provider and bot added.
+func providerWorker(t testing.TB, env map[string]string, machines, bot string) *workerEnv {
+	t.Helper()
+	return providerWorkerModel(t, env, machines, bot, "scripted-model")
+}
+
+// providerWorkerModel is providerWorker with a model name.
+func providerWorkerModel(t testing.TB, env map[string]string, machines, bot, model string) *workerEnv {
+	t.Helper()
+	e := &workerEnv{token: "worker-token-0123456789", dataDir: t.TempDir()}
+	w, err := newWorker(t.Context(), serveConfig{DataDir: e.dataDir, Provider: env["WORKER_PROVIDER"], Token: e.token,
+		Model: model, ModelProvider: "botd", Approvals: "decline", MachinesDir: machines,
+		Getenv: envMap(env)}, testLog(t))
+	require.NoError(t, err)
+	srv := httptest.NewServer(w.Handler)
+	t.Cleanup(func() {
+		srv.Close()
+		// Destroy what the test made (the computer and any machine left).
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if e.computer != "" {
+			_, _ = w.Computers.Destroy(ctx, e.computer)
+		}
+		w.Close()
+	})
+	e.url, e.w = srv.URL, w
+	var created struct {
+		Computer struct {
+			ID, State, Provider, LastError string
+		} `json:"computer"`
+		Capability string `json:"capability"`
+	}
+	require.Equal(t, http.StatusCreated, post(t, e.url+"/v1/computers", e.token, map[string]any{"scope": map[string]string{"team": "t1"}}, &created))
+	e.computer, e.capa = created.Computer.ID, created.Capability
+	require.Equal(t, env["WORKER_PROVIDER"], created.Computer.Provider)
+	require.Equal(t, "running", created.Computer.State, "the new computer: %s", created.Computer.LastError)
+	require.Equal(t, http.StatusCreated, e.do(t, "POST", "/bots", map[string]string{"id": bot}, nil))
+	return e
+}
+
+// TestAcceptanceReplaceLocal: the acceptance flow on the local provider; the
+// machine is destroyed behind the worker's back (its botd killed and its
+// directory removed) and recover replaces it from the checkpoint.
+func TestAcceptanceReplaceLocal(t *testing.T) {
+	requireIntegration(t, "codex", "Xvfb", "chromium", "x11vnc", "xfwm4")
+	page := mockmodel.NewButtonPage()
+	pageSrv := httptest.NewServer(page)
+	defer pageSrv.Close()
+	const bot = "alice"
+	model := mockmodel.New(mockmodel.AcceptanceScript(pageSrv.URL+"/", bot)).RequireKey(scriptedKey)
+	modelSrv := httptest.NewServer(model)
+	defer modelSrv.Close()
+
+	dir := openDir(t, "wire-local-")
+	env := map[string]string{
+		"WORKER_PROVIDER": providers.KindLocal, "WORKER_BOTD_BIN": buildBotd(t, dir),
+		"WORKER_LOCAL_DISPLAY_BASE": fmt.Sprint(replDisplayBase), "WORKER_LOCAL_PORT_BASE": fmt.Sprint(replPortBase), "WORKER_LOCAL_SLOTS": replSlots,
+		"MODEL_UPSTREAM_URL": modelSrv.URL + "/v1", "MODEL_API_KEY": scriptedKey,
+		"EGRESS_ALLOW": strings.TrimPrefix(pageSrv.URL, "http://"),
+	}
+	e := providerWorker(t, env, filepath.Join(dir, "machines"), bot)
+	destroy := func(ref string) {
+		require.NoError(t, e.w.setup.Local.Destroy(t.Context(), ref))
+		_, err := os.Stat(filepath.Join(dir, "machines", "computers", ref))
+		require.True(t, os.IsNotExist(err), "the machine's directory is gone")
+	}
+	acceptanceReplace(t, e, page, pageSrv.URL+"/", bot, destroy, nil, false)
+	require.Equal(t, 6, model.Requests())
+}
+
+// TestLiveModelReplace is the same flow with a real vision model on the
+// local provider: `make test-live` with LIVE_MODEL_BASE_URL (an
+// OpenAI-compatible Responses API), LIVE_MODEL_KEY and LIVE_MODEL. Never in
+// CI: without them it skips.
+func TestLiveModelReplace(t *testing.T) {
+	base, key, name := os.Getenv("LIVE_MODEL_BASE_URL"), os.Getenv("LIVE_MODEL_KEY"), os.Getenv("LIVE_MODEL")
+	if base == "" || key == "" || name == "" {
+		t.Skip("set LIVE_MODEL_BASE_URL, LIVE_MODEL_KEY and LIVE_MODEL (make test-live)")
+	}
+	requireIntegration(t, "codex", "Xvfb", "chromium", "x11vnc", "xfwm4")
+	page := mockmodel.NewButtonPage()
+	pageSrv := httptest.NewServer(page)
+	defer pageSrv.Close()
+	dir := openDir(t, "wire-live-")
+	env := map[string]string{
+		"WORKER_PROVIDER": providers.KindLocal, "WORKER_BOTD_BIN": buildBotd(t, dir),
+		"WORKER_LOCAL_DISPLAY_BASE": fmt.Sprint(replDisplayBase), "WORKER_LOCAL_PORT_BASE": fmt.Sprint(replPortBase), "WORKER_LOCAL_SLOTS": replSlots,
+		"MODEL_UPSTREAM_URL": base, "MODEL_API_KEY": key, "EGRESS_ALLOW": strings.TrimPrefix(pageSrv.URL, "http://"),
+	}
+	e := providerWorkerModel(t, env, filepath.Join(dir, "machines"), "alice", name)
+	destroy := func(ref string) { require.NoError(t, e.w.setup.Local.Destroy(t.Context(), ref)) }
+	acceptanceReplace(t, e, page, pageSrv.URL+"/", "alice", destroy, nil, true)
+}
+
+// acceptanceReplace runs the flow on e's computer; destroy removes the
+// machine behind ref without the worker knowing.
+// afterReplace, when set, runs on the replacement's ref before the checks.
+// A live model (live) gets the task in words and may take its own path:
+// only what it must have done is checked.
+func acceptanceReplace(t *testing.T, e *workerEnv, page pageProbe, pageURL, bot string, destroy, afterReplace func(ref string), live bool) {
+	ctx := t.Context()
+	prompt := "Open " + pageURL + " in your browser with open_path, look at the screen and press the big button with computer_act. " +
+		"Then use the shell tool to run [\"sh\",\"-c\",\"id -un > bots/" + bot + "/whoami.txt\"], and use file_write to write " +
+		"\"the button was pressed\\n\" to bots/" + bot + "/result.txt. Finish with a short summary."
+	runID := e.startRun(t, bot, prompt)
+	final, events := waitRun(t, e, runID, 10*time.Minute)
+	require.Equal(t, runs.StatusCompleted, final.Status, "run error: %s; tool calls: %+v", final.Error, final.ToolCalls)
+	var names []string
+	for _, tc := range final.ToolCalls {
+		names = append(names, tc.Tool)
+		require.True(t, live || tc.Success, "%s failed: %s", tc.Tool, tc.Output)
+	}
+	if live {
+		for _, want := range []string{"open_path", "computer_act", "shell", "file_write"} {
+			require.Contains(t, names, want)
+		}
+	} else {
+		require.Equal(t, []string{"computer_observe", "open_path", "computer_act", "shell", "file_write"}, names)
+	}
+	require.GreaterOrEqual(t, page.Clicked(), 1, "the page's server recorded no click")
+	require.Contains(t, events, "checkpoint", "the run's end wrote a checkpoint: %v", events)
+
+	var got struct {
+		Computer struct {
+			LastCheckpoint *struct {
+				Revision, Size int64
+			} `json:"lastCheckpoint"`
+		} `json:"computer"`
+	}
+	require.Equal(t, http.StatusOK, e.do(t, "GET", "", nil, &got))
+	require.NotNil(t, got.Computer.LastCheckpoint)
+	require.Positive(t, got.Computer.LastCheckpoint.Size)
+
+	// The checkpoint closed the browser (botd quiesces it); asked for its
+	// tabs it starts again with the page open. Then an explicit checkpoint
+	// (the route) records the tab and the cookie once more.
+	botd, _, err := e.w.Computers.Botd(ctx, e.computer)
+	require.NoError(t, err)
+	waitTab := func(what string) {
+		t.Helper()
+		deadline := time.Now().Add(90 * time.Second)
+		for {
+			var tabs struct {
+				Pages []string `json:"pages"`
+			}
+			err := botd.Do(ctx, http.MethodGet, "/screens/"+bot+"/browser/pages", nil, &tabs)
+			if err == nil && slices.Contains(tabs.Pages, pageURL) {
+				return
+			}
+			require.True(t, time.Now().Before(deadline), "%s: tabs %v, err %v", what, tabs.Pages, err)
+			time.Sleep(300 * time.Millisecond)
+		}
+	}
+	waitTab("the page's tab after the run's checkpoint")
+	var cp CheckpointAnswer
+	require.Equal(t, http.StatusOK, e.do(t, "POST", "/checkpoint", nil, &cp))
+	require.Greater(t, cp.Revision, got.Computer.LastCheckpoint.Revision)
+	require.Positive(t, cp.Size)
+
+	before, err := e.w.Store.GetComputer(ctx, e.computer)
+	require.NoError(t, err)
+	destroy(before.ProviderRef)
+	page.Forget()
+
+	// The next lifecycle step goes through the stale ref: gone, so a
+	// replacement is made and the checkpoint restored before first use.
+	var rec struct {
+		Computer struct{ State, LastError string } `json:"computer"`
+	}
+	require.Equal(t, http.StatusOK, e.do(t, "POST", "/recover", nil, &rec))
+	require.Equal(t, "running", rec.Computer.State, rec.Computer.LastError)
+	after, err := e.w.Store.GetComputer(ctx, e.computer)
+	require.NoError(t, err)
+	require.NotEqual(t, before.ProviderRef, after.ProviderRef, "the store records the replacement's ref")
+	if afterReplace != nil {
+		afterReplace(after.ProviderRef)
+	}
+
+	botd, _, err = e.w.Computers.Botd(ctx, e.computer)
+	require.NoError(t, err)
+	res, err := botd.ReadFile(ctx, "bots/"+bot+"/result.txt", 1<<20)
+	require.NoError(t, err, "the model-created file came back")
+	require.Equal(t, "the button was pressed\n", string(res))
+	who, err := botd.ReadFile(ctx, "bots/"+bot+"/whoami.txt", 1<<20)
+	require.NoError(t, err)
+	require.Equal(t, "bot\n", string(who))
+
+	// The bot's screen starts on the replacement (through the worker's
+	// tool); its browser brings the tab back, which reloads the page signed
+	// in with the restored cookie.
+	var obs map[string]any
+	require.Equal(t, http.StatusOK, e.do(t, "POST", "/tools/computer_observe", map[string]any{"botId": bot, "args": map[string]any{}}, &obs))
+	waitTab("the tab on the replacement")
+	deadline := time.Now().Add(60 * time.Second)
+	for !page.SawCookie() {
+		require.True(t, time.Now().Before(deadline), "the restored tab did not load the page with the sign-in cookie")
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// CheckpointAnswer is POST /v1/computers/{id}/checkpoint's body.
+type CheckpointAnswer struct {
+	Revision int64     `json:"revision"`
+	Size     int64     `json:"size"`
+	At       time.Time `json:"at"`
+}
+
+// inContainer is the button page and scripted model running inside one
+// docker machine (mockserve), probed with `docker exec`: a container reaches
+// nothing of the host but what it publishes, so the model and the page live
+// on its own loopback.
+type inContainer struct {
+	t         testing.TB
+	dir       string // mockserve and the key, copied into each container
+	cookie    string
+	container string
+}
+
+func (c *inContainer) start(ref string) {
+	t := c.t
+	t.Helper()
+	c.container = ref
+	out, err := exec.Command("docker", "cp", c.dir+"/.", ref+":/opt/mockserve/").CombinedOutput()
+	require.NoError(t, err, "docker cp: %s", out)
+	out, err = exec.Command("docker", "exec", "-d", ref, "/opt/mockserve/mockserve", "-key-file", "/opt/mockserve/key",
+		"-cookie", c.cookie, "-state", "/tmp/mockserve").CombinedOutput()
+	require.NoError(t, err, "docker exec mockserve: %s", out)
+	deadline := time.Now().Add(30 * time.Second)
+	for exec.Command("docker", "exec", ref, "test", "-d", "/tmp/mockserve").Run() != nil {
+		require.True(t, time.Now().Before(deadline), "mockserve did not start in the container")
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func (c *inContainer) read(name string) string {
+	out, _ := exec.Command("docker", "exec", c.container, "cat", "/tmp/mockserve/"+name).Output()
+	return string(out)
+}
+
+func (c *inContainer) Clicked() int {
+	n := 0
+	fmt.Sscanf(c.read("clicks"), "%d", &n)
+	return n
+}
+
+func (c *inContainer) SawCookie() bool {
+	return slices.Contains(strings.Split(c.read("seen"), "\n"), c.cookie)
+}
+
+// Forget: a replacement container starts with an empty record anyway.
+func (c *inContainer) Forget() {}
+
+// TestAcceptanceReplaceDocker: the acceptance flow on the docker provider
+// (the computer image on the real engine); the container and its volume
+// are removed behind the worker's back and recover replaces them from the
+// checkpoint. Under CI=true a missing engine or image fails.
+func TestAcceptanceReplaceDocker(t *testing.T) {
+	if os.Geteuid() != 0 {
+		requireIntegration(t) // root: the engine's socket and the root-only token files
+	}
+	image := envMap(nil)("WORKER_IMAGE")
+	if image == "" {
+		image = providers.DefaultImage
+	}
+	if out, err := exec.Command("docker", "image", "inspect", "--format", "{{.Id}}", image).CombinedOutput(); err != nil {
+		msg := fmt.Sprintf("no Docker engine with image %s (make image): %s", image, strings.TrimSpace(string(out)))
+		if os.Getenv("CI") == "true" {
+			t.Fatal("CI=true but " + msg)
+		}
+		t.Skip(msg)
+	}
+	dir := openDir(t, "wire-docker-")
+	ms := filepath.Join(dir, "mockserve")
+	require.NoError(t, os.Mkdir(ms, 0o755))
+	build := exec.Command("go", "build", "-o", filepath.Join(ms, "mockserve"), "github.com/open-bot/computer/apps/worker/internal/mockmodel/mockserve")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "build mockserve: %s", out)
+	require.NoError(t, os.WriteFile(filepath.Join(ms, "key"), []byte(scriptedKey), 0o600))
+	page := &inContainer{t: t, dir: ms, cookie: mockmodel.NewButtonPage().Cookie}
+
+	const bot = "alice"
+	env := map[string]string{
+		"WORKER_PROVIDER": providers.KindDocker, "WORKER_IMAGE": image,
+		"MODEL_UPSTREAM_URL": "http://127.0.0.1:18080/v1", "MODEL_API_KEY": scriptedKey,
+		"EGRESS_ALLOW": "127.0.0.1:18081",
+	}
+	e := providerWorker(t, env, filepath.Join(dir, "machines"), bot)
+	c, err := e.w.Store.GetComputer(t.Context(), e.computer)
+	require.NoError(t, err)
+	page.start(c.ProviderRef)
+	destroy := func(ref string) {
+		// The machine is gone: container and volume removed by the engine.
+		require.NoError(t, e.w.setup.Docker.Destroy(t.Context(), ref))
+		require.Error(t, exec.Command("docker", "inspect", ref).Run(), "the container is gone")
+	}
+	acceptanceReplace(t, e, page, "http://127.0.0.1:18081/", bot, destroy, page.start, false)
+}
+
+// TestIdleSuspendAndCheckpointFailure, on the local provider: idle
+// suspension checkpoints then stops the machine (the computer stays
+// desired-running) and the next tool call starts it again with its home;
+// a checkpoint whose export fails answers 502 with the reason and keeps the
+// previous checkpoint.
+func TestIdleSuspendAndCheckpointFailure(t *testing.T) {
+	requireIntegration(t, "codex", "Xvfb", "chromium", "x11vnc", "xfwm4")
+	dir := openDir(t, "wire-idle-")
+	env := map[string]string{
+		"WORKER_PROVIDER": providers.KindLocal, "WORKER_BOTD_BIN": buildBotd(t, dir),
+		"WORKER_LOCAL_DISPLAY_BASE": fmt.Sprint(replDisplayBase), "WORKER_LOCAL_PORT_BASE": fmt.Sprint(replPortBase), "WORKER_LOCAL_SLOTS": replSlots,
+	}
+	const bot = "bob"
+	e := providerWorker(t, env, filepath.Join(dir, "machines"), bot)
+	ctx := t.Context()
+	tool := func(name string, args map[string]any) (int, map[string]any) {
+		var out map[string]any
+		code := e.do(t, "POST", "/tools/"+name, map[string]any{"botId": bot, "args": args}, &out)
+		return code, out
+	}
+	code, out := tool("file_write", map[string]any{"path": "bots/" + bot + "/note.txt", "content": "kept while asleep\n"})
+	require.Equal(t, http.StatusOK, code, "%v", out)
+
+	c, err := e.w.Store.GetComputer(ctx, e.computer)
+	require.NoError(t, err)
+	require.Positive(t, e.w.setup.Local.PID(c.ProviderRef), "the machine runs")
+	// Idle for longer than 1 ns: checkpoint, then stop.
+	require.NoError(t, e.w.Computers.SuspendIdle(ctx, time.Nanosecond))
+	c, err = e.w.Store.GetComputer(ctx, e.computer)
+	require.NoError(t, err)
+	require.Equal(t, "stopped", c.ObservedState)
+	require.Equal(t, "running", c.DesiredState, "a suspended computer still wants to run")
+	require.Zero(t, e.w.setup.Local.PID(c.ProviderRef), "the machine is stopped")
+	first, err := e.w.Store.LatestCheckpoint(ctx, e.computer)
+	require.NoError(t, err, "suspension checkpointed first")
+	require.Positive(t, first.Size)
+
+	// The next use starts the same machine (same ref, its home kept).
+	code, out = tool("file_read", map[string]any{"path": "bots/" + bot + "/note.txt"})
+	require.Equal(t, http.StatusOK, code, "%v", out)
+	require.Contains(t, fmt.Sprint(out), "kept while asleep")
+	again, err := e.w.Store.GetComputer(ctx, e.computer)
+	require.NoError(t, err)
+	require.Equal(t, "running", again.ObservedState)
+	require.Equal(t, c.ProviderRef, again.ProviderRef, "woken, not replaced")
+
+	// The machine stops behind the worker's back: the checkpoint's export
+	// fails, the route says so, and the previous checkpoint stays.
+	require.NoError(t, e.w.setup.Local.Stop(ctx, again.ProviderRef))
+	var fail struct {
+		Error struct{ Code, Message string } `json:"error"`
+	}
+	require.Equal(t, http.StatusBadGateway, e.do(t, "POST", "/checkpoint", nil, &fail))
+	require.Contains(t, fail.Error.Message, "the previous one is kept")
+	latest, err := e.w.Store.LatestCheckpoint(ctx, e.computer)
+	require.NoError(t, err)
+	require.Equal(t, first.Revision, latest.Revision)
+}
+
+// testLog is the worker's log in the test's output (shown on failure).
+func testLog(t testing.TB) zerolog.Logger {
+	return zerolog.New(zerolog.ConsoleWriter{Out: testWriter{t}, NoColor: true}).With().Timestamp().Logger()
+}
+
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// TestMoveLocalToDocker: a kind change makes a replacement of the new kind
+// (the old ref never goes to it) that imports the latest checkpoint, made
+// from the old machine just before; the old machine is destroyed.
+func TestMoveLocalToDocker(t *testing.T) {
+	requireIntegration(t, "codex", "Xvfb", "chromium", "x11vnc", "xfwm4")
+	image := os.Getenv("WORKER_IMAGE")
+	if image == "" {
+		image = providers.DefaultImage
+	}
+	if out, err := exec.Command("docker", "image", "inspect", "--format", "{{.Id}}", image).CombinedOutput(); err != nil {
+		msg := fmt.Sprintf("no Docker engine with image %s (make image): %s", image, strings.TrimSpace(string(out)))
+		if os.Getenv("CI") == "true" {
+			t.Fatal("CI=true but " + msg)
+		}
+		t.Skip(msg)
+	}
+	dir := openDir(t, "wire-move-")
+	env := map[string]string{
+		"WORKER_PROVIDER": providers.KindLocal, "WORKER_BOTD_BIN": buildBotd(t, dir), "WORKER_IMAGE": image,
+		"WORKER_LOCAL_DISPLAY_BASE": fmt.Sprint(replDisplayBase), "WORKER_LOCAL_PORT_BASE": fmt.Sprint(replPortBase), "WORKER_LOCAL_SLOTS": replSlots,
+	}
+	const bot = "carol"
+	e := providerWorker(t, env, filepath.Join(dir, "machines"), bot)
+	ctx := t.Context()
+	var out map[string]any
+	require.Equal(t, http.StatusOK, e.do(t, "POST", "/tools/file_write", map[string]any{"botId": bot,
+		"args": map[string]any{"path": "bots/" + bot + "/moved.txt", "content": "made on the local machine\n"}}, &out), "%v", out)
+	before, err := e.w.Store.GetComputer(ctx, e.computer)
+	require.NoError(t, err)
+
+	var moved struct {
+		Computer struct{ Provider, State, LastError string } `json:"computer"`
+	}
+	require.Equal(t, http.StatusOK, e.do(t, "POST", "/move", map[string]string{"provider": "docker"}, &moved))
+	require.Equal(t, "running", moved.Computer.State, moved.Computer.LastError)
+	require.Equal(t, "docker", moved.Computer.Provider)
+	after, err := e.w.Store.GetComputer(ctx, e.computer)
+	require.NoError(t, err)
+	require.NotEqual(t, before.ProviderRef, after.ProviderRef)
+	_, err = os.Stat(filepath.Join(dir, "machines", "computers", before.ProviderRef))
+	require.True(t, os.IsNotExist(err), "the local machine is destroyed")
+
+	require.Equal(t, http.StatusOK, e.do(t, "POST", "/tools/file_read", map[string]any{"botId": bot,
+		"args": map[string]any{"path": "bots/" + bot + "/moved.txt"}}, &out), "%v", out)
+	require.Contains(t, fmt.Sprint(out), "made on the local machine", "the home moved with the checkpoint")
+	var bad struct {
+		Error struct{ Message string } `json:"error"`
+	}
+	require.Equal(t, http.StatusBadRequest, e.do(t, "POST", "/move", map[string]string{"provider": "e2b"}, &bad))
+	require.Contains(t, bad.Error.Message, `"e2b"`)
+}
