@@ -74,11 +74,17 @@ func (rt *redTeam) screenPorts(t testing.TB, id string) (view, control int) {
 // still holds it open after a minute (the server's timeouts are seconds).
 func waitClosed(t testing.TB, c net.Conn, what string) []byte {
 	t.Helper()
+	b, _ := waitClosedErr(t, c, what)
+	return b
+}
+
+func waitClosedErr(t testing.TB, c net.Conn, what string) ([]byte, error) {
+	t.Helper()
 	_ = c.SetReadDeadline(time.Now().Add(time.Minute))
 	b, err := io.ReadAll(c)
 	var ne net.Error
 	require.False(t, errors.As(err, &ne) && ne.Timeout(), "%s: the server still holds the connection open", what)
-	return b
+	return b, err
 }
 
 // limitRows are the rule-6 rows: connection caps, header and handshake
@@ -137,13 +143,18 @@ func (rt *redTeam) limitRows() []rtRow {
 			}
 			for _, l := range listeners {
 				require.True(t, l.up(), "%s does not serve before the attack", l.name)
-				// rtMaxConns connections that send nothing (one trickles a
-				// header a byte at a time), then some past the cap.
+				// More connections than the cap that send nothing (one
+				// trickles a header a byte at a time; SOCKS ones send the
+				// greeting and stop there).
 				var held []net.Conn
-				for i := 0; i < rtMaxConns; i++ {
+				for i := 0; i < rtMaxConns+5; i++ {
 					c, err := net.DialTimeout("tcp", l.addr, 5*time.Second)
 					require.NoError(t, err, l.name)
 					defer c.Close()
+					if !l.http && i > 0 {
+						_, err = c.Write([]byte{5, 1, 0})
+						require.NoError(t, err)
+					}
 					held = append(held, c)
 				}
 				trickle := make(chan error, 1)
@@ -162,27 +173,35 @@ func (rt *redTeam) limitRows() []rtRow {
 					}
 					trickle <- nil
 				}(held[0])
-				for i := 0; i < 3; i++ {
-					c, err := net.DialTimeout("tcp", l.addr, 5*time.Second)
-					require.NoError(t, err, l.name)
-					defer c.Close()
-					if !l.http {
-						_, _ = c.Write([]byte{5, 1, 0})
-					}
-					got := waitClosed(t, c, l.name+" past the cap")
-					if l.http {
-						require.True(t, strings.HasPrefix(string(got), "HTTP/1.1 503"), "%s past the cap: %q", l.name, got)
-					} else {
-						require.Empty(t, got, "socks past the cap answered the greeting")
-					}
+				type end struct {
+					got     []byte
+					timeout bool
+				}
+				ends := make(chan end, len(held))
+				for _, c := range held[1:] {
+					go func(c net.Conn) {
+						_ = c.SetReadDeadline(time.Now().Add(time.Minute))
+						b, err := io.ReadAll(c)
+						var ne net.Error
+						ends <- end{b, errors.As(err, &ne) && ne.Timeout()}
+					}(c)
 				}
 				// The other listeners serve while this one is full.
 				require.True(t, l.other(), "another listener stopped serving while %s was full", l.name)
-				// The held connections are closed by the server's timeouts.
-				for i, c := range held {
-					got := waitClosed(t, c, fmt.Sprintf("%s idle connection %d", l.name, i))
-					require.NotContains(t, string(got), `"ok"`)
+				// Past the cap a connection is refused at once (a 503, or
+				// for SOCKS a close before any reply); the others are closed
+				// by the server's header or handshake timeout.
+				refused := 0
+				for range held[1:] {
+					e := <-ends
+					require.False(t, e.timeout, "%s holds an idle connection open", l.name)
+					require.NotContains(t, string(e.got), `"ok"`)
+					if (l.http && strings.HasPrefix(string(e.got), "HTTP/1.1 503")) || (!l.http && len(e.got) == 0) {
+						refused++
+					}
 				}
+				t.Logf("%s: %d of %d connections refused past the cap", l.name, refused, len(held))
+				require.Positive(t, refused, "%s took %d connections: no cap", l.name, len(held))
 				select {
 				case err := <-trickle:
 					require.Error(t, err, "%s read a header trickled over 80 s", l.name)
@@ -228,7 +247,6 @@ func (rt *redTeam) limitRows() []rtRow {
 				// A client sends nothing on /events: any message closes it.
 				{"/events", 1 << 20, []websocket.StatusCode{websocket.StatusPolicyViolation, websocket.StatusMessageTooBig}},
 				{"/terminal", 2 << 20, []websocket.StatusCode{websocket.StatusMessageTooBig}},
-				{"/screens/" + rt.screenID + "/vnc", 3 << 20, []websocket.StatusCode{websocket.StatusMessageTooBig}},
 				{"/agent", 65 << 20, []websocket.StatusCode{websocket.StatusMessageTooBig}},
 			} {
 				c, _, err := websocket.Dial(ctx, "ws://"+rt.d.addr+ws.path, &websocket.DialOptions{HTTPHeader: auth, Subprotocols: []string{"binary"}})
@@ -243,6 +261,19 @@ func (rt *redTeam) limitRows() []rtRow {
 				c.CloseNow()
 				require.Contains(t, ws.want, websocket.CloseStatus(rerr), "%s: %v", ws.path, rerr)
 			}
+			// The RFB relay: after the handshake, one ClientCutText over the
+			// relay's limit (refused as too big, or as bad RFB).
+			vc, _, err := websocket.Dial(ctx, "ws://"+rt.d.addr+"/screens/"+rt.screenID+"/vnc", &websocket.DialOptions{HTTPHeader: auth, Subprotocols: []string{"binary"}})
+			require.NoError(t, err)
+			nc := websocket.NetConn(ctx, vc, websocket.MessageBinary)
+			rfbGreet(t, nc)
+			cut := make([]byte, 8+(3<<20))
+			cut[0] = 6
+			binary.BigEndian.PutUint32(cut[4:], 3<<20)
+			go func() { _ = vc.Write(ctx, websocket.MessageBinary, cut) }()
+			_, err = io.Copy(io.Discard, nc)
+			vc.CloseNow()
+			require.Contains(t, []websocket.StatusCode{websocket.StatusMessageTooBig, websocket.StatusPolicyViolation}, websocket.CloseStatus(err), "vnc: %v", err)
 			// botd still serves.
 			status, body = rt.call("GET", "/screens", nil)
 			require.Equal(t, http.StatusOK, status, string(body))
