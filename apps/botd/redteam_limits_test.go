@@ -425,20 +425,32 @@ func (rt *redTeam) moreRows() []rtRow {
 			status, body = rt.call("GET", "/files?path=own2", nil)
 			require.Equal(t, http.StatusOK, status, string(body))
 		}},
-		{"a socket planted at /tmp/.X11-unix/X<N> is never used", "bot", func(t *testing.T) {
+		{"an X socket or a plain X lock bot planted is never used, and bot plants nothing in a runtime dir", "bot", func(t *testing.T) {
 			sock := fmt.Sprintf("/tmp/.X11-unix/X%d", rtDisplayBase+1)
-			if _, err := os.Lstat(sock); err == nil {
-				t.Fatalf("%s exists before the attack", sock)
+			lock := fmt.Sprintf("/tmp/.X%d-lock", rtDisplayBase+2)
+			for _, p := range []string{sock, lock} {
+				if _, err := os.Lstat(p); err == nil {
+					t.Fatalf("%s exists before the attack", p)
+				}
 			}
 			code, out := asUser(t, "bot", "python3", "-c", "import socket,sys\nsocket.socket(socket.AF_UNIX).bind(sys.argv[1])", sock)
 			require.Equal(t, 0, code, out)
 			defer os.Remove(sock)
+			code, out = asUser(t, "bot", "sh", "-c", "echo garbage > "+lock)
+			require.Equal(t, 0, code, out)
+			defer os.Remove(lock)
+			// A fake x11vnc socket (or anything else) in the screen's
+			// runtime directory.
+			code, out = asUser(t, "bot", "python3", "-c", "import socket,sys\nsocket.socket(socket.AF_UNIX).bind(sys.argv[1])",
+				fmt.Sprintf("/run/botd-screens/%d/fake", rtDisplayBase))
+			require.NotEqual(t, 0, code, "bot planted a socket in a screen's runtime directory: %s", out)
 			defer rt.call("POST", "/screens/rt-sock/stop", nil)
 			status, body := rt.call("POST", "/screens/rt-sock/start", nil)
 			require.Equal(t, http.StatusOK, status, string(body))
 			in := rt.screen(t, "rt-sock")
 			require.NotNil(t, in.Slot)
 			require.NotEqual(t, 1, *in.Slot, "the screen took the display whose socket bot planted")
+			require.NotEqual(t, 2, *in.Slot, "the screen took the display whose lock bot planted")
 			st, err := os.Lstat(sock)
 			require.NoError(t, err)
 			require.EqualValues(t, 60101, st.Sys().(*syscall.Stat_t).Uid, "the planted socket was replaced")
