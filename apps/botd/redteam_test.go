@@ -95,6 +95,7 @@ func startRedTeam(t *testing.T) *redTeam {
 		"SOCKS_LISTEN="+rt.socks, "DISPLAY_BASE="+strconv.Itoa(rtDisplayBase), "VIEW_PORT_BASE="+strconv.Itoa(rtViewPortBase),
 		"MODEL_UPSTREAM_URL="+model.URL+"/v1", "MODEL_API_KEY="+rt.key,
 		"EGRESS_ALLOW="+strings.TrimPrefix(rt.page.URL, "http://"), "MAX_SCREENS=4",
+		"BOTD_MAX_CONNS="+strconv.Itoa(rtMaxConns),
 		// How a key reached Codex before the model proxy (botd now ignores
 		// it): a build that still honours it fails the key row.
 		"CODEX_ENV_PASS=MODEL_API_KEY",
@@ -311,10 +312,7 @@ func TestRedTeam(t *testing.T) {
 	runDir := fmt.Sprintf("/run/botd-screens/%d", rtDisplayBase)
 	botdPort, _ := strconv.Atoi(rt.d.addr[strings.LastIndex(rt.d.addr, ":")+1:])
 
-	rows := []struct {
-		name, position string
-		attack         func(t *testing.T)
-	}{
+	rows := []rtRow{
 		{"x11vnc listens on no TCP port", "network", func(t *testing.T) {
 			pids := pidsOf("x11vnc", runDir)
 			require.NotEmpty(t, pids, "no x11vnc for the screen")
@@ -520,6 +518,9 @@ func TestRedTeam(t *testing.T) {
 			}
 		}},
 	}
+	rows = append(rows, rt.moreRows()...)
+	// Last: they hold botd's listeners full for a while.
+	rows = append(rows, rt.limitRows()...)
 	for _, row := range rows {
 		t.Run(row.position+": "+row.name, row.attack)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/open-bot/computer/apps/botd/internal/execsvc"
 	"github.com/open-bot/computer/apps/botd/internal/files"
 	"github.com/open-bot/computer/apps/botd/internal/health"
+	"github.com/open-bot/computer/apps/botd/internal/httpx"
 	"github.com/open-bot/computer/apps/botd/internal/modelproxy"
 	"github.com/open-bot/computer/apps/botd/internal/osuser"
 	"github.com/open-bot/computer/apps/botd/internal/screen"
@@ -81,7 +82,7 @@ func run(ctx context.Context, cfg config.Config) error {
 	var prov *agent.Provider
 	var codexEnv []string
 	if cfg.ModelUpstream != "" {
-		mp, err := modelproxy.Start(modelproxy.Options{Listen: cfg.ModelProxyListen, Upstream: cfg.ModelUpstream, Key: cfg.ModelKey, Log: log})
+		mp, err := modelproxy.Start(modelproxy.Options{Listen: cfg.ModelProxyListen, MaxConns: cfg.MaxConns, Upstream: cfg.ModelUpstream, Key: cfg.ModelKey, Log: log})
 		if err != nil {
 			return err
 		}
@@ -112,7 +113,7 @@ func run(ctx context.Context, cfg config.Config) error {
 
 	// The SOCKS5 egress proxy, after Codex and before listening (its /egress
 	// tunnel route is mounted with the others below).
-	egressProxy, err := egress.New(egress.Options{Addr: cfg.SocksAddr, Mode: cfg.EgressMode, Allow: cfg.EgressAllow, Log: log, Hub: hub, Model: model})
+	egressProxy, err := egress.New(egress.Options{Addr: cfg.SocksAddr, MaxConns: cfg.MaxConns, Mode: cfg.EgressMode, Allow: cfg.EgressAllow, Log: log, Hub: hub, Model: model})
 	if err != nil {
 		return err
 	}
@@ -158,7 +159,7 @@ func run(ctx context.Context, cfg config.Config) error {
 	// Human takeover: each screen's x11vnc over ws /screens/{id}/vnc and its
 	// own view/control ports (on the API's host), signed viewer links, the
 	// noVNC viewer page. Viewers close when their screen stops.
-	viewers := vnc.New(vnc.Options{Screens: screens, Token: cfg.Token, Authorized: srv.Authorized, ListenHost: listenHost, Log: log})
+	viewers := vnc.New(vnc.Options{Screens: screens, MaxConns: cfg.MaxConns, Token: cfg.Token, Authorized: srv.Authorized, ListenHost: listenHost, Log: log})
 	defer viewers.Close()
 	viewers.Routes(srv.Mux())
 	srv.AllowSelfAuth(viewers.SelfAuth)
@@ -169,9 +170,12 @@ func run(ctx context.Context, cfg config.Config) error {
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
-	// Idle keep-alive connections are closed after two minutes: none is
-	// held forever.
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
+	// Idle keep-alive connections are closed after two minutes, headers
+	// must arrive within ten seconds, and past BOTD_MAX_CONNS open
+	// connections a new one gets a 503: none is held forever, and no client
+	// starves the others.
+	ln = httpx.LimitListener(ln, cfg.MaxConns, true)
+	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: httpx.ReadHeaderTimeout, IdleTimeout: httpx.IdleTimeout, MaxHeaderBytes: httpx.MaxHeaderBytes}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- hs.Serve(ln) }()
 	log.Info().Str("component", "botd").Str("listen", ln.Addr().String()).Int64("elapsed_ms", time.Since(started).Milliseconds()).Msg("botd listening")

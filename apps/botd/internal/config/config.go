@@ -65,6 +65,10 @@ type Config struct {
 	// DesktopUser and BotUser name the two unprivileged users.
 	DesktopUser string
 	BotUser     string
+	// MaxConns caps each listener's open connections: the API, every
+	// screen's view and control port, the model proxy and the SOCKS proxy
+	// (BOTD_MAX_CONNS, default 512). Past it a connection is refused at once.
+	MaxConns int
 	// LogLevel is zerolog's level (BOTD_LOG_LEVEL, default info).
 	LogLevel string
 }
@@ -108,6 +112,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		DisplayBase:       num("DISPLAY_BASE", 10),
 		ViewPortBase:      num("VIEW_PORT_BASE", 6080),
 		MaxScreens:        num("MAX_SCREENS", 4),
+		MaxConns:          num("BOTD_MAX_CONNS", 512),
 		ScreenIdle:        time.Duration(num("SCREEN_IDLE_MINUTES", 20)) * time.Minute,
 		DesktopUser:       str("BOTD_DESKTOP_USER", "desktop"),
 		BotUser:           str("BOTD_BOT_USER", "bot"),
@@ -154,6 +159,9 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	}
 	if c.MaxScreens < 1 || c.MaxScreens > 32 {
 		errs = append(errs, fmt.Errorf("MAX_SCREENS: want 1..32, got %d", c.MaxScreens))
+	}
+	if c.MaxConns < 1 {
+		errs = append(errs, fmt.Errorf("BOTD_MAX_CONNS: want at least 1, got %d", c.MaxConns))
 	}
 	if !filepath.IsAbs(c.Home) {
 		errs = append(errs, fmt.Errorf("BOTD_HOME: want an absolute path, got %q", c.Home))

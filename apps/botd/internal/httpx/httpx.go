@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"time"
 
 	"github.com/open-bot/computer/pkg/shared"
 )
@@ -46,6 +47,8 @@ func DecodeJSON(w http.ResponseWriter, r *http.Request, v any, limit int64) erro
 	if limit <= 0 {
 		limit = MaxJSONBody
 	}
+	// A body trickled in slowly holds a handler no longer than BodyTimeout.
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(BodyTimeout))
 	body := http.MaxBytesReader(w, r.Body, limit)
 	dec := json.NewDecoder(body)
 	dec.DisallowUnknownFields()

@@ -16,9 +16,10 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strings"
-	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/open-bot/computer/apps/botd/internal/httpx"
 )
 
 // TokenEnv is the variable Codex reads the per-boot token from (the
@@ -39,7 +40,9 @@ type Options struct {
 	Upstream string
 	// Key is the provider's API key. Never logged.
 	Key string
-	Log zerolog.Logger
+	// MaxConns caps open connections (httpx.DefaultMaxConns when 0).
+	MaxConns int
+	Log      zerolog.Logger
 }
 
 // Proxy is a running model proxy.
@@ -78,6 +81,7 @@ func Start(o Options) (*Proxy, error) {
 		return nil, fmt.Errorf("model proxy: %w", err)
 	}
 	p.ln = ln
+	ln = httpx.LimitListener(ln, o.MaxConns, true)
 	log := o.Log.With().Str("component", "modelproxy").Logger()
 	base := strings.TrimSuffix(up.Path, "/")
 	rp := &httputil.ReverseProxy{
@@ -111,9 +115,9 @@ func Start(o Options) (*Proxy, error) {
 			r.Body = http.MaxBytesReader(w, r.Body, maxBody)
 			rp.ServeHTTP(w, r)
 		}),
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
+		ReadHeaderTimeout: httpx.ReadHeaderTimeout,
+		IdleTimeout:       httpx.IdleTimeout,
+		MaxHeaderBytes:    httpx.MaxHeaderBytes,
 	}
 	go func() { _ = p.srv.Serve(ln) }()
 	log.Info().Str("listen", ln.Addr().String()).Msg("model proxy listening")

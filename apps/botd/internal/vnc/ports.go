@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/open-bot/computer/apps/botd/internal/httpx"
 	"github.com/open-bot/computer/pkg/shared"
@@ -53,7 +52,8 @@ func (s *Server) openPorts(id string) error {
 			errs = append(errs, fmt.Errorf("%s port: %w", l.mode, err))
 			break
 		}
-		hs := &http.Server{Handler: s.portHandler(id, l.mode), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
+		ln = httpx.LimitListener(ln, s.o.MaxConns, true)
+		hs := &http.Server{Handler: s.portHandler(id, l.mode), ReadHeaderTimeout: httpx.ReadHeaderTimeout, IdleTimeout: httpx.IdleTimeout, MaxHeaderBytes: httpx.MaxHeaderBytes}
 		p.servers = append(p.servers, hs)
 		go func() { _ = hs.Serve(ln) }()
 		s.log.Debug().Str("screen", id).Str("mode", string(l.mode)).Str("listen", ln.Addr().String()).Msg("viewer port open")

@@ -70,6 +70,9 @@ type Options struct {
 	// ListenHost is the host the per-screen view and control ports bind
 	// (the API's host; "" is every interface).
 	ListenHost string
+	// MaxConns caps each view and control port's open connections
+	// (httpx.DefaultMaxConns when 0).
+	MaxConns int
 	// NoVNCDir holds noVNC's core/ and vendor/ (default /usr/share/novnc).
 	NoVNCDir string
 	Log      zerolog.Logger
