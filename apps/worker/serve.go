@@ -239,7 +239,7 @@ func newWorker(ctx context.Context, c serveConfig, log zerolog.Logger) (*worker,
 	}
 	tk := takeover.New(takeover.Options{Computers: comps, Store: st, Log: log.With().Str("sub", "takeover").Logger()})
 	m := runs.NewManager(runs.Options{Store: st, Computers: comps, Model: c.Model, ModelProvider: c.ModelProvider,
-		Approvals: runs.ApprovalPolicy(c.Approvals), Log: log.With().Str("sub", "runs").Logger(), TakeoverLink: tk.ForRun})
+		Approvals: runs.ApprovalPolicy(c.Approvals), Log: log.With().Str("sub", "runs").Logger(), TakeoverLink: tk.ForRun, TakeoverDone: tk.Done})
 	tk.SetRuns(m)
 	// Runs first: none a previous worker left may stay running; then
 	// machines are reconnected (in the background: a slow provider must not

@@ -260,6 +260,11 @@ func TestTakeoverAndBotdEvents(t *testing.T) {
 				{Tool: "request_takeover", Args: map[string]any{"reason": "please sign in for me"}},
 				{Tool: "computer_observe", Args: map[string]any{}},
 			}
+		case 3: // asks for a person; the caller resumes it instead
+			steps = []mockmodel.Step{
+				{Tool: "request_takeover", Args: map[string]any{"reason": "decide for me"}},
+				{Tool: "computer_observe", Args: map[string]any{}},
+			}
 		case 2: // opens a page that submits an application, then waits
 			steps = []mockmodel.Step{
 				{Tool: "open_path", Args: map[string]any{"target": page.srv.URL + "/?apply=1"}},
@@ -420,6 +425,24 @@ func TestTakeoverAndBotdEvents(t *testing.T) {
 		require.Equal(t, http.StatusOK, status)
 		status, _, _ = takeoverCall(t, e, "DELETE", "bob", "")
 		require.Equal(t, http.StatusOK, status)
+	})
+
+	t.Run("resume ends the grant", func(t *testing.T) {
+		phase.Store(3)
+		id := e.startRun(t, "alice", "Ask a person to decide.")
+		sse := followSSE(t, e, id)
+		ev := sse.wait(t, "waiting_takeover", 2*time.Minute, func(ev sseEvent) bool {
+			return ev.Type == "status" && ev.Data["status"] == string(runs.StatusWaitingTakeover)
+		})
+		link, _ := ev.Data["controlUrl"].(string)
+		rfb := connectControl(t, link)
+		require.Equal(t, http.StatusOK, e.do(t, "POST", "/runs/"+id+"/resume", nil, nil))
+		require.Error(t, rfb.drain(20*time.Second), "resuming the run ends the person's control")
+		final, _ := waitRun(t, e, id, 3*time.Minute)
+		require.Equal(t, runs.StatusCompleted, final.Status)
+		require.Len(t, final.ToolCalls, 2)
+		require.True(t, final.ToolCalls[1].Success, "the run had its screen back: %s", final.ToolCalls[1].Output)
+		require.False(t, e.w.People.Takeover.InControl(e.computer, "alice"))
 	})
 
 	t.Run("botd events", func(t *testing.T) {

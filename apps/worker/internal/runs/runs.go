@@ -82,6 +82,10 @@ type Options struct {
 	// (request_takeover): it takes the bot's screen for a person and returns
 	// the control link the run's event carries (see internal/takeover).
 	TakeoverLink func(ctx context.Context, computerID, botID, screen string) (url string, expiresAt time.Time, err error)
+	// TakeoverDone, when set, is called when the wait ends (the person
+	// released, or the run was resumed or stopped): the person's hold on the
+	// screen ends so the run can use it again.
+	TakeoverDone func(ctx context.Context, computerID, botID string)
 }
 
 // Manager holds the live runs of this worker process (the store holds all).
@@ -782,6 +786,13 @@ func (r *Run) waitTakeover(ctx context.Context, screen, reason string) error {
 		}
 	}
 	r.emit("status", ev)
+	if done := r.m.o.TakeoverDone; done != nil {
+		defer func() {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			defer cancel()
+			done(dctx, r.computerID, r.botID)
+		}()
+	}
 	select {
 	case <-ch:
 		r.mu.Lock()

@@ -208,6 +208,16 @@ func (s *Service) grant(ctx context.Context, computerID, botID, screen, base str
 	return Link{URL: strings.TrimRight(base, "/") + Prefix + tok, ExpiresAt: exp}, nil
 }
 
+// Done is the runs.Options.TakeoverDone hook: the run stopped waiting, so
+// the person's grant on the bot (if any is left) ends.
+func (s *Service) Done(ctx context.Context, computerID, botID string) {
+	botd, _, err := s.o.Computers.Botd(ctx, computerID)
+	if err != nil {
+		return
+	}
+	s.end(ctx, botd, computerID, botID)
+}
+
 // Release hands bot botID's screen back: botd's user lease is released,
 // the grant's control connections close, and a run waiting for a person
 // continues. Releasing when nobody holds control still resumes such a run.
