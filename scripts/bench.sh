@@ -82,6 +82,9 @@ BENCHES=(
   # checkpoint, 64 MiB + 2,000 files) to the first computer_observe through
   # the worker, p50 of 3, local and docker (docker needs the image).
   "./apps/worker|^BenchmarkReplacement$|1x"
+  # issue 15: takeover request -> worker control link -> first full frame
+  # through the worker's relay (p50, max).
+  "./apps/worker|^BenchmarkTakeoverFirstFrame$|1x"
 )
 
 # Print "Benchmark...  value unit  value unit ..." lines as a table. The awk
