@@ -491,6 +491,22 @@ func TestMoveLocalToDocker(t *testing.T) {
 	require.Equal(t, http.StatusOK, e.do(t, "POST", "/tools/file_read", map[string]any{"botId": bot,
 		"args": map[string]any{"path": "bots/" + bot + "/moved.txt"}}, &out), "%v", out)
 	require.Contains(t, fmt.Sprint(out), "made on the local machine", "the home moved with the checkpoint")
+
+	// The docker machine is removed behind the worker's back; the health
+	// sweep notices, and the next tool call replaces it from the checkpoint.
+	require.NoError(t, e.w.setup.Docker.Destroy(ctx, after.ProviderRef))
+	e.w.Computers.CheckMachines(ctx)
+	gone, err := e.w.Store.GetComputer(ctx, e.computer)
+	require.NoError(t, err)
+	require.Equal(t, "error", gone.ObservedState)
+	require.Contains(t, gone.LastError, "stopped answering")
+	require.Equal(t, http.StatusOK, e.do(t, "POST", "/tools/file_read", map[string]any{"botId": bot,
+		"args": map[string]any{"path": "bots/" + bot + "/moved.txt"}}, &out), "%v", out)
+	require.Contains(t, fmt.Sprint(out), "made on the local machine", "the next use replaced the machine and restored the home")
+	again, err := e.w.Store.GetComputer(ctx, e.computer)
+	require.NoError(t, err)
+	require.Equal(t, "running", again.ObservedState)
+	require.NotEqual(t, after.ProviderRef, again.ProviderRef)
 	var bad struct {
 		Error struct{ Message string } `json:"error"`
 	}
