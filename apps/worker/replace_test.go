@@ -27,6 +27,7 @@ import (
 	"github.com/open-bot/computer/apps/worker/internal/mockmodel"
 	"github.com/open-bot/computer/apps/worker/internal/providers"
 	"github.com/open-bot/computer/apps/worker/internal/runs"
+	"github.com/open-bot/computer/apps/worker/internal/store"
 )
 
 // Test ranges (HELPERS.md, helper "wire"): displays 420-449, ports
@@ -432,6 +433,18 @@ func TestIdleSuspendAndCheckpointFailure(t *testing.T) {
 	latest, err := e.w.Store.LatestCheckpoint(ctx, e.computer)
 	require.NoError(t, err)
 	require.Equal(t, first.Revision, latest.Revision)
+
+	// A destroy that a crash cut short (the store says destroyed, the
+	// machine's directory is still there): reconcile lists the local
+	// provider's machines and destroys it.
+	destroyed := "destroyed"
+	_, err = e.w.Store.UpdateComputer(ctx, e.computer, store.StateUpdate{Desired: &destroyed, Observed: &destroyed})
+	require.NoError(t, err)
+	machineDir := filepath.Join(dir, "machines", "computers", again.ProviderRef)
+	require.DirExists(t, machineDir)
+	require.NoError(t, e.w.Computers.ReconcileMachines(ctx))
+	require.NoDirExists(t, machineDir, "reconcile destroyed the machine of a destroyed computer")
+	e.computer = "" // nothing left for the cleanup to destroy
 }
 
 // testLog is the worker's log in the test's output (shown on failure).
