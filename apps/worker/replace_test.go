@@ -27,6 +27,7 @@ import (
 	"github.com/open-bot/computer/apps/worker/internal/mockmodel"
 	"github.com/open-bot/computer/apps/worker/internal/providers"
 	"github.com/open-bot/computer/apps/worker/internal/runs"
+	"github.com/open-bot/computer/apps/worker/internal/store"
 )
 
 // Test ranges (HELPERS.md, helper "wire"): displays 420-449, ports
@@ -432,6 +433,18 @@ func TestIdleSuspendAndCheckpointFailure(t *testing.T) {
 	latest, err := e.w.Store.LatestCheckpoint(ctx, e.computer)
 	require.NoError(t, err)
 	require.Equal(t, first.Revision, latest.Revision)
+
+	// A destroy that a crash cut short (the store says destroyed, the
+	// machine's directory is still there): reconcile lists the local
+	// provider's machines and destroys it.
+	destroyed := "destroyed"
+	_, err = e.w.Store.UpdateComputer(ctx, e.computer, store.StateUpdate{Desired: &destroyed, Observed: &destroyed})
+	require.NoError(t, err)
+	machineDir := filepath.Join(dir, "machines", "computers", again.ProviderRef)
+	require.DirExists(t, machineDir)
+	require.NoError(t, e.w.Computers.ReconcileMachines(ctx))
+	require.NoDirExists(t, machineDir, "reconcile destroyed the machine of a destroyed computer")
+	e.computer = "" // nothing left for the cleanup to destroy
 }
 
 // testLog is the worker's log in the test's output (shown on failure).
@@ -491,6 +504,22 @@ func TestMoveLocalToDocker(t *testing.T) {
 	require.Equal(t, http.StatusOK, e.do(t, "POST", "/tools/file_read", map[string]any{"botId": bot,
 		"args": map[string]any{"path": "bots/" + bot + "/moved.txt"}}, &out), "%v", out)
 	require.Contains(t, fmt.Sprint(out), "made on the local machine", "the home moved with the checkpoint")
+
+	// The docker machine is removed behind the worker's back; the health
+	// sweep notices, and the next tool call replaces it from the checkpoint.
+	require.NoError(t, e.w.setup.Docker.Destroy(ctx, after.ProviderRef))
+	e.w.Computers.CheckMachines(ctx)
+	gone, err := e.w.Store.GetComputer(ctx, e.computer)
+	require.NoError(t, err)
+	require.Equal(t, "error", gone.ObservedState)
+	require.Contains(t, gone.LastError, "stopped answering")
+	require.Equal(t, http.StatusOK, e.do(t, "POST", "/tools/file_read", map[string]any{"botId": bot,
+		"args": map[string]any{"path": "bots/" + bot + "/moved.txt"}}, &out), "%v", out)
+	require.Contains(t, fmt.Sprint(out), "made on the local machine", "the next use replaced the machine and restored the home")
+	again, err := e.w.Store.GetComputer(ctx, e.computer)
+	require.NoError(t, err)
+	require.Equal(t, "running", again.ObservedState)
+	require.NotEqual(t, after.ProviderRef, again.ProviderRef)
 	var bad struct {
 		Error struct{ Message string } `json:"error"`
 	}

@@ -531,6 +531,7 @@ func (s *Service) Watch(ctx context.Context, every time.Duration) {
 			if err := s.SweepDeadlines(ctx); err != nil {
 				s.o.Log.Warn().Err(err).Msg("sweep computer deadlines")
 			}
+			s.CheckMachines(ctx)
 			if err := s.SuspendIdle(ctx, s.o.IdleAfter); err != nil {
 				s.o.Log.Warn().Err(err).Msg("suspend idle computers")
 			}

@@ -349,3 +349,30 @@ func (s *Service) Move(ctx context.Context, id, kind string) (View, error) {
 	c, err = s.o.Store.GetComputer(ctx, id)
 	return ViewOf(c), err
 }
+
+// CheckMachines asks every machine this process holds for its health; one
+// that does not answer is dropped and its computer marked error with the
+// reason, so the next use reconnects it — or, when it is gone (removed
+// behind the worker's back), replaces it from the latest checkpoint.
+func (s *Service) CheckMachines(ctx context.Context) {
+	s.mu.Lock()
+	held := make(map[string]providers.Machine, len(s.machines))
+	for id, m := range s.machines {
+		held[id] = m
+	}
+	s.mu.Unlock()
+	for id, m := range held {
+		hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := m.Botd().Health(hctx)
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			continue
+		}
+		s.mu.Lock()
+		if s.machines[id] == m {
+			delete(s.machines, id)
+		}
+		s.mu.Unlock()
+		s.fail(id, fmt.Errorf("the machine stopped answering (%v); the next use reconnects or replaces it", err))
+	}
+}
