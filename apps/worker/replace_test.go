@@ -368,6 +368,12 @@ func TestAcceptanceReplaceDocker(t *testing.T) {
 	c, err := e.w.Store.GetComputer(t.Context(), e.computer)
 	require.NoError(t, err)
 	page.start(c.ProviderRef)
+	// Secrets reach the machine as root-only files, never in the container's
+	// configuration that `docker inspect` shows to anyone using the engine.
+	inspect, err := exec.Command("docker", "inspect", c.ProviderRef).CombinedOutput()
+	require.NoError(t, err, "%s", inspect)
+	require.NotContains(t, string(inspect), scriptedKey, "the model key is in docker inspect")
+	require.Contains(t, string(inspect), "MODEL_API_KEY_FILE=")
 	destroy := func(ref string) {
 		// The machine is gone: container and volume removed by the engine.
 		require.NoError(t, e.w.setup.Docker.Destroy(t.Context(), ref))

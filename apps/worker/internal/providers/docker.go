@@ -45,6 +45,9 @@ const (
 	containerAPIPort   = 7000
 	containerViewBase  = 6080
 	containerTokenPath = "/run/secrets/botd_token"
+	// containerModelKeyPath is where the model provider's key is mounted
+	// (root's 0600 file, MODEL_API_KEY_FILE), never an env var.
+	containerModelKeyPath = "/run/secrets/model_api_key"
 )
 
 // DockerOptions configures the docker provider.
@@ -226,8 +229,24 @@ func (d *Docker) Provision(ctx context.Context, spec Spec) (string, error) {
 		"BOTD_TOKEN_FILE=" + containerTokenPath,
 		"MAX_SCREENS=" + strconv.Itoa(d.o.MaxScreens),
 	}
+	mounts := []mount.Mount{
+		{Type: mount.TypeVolume, Source: volumeName(machine), Target: "/home"},
+		{Type: mount.TypeBind, Source: tokenFile, Target: containerTokenPath, ReadOnly: true},
+	}
 	for _, kv := range d.o.Env {
-		if !strings.HasPrefix(kv, "BOTD_TOKEN=") {
+		switch {
+		case strings.HasPrefix(kv, "BOTD_TOKEN="):
+		case strings.HasPrefix(kv, "MODEL_API_KEY="):
+			// The provider's key goes in as a root-only file like the
+			// token: a container's environment is shown by `docker
+			// inspect` to anyone who may use the engine.
+			keyFile := filepath.Join(dir, "model_api_key")
+			if err := writeSecret(keyFile, strings.TrimPrefix(kv, "MODEL_API_KEY=")); err != nil {
+				return undo(fmt.Errorf("docker provider: %w", err))
+			}
+			mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: keyFile, Target: containerModelKeyPath, ReadOnly: true})
+			env = append(env, "MODEL_API_KEY_FILE="+containerModelKeyPath)
+		default:
 			env = append(env, kv)
 		}
 	}
@@ -241,10 +260,7 @@ func (d *Docker) Provision(ctx context.Context, spec Spec) (string, error) {
 			},
 			HostConfig: &container.HostConfig{
 				PortBindings: bindings,
-				Mounts: []mount.Mount{
-					{Type: mount.TypeVolume, Source: volumeName(machine), Target: "/home"},
-					{Type: mount.TypeBind, Source: tokenFile, Target: containerTokenPath, ReadOnly: true},
-				},
+				Mounts:       mounts,
 				// A fresh /tmp at every start: no X lock or socket of the last
 				// run survives a stop, and the X socket dir is 1777 whatever
 				// the image's botd makes of it.
