@@ -20,16 +20,20 @@ import (
 
 // TestApprovalsThroughCodex: with WORKER_APPROVAL_POLICY=untrusted, real
 // Codex asks the worker before its own built-in command tool runs a command
-// the scripted model asked for; WORKER_APPROVALS decides. Declined, the
+// the scripted model asked for (even ls); WORKER_APPROVALS decides. Declined, the
 // command never runs (no marker file in the bot's folder, the run's events
 // carry the declined approval); accepted, it runs and the marker is there.
 func TestApprovalsThroughCodex(t *testing.T) {
 	var mu sync.Mutex
 	var seen []string
+	command := "" // the command the model runs (guarded by mu)
 	var model *mockmodel.Server
 	model = mockmodel.New(func(outs []mockmodel.Output) mockmodel.Step {
 		if len(outs) == 0 {
-			return execStep(t, model.Tools(), "touch approval-marker")
+			mu.Lock()
+			cmd := command
+			mu.Unlock()
+			return execStep(t, model.Tools(), cmd)
 		}
 		mu.Lock()
 		for _, o := range outs {
@@ -44,17 +48,22 @@ func TestApprovalsThroughCodex(t *testing.T) {
 	bc := client.New(c.url, c.token, nil)
 
 	for _, tc := range []struct {
-		askFor, answer, bot string
-		asked, ran          bool
-		modelSees           string
+		askFor, answer, bot, cmd string
+		asked, ran               bool
+		modelSees                string
 	}{
-		{runs.AskUntrusted, "decline", "dora", true, false, "rejected"},
-		{runs.AskUntrusted, "accept", "erin", true, true, "exited with code 0"},
+		{runs.AskUntrusted, "decline", "dora", "touch approval-marker", true, false, "rejected"},
+		{runs.AskUntrusted, "accept", "erin", "touch approval-marker", true, true, "exited with code 0"},
+		// Even a read-only command is asked about (Codex 0.171's exec_command).
+		{runs.AskUntrusted, "decline", "gus", "ls", true, false, "rejected"},
 		// The default: Codex never asks, so WORKER_APPROVALS has no say
 		// and the command runs.
-		{runs.AskNever, "decline", "fay", false, true, "exited with code 0"},
+		{runs.AskNever, "decline", "fay", "touch approval-marker", false, true, "exited with code 0"},
 	} {
-		t.Run(tc.askFor+"/"+tc.answer, func(t *testing.T) {
+		t.Run(tc.askFor+"/"+tc.answer+"/"+strings.Fields(tc.cmd)[0], func(t *testing.T) {
+			mu.Lock()
+			command = tc.cmd
+			mu.Unlock()
 			env := startWorkerWith(t, c, "scripted-model", func(cfg *serveConfig) {
 				cfg.Approvals, cfg.AskFor = tc.answer, tc.askFor
 			}, tc.bot)

@@ -61,8 +61,8 @@ type ApprovalPolicy string
 const (
 	// AskNever: Codex runs its built-in commands without asking.
 	AskNever = "never"
-	// AskUntrusted: Codex asks before every command it does not know to be
-	// read-only, and Approvals answers.
+	// AskUntrusted: Codex asks before running its built-in commands (with
+	// Codex 0.171 even ls), and Approvals answers.
 	AskUntrusted = "untrusted"
 )
 
