@@ -202,6 +202,8 @@ type workerEnv struct {
 	computer, capa string
 	w              *worker
 	dataDir        string
+	// tweak, when set, adjusts the worker's serve config (e.g. approvals).
+	tweak func(*serveConfig)
 }
 
 // startWorker serves the worker's API in-process against c.
@@ -212,8 +214,14 @@ func startWorker(t testing.TB, c *computer, bots ...string) *workerEnv {
 // startWorkerModel is startWorker with a model name: a fresh DATA_DIR
 // (SQLite), one Team computer attached to c, and bots added to it.
 func startWorkerModel(t testing.TB, c *computer, model string, bots ...string) *workerEnv {
+	return startWorkerWith(t, c, model, nil, bots...)
+}
+
+// startWorkerWith is startWorkerModel with the worker's config adjusted by
+// tweak (nil: as is).
+func startWorkerWith(t testing.TB, c *computer, model string, tweak func(*serveConfig), bots ...string) *workerEnv {
 	t.Helper()
-	e := &workerEnv{token: "worker-token-0123456789", dataDir: t.TempDir()}
+	e := &workerEnv{token: "worker-token-0123456789", dataDir: t.TempDir(), tweak: tweak}
 	e.serve(t, model)
 	tokFile := filepath.Join(e.dataDir, "botd-token")
 	require.NoError(t, os.WriteFile(tokFile, []byte(c.token+"\n"), 0o600))
@@ -237,8 +245,12 @@ func startWorkerModel(t testing.TB, c *computer, model string, bots ...string) *
 // serve (re)starts the worker on e's DATA_DIR.
 func (e *workerEnv) serve(t testing.TB, model string) {
 	t.Helper()
-	w, err := newWorker(t.Context(), serveConfig{DataDir: e.dataDir, Provider: "attach", Token: e.token, Model: model,
-		ModelProvider: "botd", Approvals: "decline"}, zerolog.Nop())
+	cfg := serveConfig{DataDir: e.dataDir, Provider: "attach", Token: e.token, Model: model,
+		ModelProvider: "botd", Approvals: "decline"}
+	if e.tweak != nil {
+		e.tweak(&cfg)
+	}
+	w, err := newWorker(t.Context(), cfg, zerolog.Nop())
 	require.NoError(t, err)
 	srv := httptest.NewServer(w.Handler)
 	t.Cleanup(func() { srv.Close(); w.Close() })

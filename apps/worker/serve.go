@@ -32,7 +32,10 @@ type serveConfig struct {
 	Listen, DataDir, DatabaseURL    string
 	Provider                        string // default provider kind
 	Model, ModelProvider, Approvals string
-	Token                           string
+	// AskFor is Codex's approval policy for the worker's threads
+	// (WORKER_APPROVAL_POLICY): when Codex asks; Approvals answers.
+	AskFor string
+	Token  string
 	// TokenFile is where the token came from (shown to people, never the token).
 	TokenFile string
 	// MachinesDir holds the local provider's computers and docker's token
@@ -105,6 +108,7 @@ func runServe(ctx context.Context, args []string) error {
 	fs.StringVar(&c.Model, "model", envOr("WORKER_MODEL", "gpt-6.1-sol"), "default model (WORKER_MODEL)")
 	fs.StringVar(&c.ModelProvider, "model-provider", envOr("WORKER_MODEL_PROVIDER", ""), "Codex model provider id (WORKER_MODEL_PROVIDER)")
 	fs.StringVar(&c.Approvals, "approvals", envOr("WORKER_APPROVALS", "decline"), "answer to Codex approval requests: decline|accept (WORKER_APPROVALS)")
+	fs.StringVar(&c.AskFor, "approval-policy", envOr("WORKER_APPROVAL_POLICY", runs.AskNever), "when Codex asks the worker before running its built-in commands: never|untrusted (WORKER_APPROVAL_POLICY)")
 	fs.StringVar(&c.MachinesDir, "machines-dir", envOr("WORKER_MACHINES_DIR", ""), "local computers' homes and docker token files (WORKER_MACHINES_DIR; default /var/lib/open-bot/machines as root)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -126,6 +130,9 @@ func runServe(ctx context.Context, args []string) error {
 	}
 	if c.Approvals != "decline" && c.Approvals != "accept" {
 		return fmt.Errorf("approvals: want decline or accept, got %q", c.Approvals)
+	}
+	if !runs.ValidAskFor(c.AskFor) {
+		return fmt.Errorf("approval-policy: want never or untrusted, got %q", c.AskFor)
 	}
 	log := zerolog.New(os.Stderr).With().Timestamp().Str("component", "worker").Logger()
 	w, err := newWorker(ctx, c, log)
@@ -239,7 +246,7 @@ func newWorker(ctx context.Context, c serveConfig, log zerolog.Logger) (*worker,
 	}
 	tk := takeover.New(takeover.Options{Computers: comps, Store: st, Log: log.With().Str("sub", "takeover").Logger()})
 	m := runs.NewManager(runs.Options{Store: st, Computers: comps, Model: c.Model, ModelProvider: c.ModelProvider,
-		Approvals: runs.ApprovalPolicy(c.Approvals), Log: log.With().Str("sub", "runs").Logger(), TakeoverLink: tk.ForRun, TakeoverDone: tk.Done})
+		Approvals: runs.ApprovalPolicy(c.Approvals), AskFor: c.AskFor, Log: log.With().Str("sub", "runs").Logger(), TakeoverLink: tk.ForRun, TakeoverDone: tk.Done})
 	tk.SetRuns(m)
 	// Runs first: none a previous worker left may stay running; then
 	// machines are reconnected (in the background: a slow provider must not

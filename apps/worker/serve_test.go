@@ -44,3 +44,17 @@ func TestServeStartErrors(t *testing.T) {
 	require.NoError(t, err, "the same DATA_DIR opens again once it is fixed")
 	require.NoError(t, w.Close())
 }
+
+// TestServeRejectsApprovalPolicy: a Codex approval policy the worker does not
+// offer (on-request never asks under the threads' full-access sandbox) stops
+// the start with the accepted values, before anything listens.
+func TestServeRejectsApprovalPolicy(t *testing.T) {
+	t.Setenv("DATA_DIR", t.TempDir())
+	t.Setenv("WORKER_TOKEN", "serve-test-token-0123456789")
+	t.Setenv("WORKER_LISTEN", "127.0.0.1:0")
+	for _, bad := range []string{"on-request", "sometimes"} {
+		t.Setenv("WORKER_APPROVAL_POLICY", bad)
+		err := runServe(t.Context(), nil)
+		require.ErrorContains(t, err, `approval-policy: want never or untrusted, got "`+bad+`"`)
+	}
+}

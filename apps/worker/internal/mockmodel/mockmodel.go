@@ -37,6 +37,8 @@ type Server struct {
 	mu       sync.Mutex
 	requests int
 	paths    []string
+	// tools is the last request's tools array (what Codex offered).
+	tools []json.RawMessage
 }
 
 // New returns a server following script.
@@ -63,6 +65,14 @@ func (s *Server) Paths() []string {
 	return append([]string(nil), s.paths...)
 }
 
+// Tools returns the tools array of the latest request, as Codex sent it
+// (to find the name and argument shape of Codex's built-in tools).
+func (s *Server) Tools() []json.RawMessage {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]json.RawMessage(nil), s.tools...)
+}
+
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
@@ -78,6 +88,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	var req struct {
 		Input []json.RawMessage `json:"input"`
+		Tools []json.RawMessage `json:"tools"`
 	}
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
@@ -99,6 +110,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	s.requests++
 	n := s.requests
+	s.tools = req.Tools
 	s.mu.Unlock()
 	step := s.script(outs)
 

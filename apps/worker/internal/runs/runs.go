@@ -47,10 +47,29 @@ func (s Status) Ended() bool {
 	return s == StatusCompleted || s == StatusFailed || s == StatusStopped
 }
 
-// ApprovalPolicy is how the worker answers Codex's approval requests. Codex
-// runs with approval_policy "never", so they should not come; if one does,
-// the stated policy decides instead of leaving the turn stalled.
+// ApprovalPolicy is how the worker answers Codex's approval requests. Whether
+// Codex asks at all is Options.AskFor (Codex's own approval policy): with
+// "never" (the default) none should come; if one does, the stated policy
+// decides instead of leaving the turn stalled.
 type ApprovalPolicy string
+
+// Codex's approval policies (its AskForApproval: untrusted, on-request,
+// never, granular) the worker offers as the thread's "approvalPolicy". The
+// worker's threads run with sandbox "danger-full-access" (the computer is the
+// boundary); under it "on-request" never asks, not even when the model asks
+// for escalation (seen with Codex 0.171), so only these two mean something:
+const (
+	// AskNever: Codex runs its built-in commands without asking.
+	AskNever = "never"
+	// AskUntrusted: Codex asks before running its built-in commands (with
+	// Codex 0.171 even ls), and Approvals answers.
+	AskUntrusted = "untrusted"
+)
+
+// ValidAskFor reports whether s is one of the policies above.
+func ValidAskFor(s string) bool {
+	return s == AskNever || s == AskUntrusted
+}
 
 // Approval policies.
 const (
@@ -75,7 +94,9 @@ type Options struct {
 	// ModelProvider, when set, is passed on thread/start.
 	ModelProvider string
 	Approvals     ApprovalPolicy
-	Log           zerolog.Logger
+	// AskFor is Codex's approval policy for each thread (AskNever when empty).
+	AskFor string
+	Log    zerolog.Logger
 	// TurnTimeout bounds one run (default 30 min).
 	TurnTimeout time.Duration
 	// TakeoverLink, when set, is called when the model asks for a person
@@ -100,6 +121,9 @@ type Manager struct {
 func NewManager(o Options) *Manager {
 	if o.Approvals == "" {
 		o.Approvals = ApproveNone
+	}
+	if o.AskFor == "" {
+		o.AskFor = AskNever
 	}
 	if o.TurnTimeout == 0 {
 		o.TurnTimeout = 30 * time.Minute
@@ -662,7 +686,7 @@ func (r *Run) drive(ctx context.Context, prompt, model string) error {
 	}
 	var ts codexrpc.ThreadStartResponse
 	if err := conn.Call(ctx, codexrpc.MethodThreadStart, codexrpc.ThreadStartParams{
-		Model: model, ModelProvider: o.ModelProvider, Cwd: cwd, ApprovalPolicy: "never", Sandbox: "danger-full-access",
+		Model: model, ModelProvider: o.ModelProvider, Cwd: cwd, ApprovalPolicy: o.AskFor, Sandbox: "danger-full-access",
 		DeveloperInstructions: instructions(r.botID), DynamicTools: specs,
 	}, &ts); err != nil {
 		return err
@@ -687,7 +711,7 @@ func (r *Run) driveResumed(ctx context.Context, prompt, threadID, oldTurn string
 	defer conn.Close()
 	var tr codexrpc.ThreadResumeResponse
 	if err := conn.Call(ctx, codexrpc.MethodThreadResume, codexrpc.ThreadResumeParams{ThreadID: threadID, ModelProvider: r.m.o.ModelProvider,
-		Cwd: cwd, ApprovalPolicy: "never", Sandbox: "danger-full-access", ExcludeTurns: true}, &tr); err != nil {
+		Cwd: cwd, ApprovalPolicy: r.m.o.AskFor, Sandbox: "danger-full-access", ExcludeTurns: true}, &tr); err != nil {
 		return fmt.Errorf("resume Codex thread %s: %w", threadID, err)
 	}
 	if oldTurn != "" {
