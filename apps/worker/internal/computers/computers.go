@@ -60,10 +60,14 @@ type Options struct {
 // Service manages computers.
 type Service struct {
 	o Options
-	// mu guards machines.
+	// mu guards machines, lastUsed and connecting.
 	mu       sync.Mutex
 	machines map[string]providers.Machine
 	lastUsed map[string]time.Time
+	// connecting holds one lock per computer: connecting (and so replacing)
+	// its machine is serialized, or two callers that both found the machine
+	// gone would each make a replacement and one would be left behind.
+	connecting map[string]*sync.Mutex
 }
 
 // New returns the service; it fails for an unknown default provider kind.
@@ -74,7 +78,8 @@ func New(o Options) (*Service, error) {
 	if o.Caps == nil {
 		o.Caps = capability.NewSet()
 	}
-	return &Service{o: o, machines: map[string]providers.Machine{}, lastUsed: map[string]time.Time{}}, nil
+	return &Service{o: o, machines: map[string]providers.Machine{}, lastUsed: map[string]time.Time{},
+		connecting: map[string]*sync.Mutex{}}, nil
 }
 
 func kinds(m map[string]providers.Provider) []string {
@@ -271,6 +276,20 @@ const (
 // connectWithin reconnects a computer's machine (replacing a gone one) and
 // records it running; d bounds the whole step.
 func (s *Service) connectWithin(ctx context.Context, c store.Computer, d time.Duration) (providers.Machine, error) {
+	s.mu.Lock()
+	l := s.connecting[c.ID]
+	if l == nil {
+		l = &sync.Mutex{}
+		s.connecting[c.ID] = l
+	}
+	s.mu.Unlock()
+	l.Lock()
+	defer l.Unlock()
+	// Whoever held the lock may have replaced the machine: its new ref is
+	// in the store now, and reconnecting to it is all that is left to do.
+	if fresh, err := s.o.Store.GetComputer(ctx, c.ID); err == nil {
+		c = fresh
+	}
 	p, ok := s.o.Providers[c.Provider]
 	if !ok {
 		err := fmt.Errorf("%w %q: this worker has no such provider", providers.ErrUnknownKind, c.Provider)
