@@ -346,6 +346,11 @@ func (d *Docker) Reconnect(ctx context.Context, ref string, _ Spec) (Machine, er
 		}
 	}
 	addr, err := hostPort(c, containerAPIPort)
+	if err != nil && c.State != nil && (!c.State.Running || c.State.Restarting) {
+		// botd died at once: the engine publishes no port for a container
+		// that is not running, and its log says why.
+		return nil, fmt.Errorf("docker provider: computer %s: container exited (code %d): %s", shortID(ref), c.State.ExitCode, d.lastLog(ctx, ref))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("docker provider: %s: %w", shortID(ref), err)
 	}
