@@ -222,15 +222,19 @@ func spliceRelay(b testing.TB, target string) string {
 }
 
 // BenchmarkRelayCeiling pairs, as BenchmarkThroughputRatio does, plain
-// loopback with the proxy's direct mode and with spliceRelay, the bare
-// minimum of a relay: the median ratio of spliceRelay to loopback is the
-// most direct mode could reach here. Run it with -benchtime 1x.
+// loopback with the proxy in each mode and with bare splice relays: one
+// (splice: the most direct mode, one extra hop, could reach here) and two
+// in a row (splice2: three TCP connections, as tunnel mode has with botd
+// and the agent relaying, but no framing or multiplexing: its ceiling).
+// Run it with -benchtime 1x.
 func BenchmarkRelayCeiling(b *testing.B) {
 	sink := sinkServer(b)
 	_, port := splitPort(b, sink.Addr().String())
 	setups := benchSetups(b)
 	relay := spliceRelay(b, sink.Addr().String())
 	setups["splice"] = func(string, int) (net.Conn, error) { return net.Dial("tcp", relay) }
+	relay2 := spliceRelay(b, spliceRelay(b, sink.Addr().String()))
+	setups["splice2"] = func(string, int) (net.Conn, error) { return net.Dial("tcp", relay2) }
 	const total = 64 << 20
 	const rounds = 10
 	ratios := map[string][]float64{}
@@ -238,7 +242,7 @@ func BenchmarkRelayCeiling(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		for round := 0; round < rounds; round++ {
 			took := map[string]time.Duration{}
-			for _, name := range []string{"loopback", "splice", "direct"} {
+			for _, name := range []string{"loopback", "splice", "direct", "splice2", "tunnel"} {
 				c, err := setups[name]("127.0.0.1", port)
 				if err != nil {
 					b.Fatal(err)
@@ -253,15 +257,16 @@ func BenchmarkRelayCeiling(b *testing.B) {
 					cpu[name] = used
 				}
 			}
-			for _, name := range []string{"splice", "direct"} {
+			for _, name := range []string{"splice", "direct", "splice2", "tunnel"} {
 				ratios[name] = append(ratios[name], took["loopback"].Seconds()/took[name].Seconds())
 			}
 		}
 	}
 	median := func(v []float64) float64 { slices.Sort(v); return v[len(v)/2] }
-	b.ReportMetric(median(ratios["splice"]), "splice/loopback")
-	b.ReportMetric(median(ratios["direct"]), "direct/loopback")
-	for _, name := range []string{"loopback", "splice", "direct"} {
+	for _, name := range []string{"splice", "direct", "splice2", "tunnel"} {
+		b.ReportMetric(median(ratios[name]), name+"/loopback")
+	}
+	for _, name := range []string{"loopback", "splice", "direct", "splice2", "tunnel"} {
 		b.ReportMetric(float64(cpu[name].Nanoseconds())/total, name+"-cpu-ns/B")
 	}
 	b.ReportMetric(0, "ns/op")
