@@ -51,10 +51,16 @@ type Sync struct {
 	// runMu serializes sync rounds.
 	runMu sync.Mutex
 
-	// mu guards stores, last, jar, tombs and writes.
+	// mu guards stores, last, inStep, merges, jar, tombs and writes.
 	mu     sync.Mutex
 	stores []Store
 	last   map[Store]map[Key]string
+	// merges counts the rounds that merged (the jar may change only then).
+	// inStep[st] == merges says st's last is the jar's own fingerprints:
+	// after the latest merge it held exactly the jar. A store that sat that
+	// merge out (its read failed) keeps an older number.
+	merges int
+	inStep map[Store]int
 	jar    map[Key]Cookie
 	tombs  map[Key]Tombstone
 	writes int
@@ -66,7 +72,7 @@ func Load(o Options) (*Sync, error) {
 	if o.Path == "" {
 		return nil, errors.New("cookies: Path is required")
 	}
-	s := &Sync{path: o.Path, now: o.Now, timeout: o.StoreTimeout, last: map[Store]map[Key]string{}}
+	s := &Sync{path: o.Path, now: o.Now, timeout: o.StoreTimeout, last: map[Store]map[Key]string{}, inStep: map[Store]int{}}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -114,6 +120,7 @@ func (s *Sync) Remove(st Store) {
 		}
 	}
 	delete(s.last, st)
+	delete(s.inStep, st)
 }
 
 // Run syncs every Interval until ctx ends.
@@ -154,13 +161,22 @@ func (s *Sync) Sync(ctx context.Context) error {
 
 	s.mu.Lock()
 	stores := append([]Store(nil), s.stores...)
+	lastOf := make([]map[Key]string, len(stores))
+	for i, st := range stores {
+		if s.merges > 0 && s.inStep[st] == s.merges {
+			lastOf[i] = s.last[st]
+		}
+	}
 	s.mu.Unlock()
 
 	// 1. Read every browser (in parallel; a browser that fails sits out).
+	// Each also checks, while the others still answer, whether it holds
+	// exactly what it held after the last round.
 	type read struct {
-		cur map[Key]Cookie
-		fp  map[Key]string
-		err error
+		cur  map[Key]Cookie
+		fp   map[Key]string
+		same bool
+		err  error
 	}
 	reads := make([]read, len(stores))
 	var wg sync.WaitGroup
@@ -182,6 +198,7 @@ func (s *Sync) Sync(ctx context.Context) error {
 			}
 			reads[i].cur = m
 			reads[i].fp = fingerprints(m) // while the others still answer
+			reads[i].same = lastOf[i] != nil && sameFP(reads[i].fp, lastOf[i])
 		}()
 	}
 	wg.Wait()
@@ -189,29 +206,42 @@ func (s *Sync) Sync(ctx context.Context) error {
 	var cur []map[Key]Cookie
 	var curFP []map[Key]string
 	var errs []error
+	steady := true
 	for i, r := range reads {
 		if r.err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", stores[i].ID(), r.err))
 			continue
 		}
+		steady = steady && r.same
 		live = append(live, stores[i])
 		cur = append(cur, r.cur)
 		curFP = append(curFP, r.fp)
 	}
 
-	// 2–3. Find each browser's changes and merge them into the jar.
+	now := float64(s.now().UnixNano()) / 1e9
+
+	// Steady state: every browser that answered holds exactly the jar, as
+	// after the last round, and nothing in the jar ran out. The merge
+	// would find no change, write nothing and keep the jar: skip it.
 	s.mu.Lock()
+	if steady && !s.expiring(now) {
+		s.mu.Unlock()
+		return errors.Join(errs...)
+	}
+
+	// 2–3. Find each browser's changes and merge them into the jar.
 	last := make([]map[Key]string, len(live))
 	for i, st := range live {
 		last[i] = s.last[st]
 	}
-	p := mergeFP(s.jar, s.tombs, cur, curFP, last, float64(s.now().UnixNano())/1e9)
+	p := mergeFP(s.jar, s.tombs, cur, curFP, last, now)
 	s.mu.Unlock()
 
 	// 4. Write the changes into every browser.
 	held := make([]map[Key]string, len(live))
+	inStep := make([]bool, len(live))
 	for i, st := range live {
-		held[i] = p.Held[i]
+		held[i], inStep[i] = p.Held[i], true
 		params := make([]*network.CookieParam, 0, len(p.Sets[i])+len(p.Deletes[i]))
 		for _, c := range p.Sets[i] {
 			params = append(params, c.Param())
@@ -229,7 +259,7 @@ func (s *Sync) Sync(ctx context.Context) error {
 			defer cancel()
 			if err := st.SetCookies(wctx, params); err != nil {
 				// Retry next round: it still holds what we read.
-				held[i] = curFP[i]
+				held[i], inStep[i] = curFP[i], false
 				s.log.Warn().Err(err).Str("screen", st.ID()).Msg("write cookies")
 				return
 			}
@@ -244,9 +274,13 @@ func (s *Sync) Sync(ctx context.Context) error {
 	for _, st := range s.stores {
 		present[st] = true
 	}
+	s.merges++
 	for i, st := range live {
 		if present[st] { // not removed meanwhile
 			s.last[st] = held[i]
+			if inStep[i] {
+				s.inStep[st] = s.merges
+			}
 		}
 	}
 	s.jar, s.tombs = p.Jar, p.Tombstones
@@ -262,6 +296,36 @@ func (s *Sync) Sync(ctx context.Context) error {
 		errs = append(errs, werr)
 	}
 	return errors.Join(errs...)
+}
+
+// expiring reports whether a jar cookie has expired or a tombstone has
+// outlived its TTL at now: then the merge has work even when no browser
+// changed. s.mu is held.
+func (s *Sync) expiring(now float64) bool {
+	for _, c := range s.jar {
+		if c.Expired(now) {
+			return true
+		}
+	}
+	for _, t := range s.tombs {
+		if now-t.At >= tombstoneTTL {
+			return true
+		}
+	}
+	return false
+}
+
+// sameFP reports whether two fingerprint maps are equal.
+func sameFP(a, b map[Key]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, fp := range a {
+		if h, ok := b[k]; !ok || h != fp {
+			return false
+		}
+	}
+	return true
 }
 
 // sortedCookies is the jar in a stable order (for a stable file).

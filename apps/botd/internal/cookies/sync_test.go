@@ -255,3 +255,59 @@ func BenchmarkSyncRound(b *testing.B) {
 		})
 	}
 }
+
+// Rounds in which no browser changed skip the merge; these are the changes
+// such a steady state must still notice.
+func TestSyncAfterSteadyRounds(t *testing.T) {
+	ctx := context.Background()
+	clock := time.Now()
+	s, _ := Load(Options{Path: filepath.Join(t.TempDir(), "cookies.json"), Now: func() time.Time { return clock }})
+	a, b := newFakeStore("a"), newFakeStore("b")
+	short := liveCookie("short", "s1")
+	short.Expires = float64(clock.Add(time.Minute).Unix())
+	a.put(short)
+	a.put(liveCookie("sid", "v1"))
+	_ = s.Add(ctx, a)
+	_ = s.Add(ctx, b)
+	steady := func() {
+		t.Helper()
+		for range 3 {
+			if err := s.Sync(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	steady()
+	w := s.Writes()
+
+	// A new value on B after steady rounds reaches A and the jar.
+	b.put(liveCookie("sid", "v2"))
+	steady()
+	if got, _ := a.get(liveCookie("sid", "").Key()); got.Value != "v2" {
+		t.Fatalf("A holds %q after B changed sid", got.Value)
+	}
+	if s.Writes() != w+1 {
+		t.Fatalf("jar writes %d, want %d", s.Writes(), w+1)
+	}
+
+	// A cookie running out leaves the jar though no browser changed.
+	clock = clock.Add(2 * time.Minute)
+	steady()
+	if s.Len() != 1 {
+		t.Fatalf("jar holds %d cookies after one expired, want 1", s.Len())
+	}
+
+	// A browser whose write failed catches up once it works again.
+	b.mu.Lock()
+	b.fail = true
+	b.mu.Unlock()
+	a.put(liveCookie("sid", "v3"))
+	_ = s.Sync(ctx)
+	b.mu.Lock()
+	b.fail = false
+	b.mu.Unlock()
+	steady()
+	if got, _ := b.get(liveCookie("sid", "").Key()); got.Value != "v3" {
+		t.Fatalf("B holds %q after it recovered, want v3", got.Value)
+	}
+}

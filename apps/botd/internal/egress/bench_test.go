@@ -185,3 +185,89 @@ func BenchmarkConnect(b *testing.B) {
 		})
 	}
 }
+
+// spliceRelay is the least a relay can do: accept, dial target, and splice
+// both ways between the two raw TCP sockets. No SOCKS, no policy, no
+// bookkeeping. It is the ceiling any proxy with one extra loopback hop can
+// reach on this machine, not a part of the product.
+func spliceRelay(b testing.TB, target string) string {
+	b.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				t, err := net.Dial("tcp", target)
+				if err != nil {
+					return
+				}
+				defer t.Close()
+				go func() {
+					_, _ = t.(*net.TCPConn).ReadFrom(c)
+					_ = t.(*net.TCPConn).CloseWrite()
+				}()
+				_, _ = c.(*net.TCPConn).ReadFrom(t)
+			}()
+		}
+	}()
+	b.Cleanup(func() { ln.Close() })
+	return ln.Addr().String()
+}
+
+// BenchmarkRelayCeiling pairs, as BenchmarkThroughputRatio does, plain
+// loopback with the proxy in each mode and with bare splice relays: one
+// (splice: the most direct mode, one extra hop, could reach here) and two
+// in a row (splice2: three TCP connections, as tunnel mode has with botd
+// and the agent relaying, but no framing or multiplexing: its ceiling).
+// Run it with -benchtime 1x.
+func BenchmarkRelayCeiling(b *testing.B) {
+	sink := sinkServer(b)
+	_, port := splitPort(b, sink.Addr().String())
+	setups := benchSetups(b)
+	relay := spliceRelay(b, sink.Addr().String())
+	setups["splice"] = func(string, int) (net.Conn, error) { return net.Dial("tcp", relay) }
+	relay2 := spliceRelay(b, spliceRelay(b, sink.Addr().String()))
+	setups["splice2"] = func(string, int) (net.Conn, error) { return net.Dial("tcp", relay2) }
+	const total = 64 << 20
+	const rounds = 10
+	ratios := map[string][]float64{}
+	cpu := map[string]time.Duration{}
+	for i := 0; i < b.N; i++ {
+		for round := 0; round < rounds; round++ {
+			took := map[string]time.Duration{}
+			for _, name := range []string{"loopback", "splice", "direct", "splice2", "tunnel"} {
+				c, err := setups[name]("127.0.0.1", port)
+				if err != nil {
+					b.Fatal(err)
+				}
+				cpu0 := processCPU()
+				start := time.Now()
+				send(b, c, total)
+				took[name] = time.Since(start)
+				used := processCPU() - cpu0
+				c.Close()
+				if cpu[name] == 0 || used < cpu[name] {
+					cpu[name] = used
+				}
+			}
+			for _, name := range []string{"splice", "direct", "splice2", "tunnel"} {
+				ratios[name] = append(ratios[name], took["loopback"].Seconds()/took[name].Seconds())
+			}
+		}
+	}
+	median := func(v []float64) float64 { slices.Sort(v); return v[len(v)/2] }
+	for _, name := range []string{"splice", "direct", "splice2", "tunnel"} {
+		b.ReportMetric(median(ratios[name]), name+"/loopback")
+	}
+	for _, name := range []string{"loopback", "splice", "direct", "splice2", "tunnel"} {
+		b.ReportMetric(float64(cpu[name].Nanoseconds())/total, name+"-cpu-ns/B")
+	}
+	b.ReportMetric(0, "ns/op")
+}
