@@ -39,6 +39,9 @@ BENCHES=(
   # setup p50 per mode.
   "./apps/botd/internal/egress|BenchmarkThroughputRatio|1x"
   "./apps/botd/internal/egress|BenchmarkConnect|500x"
+  # the ceiling on this machine: plain loopback vs one bare splice relay
+  # (direct mode's hops) and two in a row (tunnel mode's TCP hops).
+  "./apps/botd/internal/egress|^BenchmarkRelayCeiling$|1x"
   # issue 8: viewer link to the first full frame (through the relay), relay
   # vs direct x11vnc latency of a frame update, x11vnc CPU per idle screen
   # with one viewer (target < 2% of a core).
