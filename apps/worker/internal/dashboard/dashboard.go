@@ -39,6 +39,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/rs/zerolog"
 
+	"github.com/open-bot/computer/apps/worker/internal/wsrelay"
 	"github.com/open-bot/computer/pkg/shared"
 	"github.com/open-bot/computer/pkg/shared/client"
 )
@@ -505,27 +506,7 @@ func (d *Dashboard) handleVNC(w http.ResponseWriter, r *http.Request) {
 	defer down.CloseNow()
 	up.SetReadLimit(-1)
 	down.SetReadLimit(1 << 20)
-	relay(ctx, down, up)
-}
-
-// relay copies messages both ways until either side ends.
-func relay(ctx context.Context, a, b *websocket.Conn) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	pipe := func(dst, src *websocket.Conn) {
-		defer cancel()
-		for {
-			typ, msg, err := src.Read(ctx)
-			if err != nil {
-				return
-			}
-			if err := dst.Write(ctx, typ, msg); err != nil {
-				return
-			}
-		}
-	}
-	go pipe(b, a)
-	pipe(a, b)
-	_ = a.Close(websocket.StatusNormalClosure, "")
-	_ = b.Close(websocket.StatusNormalClosure, "")
+	wsrelay.Pipe(ctx, down, up)
+	_ = down.Close(websocket.StatusNormalClosure, "")
+	_ = up.Close(websocket.StatusNormalClosure, "")
 }

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/open-bot/computer/apps/worker/internal/wsrelay"
 )
 
 //go:embed control.html
@@ -125,30 +127,10 @@ func (s *Service) relay(w http.ResponseWriter, r *http.Request, c claims, g *gra
 	}()
 	up.SetReadLimit(-1)
 	down.SetReadLimit(1 << 20)
-	pipe(ctx, down, up)
+	wsrelay.Pipe(ctx, down, up)
 	reason := "control ended"
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		reason = "the control link expired"
 	}
 	_ = down.Close(websocket.StatusPolicyViolation, reason)
-}
-
-// pipe copies messages both ways until either side ends or ctx is done.
-func pipe(ctx context.Context, a, b *websocket.Conn) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	cp := func(dst, src *websocket.Conn) {
-		defer cancel()
-		for {
-			typ, msg, err := src.Read(ctx)
-			if err != nil {
-				return
-			}
-			if err := dst.Write(ctx, typ, msg); err != nil {
-				return
-			}
-		}
-	}
-	go cp(b, a)
-	cp(a, b)
 }
