@@ -5,64 +5,18 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
-	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/open-bot/computer/apps/worker/internal/store"
+	"github.com/open-bot/computer/apps/worker/internal/store/storetest"
 )
-
-// pgProxy forwards a loopback port to Postgres and can cut it.
-type pgProxy struct {
-	ln net.Listener
-	// mu guards conns.
-	mu    sync.Mutex
-	conns []net.Conn
-}
-
-func startPgProxy(t *testing.T, addr, target string) *pgProxy {
-	ln, err := net.Listen("tcp", addr)
-	require.NoError(t, err)
-	p := &pgProxy{ln: ln}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			up, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, c, up)
-			p.mu.Unlock()
-			go func() { _, _ = io.Copy(up, c); up.Close() }()
-			go func() { _, _ = io.Copy(c, up); c.Close() }()
-		}
-	}()
-	t.Cleanup(p.cut)
-	return p
-}
-
-func (p *pgProxy) cut() {
-	p.ln.Close()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.conns = nil
-}
 
 // TestPostgresGoesAwayMidRequest: the API answers 503 while Postgres is
 // unreachable, and works again, with nothing lost, once it is back.
@@ -87,8 +41,8 @@ func TestPostgresGoesAwayMidRequest(t *testing.T) {
 	u, err := url.Parse(dsn)
 	require.NoError(t, err)
 	target := u.Host
-	p := startPgProxy(t, "127.0.0.1:0", target)
-	addr := p.ln.Addr().String()
+	p := storetest.StartCutProxy(t, "127.0.0.1:0", target)
+	addr := p.Addr()
 	u.Host = addr
 	q := u.Query()
 	q.Set("search_path", schema)
@@ -100,7 +54,7 @@ func TestPostgresGoesAwayMidRequest(t *testing.T) {
 	status, id, _ := f.create(t, map[string]any{"scope": map[string]any{"team": "t1"}, "attach": attach})
 	require.Equal(t, http.StatusCreated, status)
 
-	p.cut()
+	p.Cut()
 	status, body := f.req(t, "GET", "/v1/computers", token, "", nil)
 	require.Equal(t, http.StatusServiceUnavailable, status)
 	require.Contains(t, body, "database is unavailable")
@@ -108,7 +62,7 @@ func TestPostgresGoesAwayMidRequest(t *testing.T) {
 	status, _, _ = f.create(t, map[string]any{"scope": map[string]any{"team": "t2"}, "attach": attach})
 	require.Equal(t, http.StatusServiceUnavailable, status)
 
-	startPgProxy(t, addr, target)
+	storetest.StartCutProxy(t, addr, target)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		status, body = f.req(t, "GET", "/v1/computers", token, "", nil)

@@ -1,60 +1,14 @@
 package store
 
 import (
-	"io"
-	"net"
 	"net/url"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/open-bot/computer/apps/worker/internal/store/storetest"
 )
-
-// cutProxy forwards one loopback port to Postgres and can cut every
-// connection and refuse new ones, like a database going away.
-type cutProxy struct {
-	ln     net.Listener
-	target string
-	// mu guards conns.
-	mu    sync.Mutex
-	conns []net.Conn
-}
-
-func startCutProxy(t *testing.T, target string, addr string) *cutProxy {
-	ln, err := net.Listen("tcp", addr)
-	require.NoError(t, err)
-	p := &cutProxy{ln: ln, target: target}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			up, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, c, up)
-			p.mu.Unlock()
-			go func() { _, _ = io.Copy(up, c); up.Close() }()
-			go func() { _, _ = io.Copy(c, up); c.Close() }()
-		}
-	}()
-	return p
-}
-
-func (p *cutProxy) cut() {
-	p.ln.Close()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.conns = nil
-}
 
 // TestPostgresGoesAway: while the database is unreachable every call is
 // ErrUnavailable (the API's 503); once it is back the same store works again
@@ -64,22 +18,22 @@ func TestPostgresGoesAway(t *testing.T) {
 	u, err := url.Parse(dsn)
 	require.NoError(t, err)
 	target := u.Host
-	p := startCutProxy(t, target, "127.0.0.1:0")
-	addr := p.ln.Addr().String()
+	p := storetest.StartCutProxy(t, "127.0.0.1:0", target)
+	addr := p.Addr()
 	u.Host = addr
 	s := openTestPostgres(t, u.String())
 	ctx := t.Context()
 	require.NoError(t, s.CreateComputer(ctx, computer("c1")))
 
-	p.cut()
+	p.Cut()
 	_, err = s.GetComputer(ctx, "c1")
 	require.ErrorIs(t, err, ErrUnavailable, "%v", err)
 	_, err = s.AcquireLease(ctx, "k", "h", time.Minute)
 	require.ErrorIs(t, err, ErrUnavailable)
 	require.NotContains(t, err.Error(), "passfile", "errors never carry the DSN")
 
-	p = startCutProxy(t, target, addr)
-	defer p.cut()
+	p = storetest.StartCutProxy(t, addr, target)
+	defer p.Cut()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		_, err = s.GetComputer(ctx, "c1")
