@@ -156,13 +156,6 @@ func (s *Service) checkpointBefore(ctx context.Context, c store.Computer, what s
 	}
 }
 
-// touch records that computer id was used now (idle suspension).
-func (s *Service) touch(id string) {
-	s.mu.Lock()
-	s.lastUsed[id] = time.Now()
-	s.mu.Unlock()
-}
-
 // suspended: the computer should run but its machine was stopped for
 // being idle; the next use starts it again.
 func suspended(c store.Computer) bool {

@@ -117,12 +117,6 @@ func (s *Service) SetBase(base string) {
 	s.mu.Unlock()
 }
 
-func (s *Service) baseURL() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.base
-}
-
 func grantKey(computerID, botID string) string { return computerID + "/" + botID }
 
 // Busy reports whether the policy refuses a person the bot's screen now:
