@@ -119,7 +119,7 @@ func waitFor(t testing.TB, what string, timeout time.Duration, cond func() bool)
 func TestControlPlaneAgainstBotd(t *testing.T) {
 	model, modelURL := hangingModel(t)
 	// One screen only: a second bot's graphical tools must fail while shell works.
-	c := startComputerWith(t, scripted(modelURL), 400, "MAX_SCREENS=1", "VNC_PORT_BASE=31000", "VIEW_PORT_BASE=31100",
+	c := startComputerWith(t, scripted(modelURL), 400, "MAX_SCREENS=1", "VIEW_PORT_BASE=31100",
 		"EGRESS_ALLOW=127.0.0.1/32") // the test page is on loopback, which egress refuses by default
 	env := startWorker(t, c, "alice", "bob")
 
@@ -301,7 +301,7 @@ func startWorkerOnSame(t testing.TB, env *workerEnv, c *computer) string {
 // new one).
 func TestWorkerKilledMidRun(t *testing.T) {
 	model, modelURL := hangingModel(t, 2) // the two turns the kill interrupts
-	c := startComputerWith(t, scripted(modelURL), 402, "VNC_PORT_BASE=31200", "VIEW_PORT_BASE=31300")
+	c := startComputerWith(t, scripted(modelURL), 402, "VIEW_PORT_BASE=31300")
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "worker")
 	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()

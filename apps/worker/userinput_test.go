@@ -39,7 +39,7 @@ func TestNoPersonAvailableThroughCodex(t *testing.T) {
 	// feature; the worker must answer whenever Codex does ask.
 	prov := scripted(srv.URL)
 	prov.Features = "default_mode_request_user_input = true\n"
-	c := startComputerWith(t, prov, 404, "VNC_PORT_BASE=31600", "VIEW_PORT_BASE=31700")
+	c := startComputerWith(t, prov, 404, "VIEW_PORT_BASE=31700")
 	env := startWorker(t, c, "carol")
 	id := env.startRun(t, "carol", "ask a person for the password")
 	final, events := waitRun(t, env, id, 3*time.Minute)

@@ -103,7 +103,7 @@ func NewDocker(o DockerOptions) (*Docker, error) {
 	if o.MaxScreens <= 0 {
 		o.MaxScreens = 4
 	}
-	opts := []dockerclient.Opt{dockerclient.FromEnv, dockerclient.WithAPIVersionNegotiation()}
+	opts := []dockerclient.Opt{dockerclient.FromEnv}
 	if o.Host != "" {
 		opts = append(opts, dockerclient.WithHost(o.Host))
 	}

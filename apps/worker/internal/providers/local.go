@@ -50,8 +50,9 @@ type LocalOptions struct {
 	Log *zerolog.Logger
 }
 
-// PortsPerSlot is the number of ports one local computer holds.
-func (o LocalOptions) PortsPerSlot() int { return 3 + 3*o.MaxScreens }
+// PortsPerSlot is the number of ports one local computer holds: API, Codex,
+// SOCKS, and a view and a control port per screen (x11vnc has no TCP port).
+func (o LocalOptions) PortsPerSlot() int { return 3 + 2*o.MaxScreens }
 
 // Local is the local provider. Its refs are the names of directories under
 // DataDir/computers.
@@ -281,7 +282,7 @@ func (l *Local) writeMetaLocked(ref string, m localMeta) error {
 // slotLayout is where slot k's botd listens and draws.
 type slotLayout struct {
 	api, codex, socks int
-	vncBase, viewBase int
+	viewBase          int
 	displayBase       int
 }
 
@@ -289,7 +290,7 @@ func (l *Local) layout(slot int) slotLayout {
 	p := l.o.PortBase + slot*l.o.PortsPerSlot()
 	return slotLayout{
 		api: p, codex: p + 1, socks: p + 2,
-		vncBase: p + 3, viewBase: p + 3 + l.o.MaxScreens,
+		viewBase:    p + 3,
 		displayBase: l.o.DisplayBase + slot*l.o.MaxScreens,
 	}
 }
@@ -411,7 +412,6 @@ func (l *Local) startLocked(ref string) (*localProc, error) {
 		"CODEX_LISTEN=127.0.0.1:" + strconv.Itoa(s.codex),
 		"SOCKS_LISTEN=127.0.0.1:" + strconv.Itoa(s.socks),
 		"DISPLAY_BASE=" + strconv.Itoa(s.displayBase),
-		"VNC_PORT_BASE=" + strconv.Itoa(s.vncBase),
 		"VIEW_PORT_BASE=" + strconv.Itoa(s.viewBase),
 		"MAX_SCREENS=" + strconv.Itoa(l.o.MaxScreens),
 	}

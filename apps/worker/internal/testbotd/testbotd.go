@@ -24,8 +24,7 @@ import (
 type Options struct {
 	// DisplayBase is slot 0's X display; slots use DisplayBase+n.
 	DisplayBase int
-	// PortBase: x11vnc ports from PortBase, view/control ports from
-	// PortBase+50 (two per slot).
+	// PortBase: view/control ports from PortBase+50 (two per slot).
 	PortBase int
 	// MaxScreens (default 2).
 	MaxScreens int
@@ -122,7 +121,7 @@ func Start(t testing.TB, o Options) *Botd {
 	d.cmd.Env = append(os.Environ(),
 		"BOTD_TOKEN="+d.Token, "BOTD_HOME="+d.Home, "BOTD_LISTEN="+addr, "CODEX_LISTEN="+FreeAddr(t),
 		"SOCKS_LISTEN="+FreeAddr(t), fmt.Sprintf("DISPLAY_BASE=%d", o.DisplayBase),
-		fmt.Sprintf("VNC_PORT_BASE=%d", o.PortBase), fmt.Sprintf("VIEW_PORT_BASE=%d", o.PortBase+50),
+		fmt.Sprintf("VIEW_PORT_BASE=%d", o.PortBase+50),
 		fmt.Sprintf("MAX_SCREENS=%d", o.MaxScreens),
 	)
 	d.cmd.Env = append(d.cmd.Env, o.Env...)
