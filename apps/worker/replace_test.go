@@ -30,12 +30,14 @@ import (
 	"github.com/open-bot/computer/apps/worker/internal/store"
 )
 
-// Test ranges (HELPERS.md, helper "wire"): displays 420-449, ports
-// 32000-33499. Local machines here take one of 7 slots: displays 420-447,
-// ports 33000-33104 (a slot another test holds is skipped).
+// Local machines here take one of 7 slots: displays 420-447, ports
+// 30000-30076 (a slot another test holds is skipped). The ports stay below
+// the kernel's ephemeral range (32768 up): there the engine's published
+// container ports of the docker tests, running at the same time, took every
+// slot once.
 const (
 	replDisplayBase = 420
-	replPortBase    = 33000
+	replPortBase    = 30000
 	replSlots       = "7"
 )
 
