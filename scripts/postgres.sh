@@ -6,6 +6,10 @@
 # only) lives in a 0600 pgpass file the DSN names, never in the output.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
+# stdout carries the URL and nothing else (callers capture it); everything the
+# tools below print (pg_ctlcluster says "Removed stale pid file." after an
+# unclean stop, for one) goes to stderr.
+exec 3>&1 1>&2
 ROLE="${PG_TEST_ROLE:-openbot_test}"
 DB="${PG_TEST_DB:-openbot_test}"
 PWFILE="${PG_TEST_PASSWORD_FILE:-/var/lib/open-bot/pg-test-password}"
@@ -17,7 +21,15 @@ if ! command -v pg_lsclusters >/dev/null 2>&1 || [ -z "$(pg_lsclusters -h 2>/dev
 fi
 read -r ver cluster port status _ < <(pg_lsclusters -h | head -1)
 if [ "$status" != "online" ]; then
-  pg_ctlcluster "$ver" "$cluster" start
+  # 3>&-: the server must not inherit the URL pipe, or a caller capturing
+  # stdout waits for it to exit.
+  # A server killed a moment ago can leave its socket lock behind until it is
+  # fully gone, so a failed start is retried a few times.
+  for try in 1 2 3 4 5; do
+    if pg_ctlcluster "$ver" "$cluster" start 3>&-; then break; fi
+    [ "$try" = 5 ] && exit 1
+    sleep 1
+  done
 fi
 for _ in $(seq 1 100); do
   if runuser -u postgres -- pg_isready -q -h 127.0.0.1 -p "$port"; then break; fi
@@ -41,4 +53,4 @@ if [ "$(psql_su -tAc "SELECT 1 FROM pg_database WHERE datname='$DB'")" != 1 ]; t
   psql_su -c "CREATE DATABASE $DB OWNER $ROLE" >/dev/null
 fi
 (umask 077 && printf '*:*:%s:%s:%s\n' "$DB" "$ROLE" "$pw" >"$PASSFILE")
-echo "postgres://$ROLE@127.0.0.1:$port/$DB?sslmode=disable&passfile=$PASSFILE"
+echo "postgres://$ROLE@127.0.0.1:$port/$DB?sslmode=disable&passfile=$PASSFILE" >&3
