@@ -129,7 +129,7 @@ func Run(ctx context.Context, o Options) error {
 	if strings.TrimSpace(o.Token) == "" {
 		return errors.New("egress agent: empty token")
 	}
-	a := &agent{o: o, url: u, log: o.Log.With().Str("component", "egress-agent").Str("botd", hostOf(u)).Logger()}
+	a := &agent{o: o, url: u, client: batchingClient(o.HTTPClient, u), log: o.Log.With().Str("component", "egress-agent").Str("botd", hostOf(u)).Logger()}
 	bo := backoff{min: o.MinBackoff, max: o.MaxBackoff, rand: o.Rand}
 	for {
 		lived, err := a.session(ctx)
@@ -186,21 +186,24 @@ func hostOf(s string) string {
 type agent struct {
 	o   Options
 	url string
-	log zerolog.Logger
+	// client is o.HTTPClient with frame batching under the websocket (batch.go).
+	client *http.Client
+	log    zerolog.Logger
 }
 
 // session runs one websocket + yamux session until either ends. It returns
 // how long the session was up (0 when it never came up).
 func (a *agent) session(ctx context.Context) (time.Duration, error) {
-	dctx, cancel := context.WithTimeout(ctx, a.o.DialTimeout)
+	dctx, cancel := context.WithTimeout(withBatchSlot(ctx), a.o.DialTimeout)
 	ws, resp, err := websocket.Dial(dctx, a.url, &websocket.DialOptions{
-		HTTPClient: a.o.HTTPClient,
+		HTTPClient: a.client,
 		HTTPHeader: http.Header{"Authorization": {"Bearer " + a.o.Token}},
 	})
 	cancel()
 	if err != nil {
 		return 0, refusal(resp, err)
 	}
+	armAfterHandshake(dctx)
 	sctx, scancel := context.WithCancel(ctx)
 	defer scancel()
 	// One websocket message per yamux data frame, not two (header, body).
