@@ -35,12 +35,15 @@ BENCHES=(
   # local and S3 (gofakes3 in-process) stores (BENCH_BIG=1).
   "./apps/worker/internal/homes|BenchmarkHomeStore|1x"
   # issue 4: egress throughput through the SOCKS proxy vs straight loopback,
-  # both modes in one run (direct/loopback target >= 0.8), and connection
-  # setup p50 per mode.
+  # both modes in one run, up (client sends) and down (target sends), median
+  # of 15 paired rounds of 128 MiB (targets: direct >= 0.8, tunnel >= 0.5),
+  # and connection setup p50 per mode.
   "./apps/botd/internal/egress|BenchmarkThroughputRatio|1x"
   "./apps/botd/internal/egress|BenchmarkConnect|500x"
   # the ceiling on this machine: plain loopback vs one bare splice relay
-  # (direct mode's hops) and two in a row (tunnel mode's TCP hops).
+  # (direct mode's hops), two in a row (tunnel mode's TCP hops), and the
+  # same two pumping through user space (copy2: the ceiling of a websocket
+  # tunnel, whose two ends must read and write every byte).
   "./apps/botd/internal/egress|^BenchmarkRelayCeiling$|1x"
   # issue 8: viewer link to the first full frame (through the relay), relay
   # vs direct x11vnc latency of a frame update, x11vnc CPU per idle screen

@@ -91,56 +91,143 @@ func BenchmarkThroughput(b *testing.B) {
 	}
 }
 
-// BenchmarkThroughputRatio times the same 64 MiB over loopback and through
-// the proxy in each mode, back to back, for ten rounds. It reports the best
-// throughput of each and, per mode, the median over rounds of the ratio to
-// the loopback run next to it: pairing runs keeps a busy machine's noise
-// from landing on one side only. Run it with -benchtime 1x.
-func BenchmarkThroughputRatio(b *testing.B) {
-	sink := sinkServer(b)
-	_, port := splitPort(b, sink.Addr().String())
-	setups := benchSetups(b)
-	const total = 64 << 20
-	const rounds = 10
-	best := map[string]time.Duration{}
-	cpu := map[string]time.Duration{} // least CPU (user+system, whole process) per run
-	ratios := map[string][]float64{}
-	for i := 0; i < b.N; i++ {
-		for round := 0; round < rounds; round++ {
-			took := map[string]time.Duration{}
-			for _, name := range []string{"loopback", "direct", "tunnel"} {
-				c, err := setups[name]("127.0.0.1", port)
-				if err != nil {
-					b.Fatal(err)
-				}
-				cpu0 := processCPU()
-				start := time.Now()
-				send(b, c, total)
-				took[name] = time.Since(start)
-				used := processCPU() - cpu0
-				c.Close()
-				if best[name] == 0 || took[name] < best[name] {
-					best[name] = took[name]
-				}
-				if cpu[name] == 0 || used < cpu[name] {
-					cpu[name] = used
-				}
+// sourceServer writes total bytes to each connection once it has read one
+// byte from it, then closes it.
+func sourceServer(b testing.TB, total int64) net.Listener {
+	b.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
 			}
-			for _, name := range []string{"direct", "tunnel"} {
-				ratios[name] = append(ratios[name], took["loopback"].Seconds()/took[name].Seconds())
-			}
+			go func() {
+				defer c.Close()
+				if _, err := io.ReadFull(c, make([]byte, 1)); err != nil {
+					return
+				}
+				chunk := make([]byte, 256*1024)
+				for sent := int64(0); sent < total; {
+					n := min(int64(len(chunk)), total-sent)
+					if _, err := c.Write(chunk[:n]); err != nil {
+						return
+					}
+					sent += n
+				}
+			}()
+		}
+	}()
+	b.Cleanup(func() { ln.Close() })
+	return ln
+}
+
+// receive asks the source for its bytes over c and reads all total of them
+// in 256 KiB reads.
+func receive(b testing.TB, c net.Conn, total int64) {
+	if _, err := c.Write([]byte{1}); err != nil {
+		b.Fatal(err)
+	}
+	buf := make([]byte, 256*1024)
+	got := int64(0)
+	for got < total {
+		n, err := c.Read(buf)
+		got += int64(n)
+		if err != nil {
+			break
 		}
 	}
-	median := func(v []float64) float64 { slices.Sort(v); return v[len(v)/2] }
+	if got != total {
+		b.Fatalf("received %d of %d bytes", got, total)
+	}
+}
+
+// pairing is one measurement of BenchmarkThroughputRatio and
+// BenchmarkRelayCeiling: every way of reaching the target moves the same
+// bytes in turn, round after round, and each is compared with the plain
+// loopback run of its own round.
+type pairing struct {
+	names  []string // names[0] is "loopback"
+	took   map[string][]time.Duration
+	cpu    map[string]time.Duration // least CPU (user+system, whole process)
+	ratios map[string][]float64
+}
+
+func pairRounds(b *testing.B, names []string, rounds int, dial func(name string) (net.Conn, error), move func(net.Conn)) *pairing {
+	pr := &pairing{names: names, took: map[string][]time.Duration{}, cpu: map[string]time.Duration{}, ratios: map[string][]float64{}}
+	for round := 0; round < rounds; round++ {
+		took := map[string]time.Duration{}
+		for _, name := range names {
+			c, err := dial(name)
+			if err != nil {
+				b.Fatal(err)
+			}
+			cpu0 := processCPU()
+			start := time.Now()
+			move(c)
+			took[name] = time.Since(start)
+			used := processCPU() - cpu0
+			c.Close()
+			pr.took[name] = append(pr.took[name], took[name])
+			if pr.cpu[name] == 0 || used < pr.cpu[name] {
+				pr.cpu[name] = used
+			}
+		}
+		for _, name := range names[1:] {
+			pr.ratios[name] = append(pr.ratios[name], took[names[0]].Seconds()/took[name].Seconds())
+		}
+	}
+	return pr
+}
+
+func median[T float64 | time.Duration](v []T) T {
+	v = slices.Clone(v)
+	slices.Sort(v)
+	return v[len(v)/2]
+}
+
+// BenchmarkThroughputRatio moves the same 128 MiB over plain loopback and
+// through the proxy in each mode, in turn, for 15 rounds, in both
+// directions: up (the client sends, as an upload does) and down (the
+// target sends, as a page or a download does; through the tunnel that is
+// the agent's masked websocket frames). It reports each way's median
+// MB/s and, per mode and direction, the median over rounds of the ratio to
+// the loopback run of the same round: pairing keeps a busy machine's noise
+// from landing on one side only. CPU per byte (least of the rounds) is
+// what a busy machine cannot blur. Run it with -benchtime 1x.
+func BenchmarkThroughputRatio(b *testing.B) {
+	const total = 128 << 20
+	const rounds = 15
+	sink := sinkServer(b)
+	_, upPort := splitPort(b, sink.Addr().String())
+	source := sourceServer(b, total)
+	_, downPort := splitPort(b, source.Addr().String())
+	setups := benchSetups(b)
+	names := []string{"loopback", "direct", "tunnel"}
 	mbps := func(d time.Duration) float64 { return float64(total) / d.Seconds() / 1e6 }
-	b.ReportMetric(mbps(best["loopback"]), "loopback-MB/s")
-	b.ReportMetric(mbps(best["direct"]), "direct-MB/s")
-	b.ReportMetric(mbps(best["tunnel"]), "tunnel-MB/s")
-	b.ReportMetric(median(ratios["direct"]), "direct/loopback")
-	b.ReportMetric(median(ratios["tunnel"]), "tunnel/loopback")
-	// CPU per byte is what a busy machine cannot blur.
-	for _, name := range []string{"loopback", "direct", "tunnel"} {
-		b.ReportMetric(float64(cpu[name].Nanoseconds())/total, name+"-cpu-ns/B")
+	for i := 0; i < b.N; i++ {
+		for _, dir := range []struct {
+			name string
+			port int
+			move func(net.Conn)
+		}{
+			{"up", upPort, func(c net.Conn) { send(b, c, total) }},
+			{"down", downPort, func(c net.Conn) { receive(b, c, total) }},
+		} {
+			pr := pairRounds(b, names, rounds, func(name string) (net.Conn, error) {
+				return setups[name]("127.0.0.1", dir.port)
+			}, dir.move)
+			for _, name := range names {
+				b.ReportMetric(mbps(median(pr.took[name])), dir.name+"-"+name+"-MB/s")
+				b.ReportMetric(float64(pr.cpu[name].Nanoseconds())/total, dir.name+"-"+name+"-cpu-ns/B")
+			}
+			for _, name := range names[1:] {
+				b.ReportMetric(median(pr.ratios[name]), dir.name+"-"+name+"/loopback")
+			}
+		}
 	}
 	b.ReportMetric(0, "ns/op")
 }
@@ -221,53 +308,79 @@ func spliceRelay(b testing.TB, target string) string {
 	return ln.Addr().String()
 }
 
-// BenchmarkRelayCeiling pairs, as BenchmarkThroughputRatio does, plain
-// loopback with the proxy in each mode and with bare splice relays: one
-// (splice: the most direct mode, one extra hop, could reach here) and two
-// in a row (splice2: three TCP connections, as tunnel mode has with botd
-// and the agent relaying, but no framing or multiplexing: its ceiling).
-// Run it with -benchtime 1x.
-func BenchmarkRelayCeiling(b *testing.B) {
-	sink := sinkServer(b)
-	_, port := splitPort(b, sink.Addr().String())
-	setups := benchSetups(b)
-	relay := spliceRelay(b, sink.Addr().String())
-	setups["splice"] = func(string, int) (net.Conn, error) { return net.Dial("tcp", relay) }
-	relay2 := spliceRelay(b, spliceRelay(b, sink.Addr().String()))
-	setups["splice2"] = func(string, int) (net.Conn, error) { return net.Dial("tcp", relay2) }
-	const total = 64 << 20
-	const rounds = 10
-	ratios := map[string][]float64{}
-	cpu := map[string]time.Duration{}
-	for i := 0; i < b.N; i++ {
-		for round := 0; round < rounds; round++ {
-			took := map[string]time.Duration{}
-			for _, name := range []string{"loopback", "splice", "direct", "splice2", "tunnel"} {
-				c, err := setups[name]("127.0.0.1", port)
+// copyRelay is spliceRelay with the bytes pumped through user space (256
+// KiB reads and writes) instead of spliced: what any relay that must look
+// at or reframe the bytes, as both ends of a websocket tunnel do, costs at
+// the least.
+func copyRelay(b testing.TB, target string) string {
+	b.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	pump := func(dst, src net.Conn) {
+		buf := make([]byte, 256*1024)
+		_, _ = io.CopyBuffer(struct{ io.Writer }{dst}, struct{ io.Reader }{src}, buf)
+		_ = dst.(*net.TCPConn).CloseWrite()
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				t, err := net.Dial("tcp", target)
 				if err != nil {
-					b.Fatal(err)
+					return
 				}
-				cpu0 := processCPU()
-				start := time.Now()
-				send(b, c, total)
-				took[name] = time.Since(start)
-				used := processCPU() - cpu0
-				c.Close()
-				if cpu[name] == 0 || used < cpu[name] {
-					cpu[name] = used
-				}
-			}
-			for _, name := range []string{"splice", "direct", "splice2", "tunnel"} {
-				ratios[name] = append(ratios[name], took["loopback"].Seconds()/took[name].Seconds())
-			}
+				defer t.Close()
+				go pump(t, c)
+				pump(c, t)
+			}()
 		}
+	}()
+	b.Cleanup(func() { ln.Close() })
+	return ln.Addr().String()
+}
+
+// BenchmarkRelayCeiling pairs, as BenchmarkThroughputRatio does (up, 128
+// MiB, 15 rounds), plain loopback with the proxy in each mode and with
+// bare relays that do nothing but move bytes: one splice relay (splice:
+// the most that direct mode, one extra hop, could reach here), two in a
+// row (splice2: three TCP connections, as tunnel mode has with botd and
+// the agent relaying, but no framing or multiplexing), and the same two
+// pumping through user space (copy, copy2: copy2 is the ceiling of any
+// tunnel whose two ends read and write the bytes, as a websocket's must:
+// the agent masks every frame it sends, RFC 6455 5.3, and botd unmasks
+// it). Run it with -benchtime 1x.
+func BenchmarkRelayCeiling(b *testing.B) {
+	const total = 128 << 20
+	const rounds = 15
+	sink := sinkServer(b)
+	target := sink.Addr().String()
+	_, port := splitPort(b, target)
+	setups := benchSetups(b)
+	for name, addr := range map[string]string{
+		"splice":  spliceRelay(b, target),
+		"splice2": spliceRelay(b, spliceRelay(b, target)),
+		"copy":    copyRelay(b, target),
+		"copy2":   copyRelay(b, copyRelay(b, target)),
+	} {
+		setups[name] = func(string, int) (net.Conn, error) { return net.Dial("tcp", addr) }
 	}
-	median := func(v []float64) float64 { slices.Sort(v); return v[len(v)/2] }
-	for _, name := range []string{"splice", "direct", "splice2", "tunnel"} {
-		b.ReportMetric(median(ratios[name]), name+"/loopback")
-	}
-	for _, name := range []string{"loopback", "splice", "direct", "splice2", "tunnel"} {
-		b.ReportMetric(float64(cpu[name].Nanoseconds())/total, name+"-cpu-ns/B")
+	names := []string{"loopback", "splice", "copy", "direct", "splice2", "copy2", "tunnel"}
+	for i := 0; i < b.N; i++ {
+		pr := pairRounds(b, names, rounds, func(name string) (net.Conn, error) {
+			return setups[name]("127.0.0.1", port)
+		}, func(c net.Conn) { send(b, c, total) })
+		for _, name := range names[1:] {
+			b.ReportMetric(median(pr.ratios[name]), name+"/loopback")
+		}
+		for _, name := range names {
+			b.ReportMetric(float64(pr.cpu[name].Nanoseconds())/total, name+"-cpu-ns/B")
+		}
 	}
 	b.ReportMetric(0, "ns/op")
 }
