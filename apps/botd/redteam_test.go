@@ -3,7 +3,7 @@ package main
 // The red team (../shared/THREAT-MODEL.md): each row is an attack run from
 // its real position — a shell as bot or desktop (setpriv), a page in the
 // screen's real Chromium, a raw client on the network — against a real botd
-// binary, and asserts the refusal. Displays 500-519, view ports 35100+.
+// binary, and asserts the refusal. Displays 500-519, view ports 27100+.
 
 import (
 	"bytes"
@@ -35,7 +35,7 @@ import (
 
 const (
 	rtDisplayBase  = 500
-	rtViewPortBase = 35100
+	rtViewPortBase = 27100
 )
 
 // redTeam is one real botd and what the attacks need to know about it.

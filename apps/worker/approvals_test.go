@@ -44,7 +44,7 @@ func TestApprovalsThroughCodex(t *testing.T) {
 	})
 	srv := httptest.NewServer(model)
 	defer srv.Close()
-	c := startComputer(t, srv.URL, 450, "VIEW_PORT_BASE=33600")
+	c := startComputer(t, srv.URL, 450, "VIEW_PORT_BASE=23650")
 	bc := client.New(c.url, c.token, nil)
 
 	for _, tc := range []struct {

@@ -192,7 +192,7 @@ func TestDashboardThroughWorker(t *testing.T) {
 	model := mockmodel.New(script).RequireKey(scriptedKey)
 	modelSrv := httptest.NewServer(model)
 	defer modelSrv.Close()
-	c := startComputer(t, modelSrv.URL, 484, "VIEW_PORT_BASE=34400")
+	c := startComputer(t, modelSrv.URL, 484, "VIEW_PORT_BASE=23400")
 	e := startWorker(t, c, "alice", "bob")
 	e.w.People.Takeover.SetBase(e.url)
 

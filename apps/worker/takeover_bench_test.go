@@ -16,7 +16,7 @@ import (
 // (websocket, RFB handshake) → the first full frame; then release. Reports
 // the p50 and max of each leg and of the whole, over 10 rounds.
 func BenchmarkTakeoverFirstFrame(b *testing.B) {
-	c := startComputer(b, "http://127.0.0.1:1", 486, "VIEW_PORT_BASE=34700")
+	c := startComputer(b, "http://127.0.0.1:1", 486, "VIEW_PORT_BASE=23700")
 	e := startWorker(b, c, "bench")
 	// The screen is up and painted before the first round.
 	status, l, _ := takeoverCall(b, e, "POST", "bench", "")

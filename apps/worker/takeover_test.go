@@ -281,7 +281,7 @@ func TestTakeoverAndBotdEvents(t *testing.T) {
 	defer modelSrv.Close()
 	c := startComputer(t, modelSrv.URL, 474,
 		"EGRESS_ALLOW="+strings.TrimPrefix(page.srv.URL, "http://"), "APPLY_GUARD_EXTRA_DOMAINS=127.0.0.1",
-		"VIEW_PORT_BASE=34550")
+		"VIEW_PORT_BASE=23550")
 	e := startWorker(t, c, "alice", "bob")
 	e.w.People.Takeover.SetBase(e.url)
 	botd := client.New(c.url, c.token, nil)
@@ -527,7 +527,7 @@ func TestBotdEgressLossIntoRun(t *testing.T) {
 	model := mockmodel.New(script).RequireKey(scriptedKey)
 	modelSrv := httptest.NewServer(model)
 	defer modelSrv.Close()
-	c := startComputer(t, modelSrv.URL, 476, "EGRESS_MODE=tunnel", "VIEW_PORT_BASE=34850")
+	c := startComputer(t, modelSrv.URL, 476, "EGRESS_MODE=tunnel", "VIEW_PORT_BASE=23850")
 	e := startWorker(t, c, "alice")
 	botd := client.New(c.url, c.token, nil)
 

@@ -250,7 +250,7 @@ const thumbRed = `(() => {
 
 func TestDashboardInChromium(t *testing.T) {
 	testbotd.Require(t)
-	bd := testbotd.Start(t, testbotd.Options{DisplayBase: 490, PortBase: 34200, Env: []string{"EGRESS_ALLOW=127.0.0.1/32"}})
+	bd := testbotd.Start(t, testbotd.Options{DisplayBase: 490, PortBase: 24200, Env: []string{"EGRESS_ALLOW=127.0.0.1/32"}})
 	ctx := t.Context()
 	for _, s := range []string{"alice", "bob"} {
 		_, err := bd.Client.StartScreen(ctx, s)

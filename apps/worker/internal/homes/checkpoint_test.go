@@ -92,7 +92,7 @@ func TestCheckpointRestoreRealBotd(t *testing.T) {
 	pageURL := srv.URL + "/"
 
 	ctx := t.Context()
-	a := testbotd.Start(t, testbotd.Options{DisplayBase: 470, PortBase: 34000, Env: []string{"EGRESS_ALLOW=127.0.0.1/32"}}) // the page is on loopback, which egress refuses by default
+	a := testbotd.Start(t, testbotd.Options{DisplayBase: 470, PortBase: 24000, Env: []string{"EGRESS_ALLOW=127.0.0.1/32"}}) // the page is on loopback, which egress refuses by default
 	const note = "written before the checkpoint\n"
 	require.NoError(t, a.Client.WriteFile(ctx, "notes/hello.txt", []byte(note)))
 	_, err := a.Client.StartScreen(ctx, "alice")
@@ -160,7 +160,7 @@ func TestCheckpointRestoreRealBotd(t *testing.T) {
 	page.mu.Lock()
 	page.seen = nil
 	page.mu.Unlock()
-	b := testbotd.Start(t, testbotd.Options{DisplayBase: 480, PortBase: 34100, Env: []string{"EGRESS_ALLOW=127.0.0.1/32"}})
+	b := testbotd.Start(t, testbotd.Options{DisplayBase: 480, PortBase: 24100, Env: []string{"EGRESS_ALLOW=127.0.0.1/32"}})
 	_, err = b.Client.ReadFile(ctx, "notes/hello.txt", 1<<20)
 	require.Error(t, err, "the fresh machine starts empty")
 

@@ -30,10 +30,12 @@ import (
 )
 
 // Test ranges of this package (HELPERS.md): displays 420-469, ports
-// 32000-33999. 12 slots of 4 displays and 15 ports fit both.
+// 29000-29999 (below the ephemeral range 32768-60999, where outbound
+// connections and published container ports land). 12 slots of 4 displays
+// and 15 ports fit both.
 const (
 	testDisplayBase = 420
-	testPortBase    = 32000
+	testPortBase    = 29000
 	testSlots       = 12
 )
 
