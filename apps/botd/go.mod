@@ -6,9 +6,9 @@ require github.com/open-bot/computer/pkg/shared v0.0.0
 
 require (
 	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
-	github.com/mattn/go-colorable v0.1.14 // indirect
-	github.com/mattn/go-isatty v0.0.20 // indirect
-	go.yaml.in/yaml/v3 v3.0.5 // indirect
+	github.com/mattn/go-colorable v0.1.15 // indirect
+	github.com/mattn/go-isatty v0.0.24 // indirect
+	go.yaml.in/yaml/v3 v3.0.6 // indirect
 	golang.org/x/net v0.62.0 // indirect
 )
 
@@ -18,6 +18,7 @@ require (
 	github.com/BurntSushi/xgb v0.0.0-20200324125942-20f126ea2843
 	github.com/armon/go-socks5 v0.0.0-20160902184237-e75332964ef5
 	github.com/chromedp/cdproto v0.160.2
+	github.com/cilium/ebpf v0.22.0
 	github.com/coder/websocket v1.8.15
 	github.com/creack/pty v1.1.24
 	github.com/hashicorp/yamux v0.1.2

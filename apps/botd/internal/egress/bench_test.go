@@ -348,17 +348,20 @@ func copyRelay(b testing.TB, target string) string {
 // BenchmarkRelayCeiling pairs, as BenchmarkThroughputRatio does (up, 128
 // MiB, 15 rounds), plain loopback with the proxy in each mode and with
 // bare relays that do nothing but move bytes: one splice relay (splice:
-// the most that direct mode, one extra hop, could reach here), two in a
-// row (splice2: three TCP connections, as tunnel mode has with botd and
-// the agent relaying, but no framing or multiplexing), and the same two
-// pumping through user space (copy, copy2: copy2 is the ceiling of any
-// tunnel whose two ends read and write the bytes, as a websocket's must:
-// the agent masks every frame it sends, RFC 6455 5.3, and botd unmasks
-// it). Run it with -benchtime 1x.
+// the most that direct mode, one extra hop, could reach here), one BPF
+// sockmap relay where root may load it (sockmap: no user space at all
+// between the two sockets), two splice relays in a row (splice2: three TCP
+// connections, as tunnel mode has with botd and the agent relaying, but no
+// framing or multiplexing), and one and two relays pumping through user
+// space (copy, copy2: copy2 is the ceiling of any tunnel whose two ends
+// read and write the bytes, as a websocket's must: the agent masks every
+// frame it sends, RFC 6455 5.3, and botd unmasks it). The sink answers
+// once all the bytes are in, so every setup is timed to the same point.
+// Run it with -benchtime 1x.
 func BenchmarkRelayCeiling(b *testing.B) {
 	const total = 128 << 20
 	const rounds = 15
-	sink := sinkServer(b)
+	sink := countingSink(b, total)
 	target := sink.Addr().String()
 	_, port := splitPort(b, target)
 	setups := benchSetups(b)
@@ -370,7 +373,18 @@ func BenchmarkRelayCeiling(b *testing.B) {
 	} {
 		setups[name] = func(string, int) (net.Conn, error) { return net.Dial("tcp", addr) }
 	}
-	names := []string{"loopback", "splice", "copy", "direct", "splice2", "copy2", "tunnel"}
+	names := []string{"loopback", "splice", "sockmap", "copy", "direct", "splice2", "copy2", "tunnel"}
+	if addr := sockmapRelay(b, target); addr != "" {
+		setups["sockmap"] = func(string, int) (net.Conn, error) {
+			c, err := net.Dial("tcp", addr)
+			if err == nil {
+				_, err = io.ReadFull(c, make([]byte, 1)) // both sockets are in the map
+			}
+			return c, err
+		}
+	} else {
+		names = slices.DeleteFunc(names, func(n string) bool { return n == "sockmap" })
+	}
 	for i := 0; i < b.N; i++ {
 		pr := pairRounds(b, names, rounds, func(name string) (net.Conn, error) {
 			return setups[name]("127.0.0.1", port)
