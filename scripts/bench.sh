@@ -15,6 +15,21 @@ if [ -z "${WORKER_TEST_DATABASE_URL:-}" ] && [ "$(id -u)" = 0 ]; then
   export WORKER_TEST_DATABASE_URL
 fi
 
+# The Docker figures (providers, replacement, image) need an engine and the
+# image: as root, start an engine when none answers (stopping it at the end
+# only if this run started it) and build the image (seconds when cached).
+claim="$(mktemp)"
+out="$(mktemp)"
+trap 'bash scripts/docker-engine.sh stop "$claim" || true; rm -f "$claim" "$out"' EXIT
+if [ "$(id -u)" = 0 ]; then
+  bash scripts/docker-engine.sh start "$claim"
+fi
+if docker info >/dev/null 2>&1; then
+  IMAGE="${IMAGE:-open-bot/computer:dev}" bash scripts/build-image.sh >&2
+else
+  echo "bench: no Docker engine answers; the docker figures are left out" >&2
+fi
+
 # Each line: package, benchmark regexp, benchtime. Add yours here.
 BENCHES=(
   "./apps/botd|BenchmarkBotd|1x"
@@ -108,8 +123,6 @@ table_awk='/^Benchmark/ {
 # Check the table program now, not after an hour of benchmarks.
 awk "$table_awk" </dev/null
 
-out="$(mktemp)"
-trap 'rm -f "$out"' EXIT
 # The machine may be shared: say how loaded it was around the run.
 load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
 for b in "${BENCHES[@]}"; do

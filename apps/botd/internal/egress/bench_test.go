@@ -10,8 +10,9 @@ import (
 	"time"
 )
 
-// sinkServer reads each connection to EOF, then answers one byte.
-func sinkServer(b testing.TB) net.Listener {
+// serveTCP listens on a loopback port and runs handle on every connection
+// in its own goroutine (handle closes it), until the benchmark ends.
+func serveTCP(b testing.TB, handle func(net.Conn)) net.Listener {
 	b.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -23,20 +24,26 @@ func sinkServer(b testing.TB) net.Listener {
 			if err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				buf := make([]byte, 256*1024)
-				for {
-					if _, err := c.Read(buf); err != nil {
-						break
-					}
-				}
-				_, _ = c.Write([]byte{1})
-			}()
+			go handle(c)
 		}
 	}()
 	b.Cleanup(func() { ln.Close() })
 	return ln
+}
+
+// sinkServer reads each connection to EOF, then answers one byte.
+func sinkServer(b testing.TB) net.Listener {
+	b.Helper()
+	return serveTCP(b, func(c net.Conn) {
+		defer c.Close()
+		buf := make([]byte, 256*1024)
+		for {
+			if _, err := c.Read(buf); err != nil {
+				break
+			}
+		}
+		_, _ = c.Write([]byte{1})
+	})
 }
 
 // benchSetups returns a dialer per way of reaching a target: straight over
@@ -95,34 +102,20 @@ func BenchmarkThroughput(b *testing.B) {
 // byte from it, then closes it.
 func sourceServer(b testing.TB, total int64) net.Listener {
 	b.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
+	return serveTCP(b, func(c net.Conn) {
+		defer c.Close()
+		if _, err := io.ReadFull(c, make([]byte, 1)); err != nil {
+			return
+		}
+		chunk := make([]byte, 256*1024)
+		for sent := int64(0); sent < total; {
+			n := min(int64(len(chunk)), total-sent)
+			if _, err := c.Write(chunk[:n]); err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				if _, err := io.ReadFull(c, make([]byte, 1)); err != nil {
-					return
-				}
-				chunk := make([]byte, 256*1024)
-				for sent := int64(0); sent < total; {
-					n := min(int64(len(chunk)), total-sent)
-					if _, err := c.Write(chunk[:n]); err != nil {
-						return
-					}
-					sent += n
-				}
-			}()
+			sent += n
 		}
-	}()
-	b.Cleanup(func() { ln.Close() })
-	return ln
+	})
 }
 
 // receive asks the source for its bytes over c and reads all total of them
@@ -279,33 +272,25 @@ func BenchmarkConnect(b *testing.B) {
 // reach on this machine, not a part of the product.
 func spliceRelay(b testing.TB, target string) string {
 	b.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				t, err := net.Dial("tcp", target)
-				if err != nil {
-					return
-				}
-				defer t.Close()
-				go func() {
-					_, _ = t.(*net.TCPConn).ReadFrom(c)
-					_ = t.(*net.TCPConn).CloseWrite()
-				}()
-				_, _ = c.(*net.TCPConn).ReadFrom(t)
-			}()
+	return relay(b, target, func(dst, src *net.TCPConn) {
+		_, _ = dst.ReadFrom(src) // splice(2)
+		_ = dst.CloseWrite()
+	})
+}
+
+// relay accepts, dials target, and moves bytes both ways with move.
+func relay(b testing.TB, target string, move func(dst, src *net.TCPConn)) string {
+	b.Helper()
+	return serveTCP(b, func(c net.Conn) {
+		defer c.Close()
+		t, err := net.Dial("tcp", target)
+		if err != nil {
+			return
 		}
-	}()
-	b.Cleanup(func() { ln.Close() })
-	return ln.Addr().String()
+		defer t.Close()
+		go move(t.(*net.TCPConn), c.(*net.TCPConn))
+		move(c.(*net.TCPConn), t.(*net.TCPConn))
+	}).Addr().String()
 }
 
 // copyRelay is spliceRelay with the bytes pumped through user space (256
@@ -314,35 +299,11 @@ func spliceRelay(b testing.TB, target string) string {
 // the least.
 func copyRelay(b testing.TB, target string) string {
 	b.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	pump := func(dst, src net.Conn) {
+	return relay(b, target, func(dst, src *net.TCPConn) {
 		buf := make([]byte, 256*1024)
 		_, _ = io.CopyBuffer(struct{ io.Writer }{dst}, struct{ io.Reader }{src}, buf)
-		_ = dst.(*net.TCPConn).CloseWrite()
-	}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				t, err := net.Dial("tcp", target)
-				if err != nil {
-					return
-				}
-				defer t.Close()
-				go pump(t, c)
-				pump(c, t)
-			}()
-		}
-	}()
-	b.Cleanup(func() { ln.Close() })
-	return ln.Addr().String()
+		_ = dst.CloseWrite()
+	})
 }
 
 // BenchmarkRelayCeiling pairs, as BenchmarkThroughputRatio does (up, 128

@@ -77,80 +77,52 @@ func sockmapRelay(b testing.TB, target string) string {
 		_ = rc.Control(func(x uintptr) { f = uint32(x) })
 		return f
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				t, err := net.Dial("tcp", target)
-				if err != nil {
-					return
-				}
-				defer t.Close()
-				a, z := c.(*net.TCPConn), t.(*net.TCPConn)
-				if m.Update(key(a), fd(z), ebpf.UpdateAny) != nil || m.Update(key(z), fd(a), ebpf.UpdateAny) != nil {
-					return
-				}
-				defer m.Delete(key(a))
-				defer m.Delete(key(z))
-				if _, err := c.Write([]byte{1}); err != nil {
-					return
-				}
-				// Both directions run in the kernel now; user space sees only
-				// the ends: the client's (ignored: a FIN could overtake
-				// segments still queued for the other socket) and the
-				// sink's, which has answered by then.
-				go func() { _, _ = io.Copy(io.Discard, c) }()
-				_, _ = io.Copy(io.Discard, t)
-				// The sink's answer may still be queued in the kernel for
-				// the client when its FIN arrives: give it time to go out
-				// before the close discards it (the clock has stopped by
-				// then, at the client's read of the answer).
-				time.Sleep(time.Second)
-			}()
+	return serveTCP(b, func(c net.Conn) {
+		defer c.Close()
+		t, err := net.Dial("tcp", target)
+		if err != nil {
+			return
 		}
-	}()
-	b.Cleanup(func() { ln.Close() })
-	return ln.Addr().String()
+		defer t.Close()
+		a, z := c.(*net.TCPConn), t.(*net.TCPConn)
+		if m.Update(key(a), fd(z), ebpf.UpdateAny) != nil || m.Update(key(z), fd(a), ebpf.UpdateAny) != nil {
+			return
+		}
+		defer m.Delete(key(a))
+		defer m.Delete(key(z))
+		if _, err := c.Write([]byte{1}); err != nil {
+			return
+		}
+		// Both directions run in the kernel now; user space sees only
+		// the ends: the client's (ignored: a FIN could overtake
+		// segments still queued for the other socket) and the
+		// sink's, which has answered by then.
+		go func() { _, _ = io.Copy(io.Discard, c) }()
+		_, _ = io.Copy(io.Discard, t)
+		// The sink's answer may still be queued in the kernel for
+		// the client when its FIN arrives: give it time to go out
+		// before the close discards it (the clock has stopped by
+		// then, at the client's read of the answer).
+		time.Sleep(time.Second)
+	}).Addr().String()
 }
 
 // countingSink answers one byte once total bytes have arrived on a
 // connection, and closes it.
 func countingSink(b testing.TB, total int64) net.Listener {
 	b.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	go func() {
-		for {
-			c, err := ln.Accept()
+	return serveTCP(b, func(c net.Conn) {
+		defer c.Close()
+		// 256 KiB reads, as sinkServer's (io.Discard would read 8 KiB at a
+		// time and slow the loopback baseline down).
+		buf := make([]byte, 256*1024)
+		for got := int64(0); got < total; {
+			n, err := c.Read(buf[:min(int64(len(buf)), total-got)])
+			got += int64(n)
 			if err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				// 256 KiB reads, as sinkServer's (io.Discard would read 8 KiB
-				// at a time and slow the loopback baseline down).
-				buf := make([]byte, 256*1024)
-				for got := int64(0); got < total; {
-					n, err := c.Read(buf[:min(int64(len(buf)), total-got)])
-					got += int64(n)
-					if err != nil {
-						return
-					}
-				}
-				_, _ = c.Write([]byte{1})
-			}()
 		}
-	}()
-	b.Cleanup(func() { ln.Close() })
-	return ln
+		_, _ = c.Write([]byte{1})
+	})
 }
