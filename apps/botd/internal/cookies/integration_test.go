@@ -22,6 +22,10 @@ import (
 	"github.com/open-bot/computer/apps/botd/internal/cookies"
 )
 
+// This package's private displays: the browser package's tests use 200–209
+// at the same time (browsertest.Displays).
+func init() { browsertest.Displays = [2]int{210, 219} }
+
 func hasCookie(t *testing.T, ctx context.Context, b *browser.Browser, name, value string) bool {
 	t.Helper()
 	cs, err := b.GetCookies(ctx)

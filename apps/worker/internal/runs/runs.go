@@ -725,6 +725,10 @@ func (r *Run) driveResumed(ctx context.Context, prompt, threadID, oldTurn string
 
 // turn starts a turn on the thread and follows it to its end.
 func (r *Run) turn(ctx context.Context, conn *codexrpc.Conn, threadID, text string) error {
+	// Running before the turn starts: the turn's first tool call can reach
+	// us before turn/start's answer does, and a request_takeover there must
+	// not be overwritten by a late "running" (Resume would then refuse).
+	r.setStatus(StatusRunning, "")
 	var turn codexrpc.TurnStartResponse
 	if err := conn.Call(ctx, codexrpc.MethodTurnStart, codexrpc.TurnStartParams{
 		ThreadID: threadID, Input: []codexrpc.UserInput{{Type: "text", Text: text}},
@@ -735,7 +739,6 @@ func (r *Run) turn(ctx context.Context, conn *codexrpc.Conn, threadID, text stri
 	r.snap.ThreadID, r.snap.TurnID = threadID, turn.Turn.ID
 	r.persistLocked(store.RunUpdate{ThreadID: &threadID, TurnID: &turn.Turn.ID})
 	r.mu.Unlock()
-	r.setStatus(StatusRunning, "")
 
 	for {
 		select {

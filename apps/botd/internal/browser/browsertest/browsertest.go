@@ -1,5 +1,5 @@
 // Package browsertest is for tests only: it starts a private Xvfb on a free
-// display in 200–219 with a family-wild Xauthority, makes temporary profile
+// display (Displays) with a family-wild Xauthority, makes temporary profile
 // directories the desktop user can use, and launches real Chromium on them.
 package browsertest
 
@@ -65,7 +65,15 @@ func TempDir(t testing.TB, u osuser.User) string {
 	return dir
 }
 
-// StartX starts Xvfb on the first free display in 200–219 and stops it when
+// Displays is the range StartX picks from: each test package that uses this
+// helper sets its own (browser 200–209, the default; cookies 210–219), since
+// test packages run in parallel. Sharing a number across processes once
+// broke a run: an Xvfb exiting in one package unlinked the socket path that
+// the new Xvfb of another package on the same number had just bound, so the
+// new server lost its socket and xfwm4 could not open the display.
+var Displays = [2]int{200, 209}
+
+// StartX starts Xvfb on the first free display in Displays and stops it when
 // the test ends.
 func StartX(t testing.TB, u osuser.User) *X {
 	t.Helper()
@@ -79,7 +87,7 @@ func StartX(t testing.TB, u osuser.User) *X {
 	if err := os.Chown(auth, int(u.UID), int(u.GID)); err != nil {
 		t.Fatal(err)
 	}
-	for n := 200; n <= 219; n++ {
+	for n := Displays[0]; n <= Displays[1]; n++ {
 		if _, err := os.Stat("/tmp/.X" + strconv.Itoa(n) + "-lock"); err == nil {
 			continue
 		}
@@ -106,7 +114,7 @@ func StartX(t testing.TB, u osuser.User) *X {
 		_ = p.SignalGroup(syscall.SIGKILL)
 		<-exited
 	}
-	t.Fatal("no free display in 200–219")
+	t.Fatalf("no free display in %d–%d", Displays[0], Displays[1])
 	return nil
 }
 
