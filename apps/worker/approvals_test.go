@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -131,30 +130,22 @@ func runEvents(t *testing.T, e *workerEnv, id string) []runEvent {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "GET", e.url+"/v1/computers/"+e.computer+"/runs/"+id+"/events", nil)
-	req.Header.Set("Authorization", "Bearer "+e.token)
-	req.Header.Set("X-Computer-Capability", e.capa)
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
+	resp := openEvents(t, ctx, e, id)
 	defer resp.Body.Close()
 	var evs []runEvent
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 8<<20)
-	event := ""
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case strings.HasPrefix(line, "event: "):
-			event = strings.TrimPrefix(line, "event: ")
-		case strings.HasPrefix(line, "data: "):
-			if event == "end" {
-				return evs
-			}
-			var ev runEvent
-			require.NoError(t, json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &ev))
-			evs = append(evs, ev)
+	ended := false
+	err := readSSE(resp.Body, func(event, data string) bool {
+		if event == "end" {
+			ended = true
+			return false
 		}
+		var ev runEvent
+		require.NoError(t, json.Unmarshal([]byte(data), &ev))
+		evs = append(evs, ev)
+		return true
+	})
+	if !ended {
+		t.Fatalf("event stream ended without an end event (err %v)", err)
 	}
-	t.Fatalf("event stream ended without an end event (err %v)", sc.Err())
-	return nil
+	return evs
 }

@@ -320,16 +320,42 @@ func waitRun(t testing.TB, e *workerEnv, id string, timeout time.Duration) (runs
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
+	resp := openEvents(t, ctx, e, id)
+	defer resp.Body.Close()
+	require.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
+	var types []string
+	var final runs.Snapshot
+	ended := false
+	err := readSSE(resp.Body, func(event, data string) bool {
+		types = append(types, event)
+		if event != "end" {
+			return true
+		}
+		require.NoError(t, json.Unmarshal([]byte(data), &final))
+		ended = true
+		return false
+	})
+	if !ended {
+		t.Fatalf("event stream ended without an end event (err %v); events: %v", err, types)
+	}
+	return final, types
+}
+
+// openEvents opens a run's server-sent event stream (history first).
+func openEvents(t testing.TB, ctx context.Context, e *workerEnv, id string) *http.Response {
+	t.Helper()
 	req, _ := http.NewRequestWithContext(ctx, "GET", e.url+"/v1/computers/"+e.computer+"/runs/"+id+"/events", nil)
 	req.Header.Set("Authorization", "Bearer "+e.token)
 	req.Header.Set("X-Computer-Capability", e.capa)
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
-	defer resp.Body.Close()
-	require.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
-	var types []string
-	var final runs.Snapshot
-	sc := bufio.NewScanner(resp.Body)
+	return resp
+}
+
+// readSSE calls each with every event's name and data line, until each
+// returns false or the stream ends (then it returns the read error, if any).
+func readSSE(r io.Reader, each func(event, data string) bool) error {
+	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 8<<20)
 	event := ""
 	for sc.Scan() {
@@ -337,14 +363,13 @@ func waitRun(t testing.TB, e *workerEnv, id string, timeout time.Duration) (runs
 		switch {
 		case strings.HasPrefix(line, "event: "):
 			event = strings.TrimPrefix(line, "event: ")
-			types = append(types, event)
-		case strings.HasPrefix(line, "data: ") && event == "end":
-			require.NoError(t, json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &final))
-			return final, types
+		case strings.HasPrefix(line, "data: "):
+			if !each(event, strings.TrimPrefix(line, "data: ")) {
+				return nil
+			}
 		}
 	}
-	t.Fatalf("event stream ended without an end event (err %v); events: %v", sc.Err(), types)
-	return final, types
+	return sc.Err()
 }
 
 func TestEndToEndTeammateRun(t *testing.T) {

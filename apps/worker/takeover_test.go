@@ -10,7 +10,6 @@ package main
 // browser arriving as events of the bot's run and in its SSE stream.
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -100,35 +99,23 @@ func followSSE(t testing.TB, e *workerEnv, runID string) *sseLog {
 	l := &sseLog{}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	req, _ := http.NewRequestWithContext(ctx, "GET", e.url+"/v1/computers/"+e.computer+"/runs/"+runID+"/events", nil)
-	req.Header.Set("Authorization", "Bearer "+e.token)
-	req.Header.Set("X-Computer-Capability", e.capa)
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
+	resp := openEvents(t, ctx, e, runID)
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	go func() {
 		defer resp.Body.Close()
-		sc := bufio.NewScanner(resp.Body)
-		sc.Buffer(make([]byte, 1<<20), 8<<20)
-		typ := ""
-		for sc.Scan() {
-			line := sc.Text()
-			switch {
-			case strings.HasPrefix(line, "event: "):
-				typ = strings.TrimPrefix(line, "event: ")
-			case strings.HasPrefix(line, "data: "):
-				var ev struct {
-					Data map[string]any `json:"data"`
-				}
-				_ = json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &ev)
-				l.mu.Lock()
-				l.events = append(l.events, sseEvent{Type: typ, Data: ev.Data})
-				if typ == "end" {
-					l.ended = true
-				}
-				l.mu.Unlock()
+		_ = readSSE(resp.Body, func(typ, data string) bool {
+			var ev struct {
+				Data map[string]any `json:"data"`
 			}
-		}
+			_ = json.Unmarshal([]byte(data), &ev)
+			l.mu.Lock()
+			l.events = append(l.events, sseEvent{Type: typ, Data: ev.Data})
+			if typ == "end" {
+				l.ended = true
+			}
+			l.mu.Unlock()
+			return true
+		})
 	}()
 	return l
 }

@@ -272,14 +272,14 @@ func BenchmarkConnect(b *testing.B) {
 // reach on this machine, not a part of the product.
 func spliceRelay(b testing.TB, target string) string {
 	b.Helper()
-	return relay(b, target, func(dst, src *net.TCPConn) {
+	return relay(b, target, bothWays(func(dst, src *net.TCPConn) {
 		_, _ = dst.ReadFrom(src) // splice(2)
 		_ = dst.CloseWrite()
-	})
+	}))
 }
 
-// relay accepts, dials target, and moves bytes both ways with move.
-func relay(b testing.TB, target string, move func(dst, src *net.TCPConn)) string {
+// relay accepts, dials target, and hands both connections to serve.
+func relay(b testing.TB, target string, serve func(client, target *net.TCPConn)) string {
 	b.Helper()
 	return serveTCP(b, func(c net.Conn) {
 		defer c.Close()
@@ -288,9 +288,16 @@ func relay(b testing.TB, target string, move func(dst, src *net.TCPConn)) string
 			return
 		}
 		defer t.Close()
-		go move(t.(*net.TCPConn), c.(*net.TCPConn))
-		move(c.(*net.TCPConn), t.(*net.TCPConn))
+		serve(c.(*net.TCPConn), t.(*net.TCPConn))
 	}).Addr().String()
+}
+
+// bothWays runs move in each direction and returns when both are done.
+func bothWays(move func(dst, src *net.TCPConn)) func(client, target *net.TCPConn) {
+	return func(c, t *net.TCPConn) {
+		go move(t, c)
+		move(c, t)
+	}
 }
 
 // copyRelay is spliceRelay with the bytes pumped through user space (256
@@ -299,11 +306,11 @@ func relay(b testing.TB, target string, move func(dst, src *net.TCPConn)) string
 // the least.
 func copyRelay(b testing.TB, target string) string {
 	b.Helper()
-	return relay(b, target, func(dst, src *net.TCPConn) {
+	return relay(b, target, bothWays(func(dst, src *net.TCPConn) {
 		buf := make([]byte, 256*1024)
 		_, _ = io.CopyBuffer(struct{ io.Writer }{dst}, struct{ io.Reader }{src}, buf)
 		_ = dst.CloseWrite()
-	})
+	}))
 }
 
 // BenchmarkRelayCeiling pairs, as BenchmarkThroughputRatio does (up, 128

@@ -77,34 +77,27 @@ func sockmapRelay(b testing.TB, target string) string {
 		_ = rc.Control(func(x uintptr) { f = uint32(x) })
 		return f
 	}
-	return serveTCP(b, func(c net.Conn) {
-		defer c.Close()
-		t, err := net.Dial("tcp", target)
-		if err != nil {
-			return
-		}
-		defer t.Close()
-		a, z := c.(*net.TCPConn), t.(*net.TCPConn)
+	return relay(b, target, func(a, z *net.TCPConn) {
 		if m.Update(key(a), fd(z), ebpf.UpdateAny) != nil || m.Update(key(z), fd(a), ebpf.UpdateAny) != nil {
 			return
 		}
 		defer m.Delete(key(a))
 		defer m.Delete(key(z))
-		if _, err := c.Write([]byte{1}); err != nil {
+		if _, err := a.Write([]byte{1}); err != nil {
 			return
 		}
 		// Both directions run in the kernel now; user space sees only
 		// the ends: the client's (ignored: a FIN could overtake
 		// segments still queued for the other socket) and the
 		// sink's, which has answered by then.
-		go func() { _, _ = io.Copy(io.Discard, c) }()
-		_, _ = io.Copy(io.Discard, t)
+		go func() { _, _ = io.Copy(io.Discard, a) }()
+		_, _ = io.Copy(io.Discard, z)
 		// The sink's answer may still be queued in the kernel for
 		// the client when its FIN arrives: give it time to go out
 		// before the close discards it (the clock has stopped by
 		// then, at the client's read of the answer).
 		time.Sleep(time.Second)
-	}).Addr().String()
+	})
 }
 
 // countingSink answers one byte once total bytes have arrived on a
