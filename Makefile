@@ -18,15 +18,12 @@ bin/worker: FORCE
 
 FORCE:
 
-# Integration tests need root and the desktop tools (scripts/provision.sh);
-# under CI=true a missing tool fails instead of skipping.
-# Where an engine answers, the image is built first (seconds when nothing
-# changed), so every package that runs it (imagetest, the Docker provider)
-# finds it; without one, those tests skip (fail under CI=true).
-test: build
-	$(GO) vet $(PKGS)
-	@if docker info >/dev/null 2>&1; then IMAGE=$(IMAGE) ./scripts/build-image.sh; else echo "make test: no Docker engine answers; the image tests skip (fail under CI=true)"; fi
-	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
+# scripts/test.sh: as root on Debian it first installs and starts what the
+# tests use (provision.sh, a Docker engine, Postgres, the image); then vet
+# and every test. Integration tests need root and the desktop tools; under
+# CI=true a missing tool fails instead of skipping.
+test:
+	GO=$(GO) IMAGE=$(IMAGE) TEST_TIMEOUT=$(TEST_TIMEOUT) PKGS="$(PKGS)" ./scripts/test.sh
 
 # The acceptance runs with a real vision model (never in CI): set
 # LIVE_MODEL_BASE_URL (an OpenAI-compatible Responses API), LIVE_MODEL_KEY and LIVE_MODEL.
@@ -35,7 +32,7 @@ test: build
 test-live: build
 	$(GO) test -count=1 -v -run '^TestLiveModel(Replace)?$$' -timeout 20m ./apps/worker/
 
-bench: build
+bench:
 	./scripts/bench.sh
 
 run:

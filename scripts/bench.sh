@@ -8,6 +8,12 @@ export PATH="/usr/local/go/bin:$PATH"
 # The workspace export/import benchmark writes ~3 GB of temp files; it only
 # runs with BENCH_BIG=1 (default here, `BENCH_BIG=0 make bench` skips it).
 export BENCH_BIG="${BENCH_BIG:-1}"
+# As root on Debian, the tools the integration benchmarks drive (the same
+# provisioning as `make test`; seconds when present), then the binaries.
+if [ "$(id -u)" = 0 ] && [ -f /etc/debian_version ]; then
+  bash scripts/provision.sh
+fi
+make --no-print-directory build >&2
 # The store figures need Postgres beside SQLite (installed and started here
 # when missing, like CI does).
 if [ -z "${WORKER_TEST_DATABASE_URL:-}" ] && [ "$(id -u)" = 0 ]; then

@@ -12,7 +12,8 @@
 # 3. docker build. The legacy builder and BuildKit both tag only a finished
 #    build, so a build that fails mid-way leaves IMAGE as it was.
 #
-# Needs root for debootstrap (only when the base is made here).
+# Needs root for debootstrap (only when the base is made here). As root on
+# Debian it installs what it uses and starts an engine when none answers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/usr/local/go/bin:$PATH"
@@ -61,7 +62,15 @@ explain_failure() {
   die "$what failed; see the output above"
 }
 
-docker info >/dev/null 2>&1 || die "no Docker engine answers here (start one: sudo scripts/docker-engine.sh start)"
+# As root on Debian, install what this build uses (cgo, libturbojpeg,
+# debootstrap: `provision.sh --build`, seconds when present) and start an
+# engine when none answers; it keeps running afterwards, like any machine's
+# engine (`scripts/docker-engine.sh stop` stops it).
+if [ "$(id -u)" = 0 ] && [ -f /etc/debian_version ] && [ "${IMAGE_SKIP_PROVISION:-0}" != 1 ]; then
+  bash scripts/provision.sh --build
+  docker info >/dev/null 2>&1 || bash scripts/docker-engine.sh start
+fi
+docker info >/dev/null 2>&1 || die "no Docker engine answers here (as root, this script starts one; or: sudo scripts/docker-engine.sh start)"
 
 # One build at a time per checkout (test packages may ask at once): they share
 # build/image and the base.

@@ -4,7 +4,23 @@
 # Idempotent: every step checks before it changes anything, so a second run on
 # a provisioned machine only verifies (target: under 10 s). Used by the
 # Dockerfile and by CI on a bare Debian host. Needs root, no standard input.
+#
+#   provision.sh          the whole computer: desktop, browser, Codex, users,
+#                         rootfs, and (unless PROVISION_BUILD_TOOLS=0) what
+#                         building needs
+#   provision.sh --build  only what building the project and its image needs
+#                         on this host (cgo, libturbojpeg, make, debootstrap):
+#                         `make image` and `make run` with the docker provider
 set -euo pipefail
+only_build=0
+case "${1:-}" in
+--build) only_build=1 ;;
+"") ;;
+*)
+  echo "usage: provision.sh [--build]" >&2
+  exit 2
+  ;;
+esac
 
 CODEX_VERSION="${CODEX_VERSION:-0.171.0}"
 BOTS_GID=1100
@@ -24,6 +40,11 @@ if [ "$(id -u)" != 0 ]; then
   exit 1
 fi
 
+# Building on this machine (CI, `make test`, `make run`, `make image`) needs
+# cgo and the static libturbojpeg, make, and debootstrap (the image's base is
+# made from Debian's packages where no registry answers); the image builds
+# botd on the host and skips these (PROVISION_BUILD_TOOLS=0).
+build_packages=(libturbojpeg0-dev gcc libc6-dev make debootstrap)
 packages=(
   # the desktop
   xvfb xfce4-session xfwm4 xfce4-panel xfdesktop4 thunar xfce4-terminal mousepad
@@ -38,10 +59,10 @@ packages=(
   # Node.js for the Codex CLI from npm
   nodejs npm
 )
-# Building botd on this machine (CI, `make run` on a host) needs cgo and the
-# static libturbojpeg; the image builds botd in its own stage and skips these.
-if [ "${PROVISION_BUILD_TOOLS:-1}" = 1 ]; then
-  packages+=(libturbojpeg0-dev gcc libc6-dev make)
+if [ "$only_build" = 1 ]; then
+  packages=("${build_packages[@]}")
+elif [ "${PROVISION_BUILD_TOOLS:-1}" = 1 ]; then
+  packages+=("${build_packages[@]}")
 fi
 
 # One dpkg-query for all of them keeps a re-run fast.
@@ -60,6 +81,10 @@ if [ "${#missing[@]}" -gt 0 ]; then
   log "installing ${missing[*]}"
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+if [ "$only_build" = 1 ]; then
+  log "ok (build tools)"
+  exit 0
 fi
 
 # Codex CLI, pinned.

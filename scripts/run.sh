@@ -27,22 +27,42 @@ CAP_FILE="$STATE_DIR/capability"
 mkdir -p "$STATE_DIR"
 chmod 700 "$STATE_DIR"
 
-engine=no
-if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then
-  engine=yes
-fi
 want="${WORKER_PROVIDER:-}"
-if [ "$engine" = yes ] && [ "$want" != local ] && ! docker image inspect "$WORKER_IMAGE" >/dev/null 2>&1; then
-  echo "make run: a Docker engine answers but has no $WORKER_IMAGE: building it (make image)" >&2
-  IMAGE="$WORKER_IMAGE" bash scripts/build-image.sh
+case "$want" in "" | local | docker) ;; *)
+  echo "make run: WORKER_PROVIDER must be local or docker (or unset), not \"$want\"" >&2
+  exit 1
+  ;;
+esac
+root_debian=no
+[ "$(id -u)" = 0 ] && [ -f /etc/debian_version ] && root_debian=yes
+engine_answers() { command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; }
+# WORKER_PROVIDER=docker on a machine with no engine: install Debian's
+# docker.io and start dockerd (it keeps running after Ctrl-C, with the
+# computer's container; `scripts/docker-engine.sh stop` stops it).
+if [ "$want" = docker ] && ! engine_answers; then
+  if [ "$root_debian" != yes ]; then
+    echo "make run: WORKER_PROVIDER=docker but no Docker engine answers, and starting one needs root on Debian." >&2
+    exit 1
+  fi
+  bash scripts/docker-engine.sh start
 fi
+engine=no
+engine_answers && engine=yes
 if [ "$want" = local ] || { [ -z "$want" ] && [ "$engine" = no ]; }; then
   # botd runs on this host, as root, with the desktop tools.
-  if [ "$(id -u)" != 0 ] || [ ! -f /etc/debian_version ]; then
+  if [ "$root_debian" != yes ]; then
     echo "make run: no Docker engine answers, and the local provider needs root on Debian." >&2
     exit 1
   fi
   bash scripts/provision.sh
+else
+  # docker: this host only builds (cgo, libturbojpeg, debootstrap for the
+  # image's base); the desktop lives in the image.
+  [ "$root_debian" != yes ] || bash scripts/provision.sh --build
+  if ! docker image inspect "$WORKER_IMAGE" >/dev/null 2>&1; then
+    echo "make run: a Docker engine answers but has no $WORKER_IMAGE: building it (make image; the first build takes about 10 minutes)" >&2
+    IMAGE="$WORKER_IMAGE" bash scripts/build-image.sh
+  fi
 fi
 make build >/dev/null
 
