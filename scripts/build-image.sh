@@ -68,7 +68,11 @@ explain_failure() {
 # engine (`scripts/docker-engine.sh stop` stops it).
 if [ "$(id -u)" = 0 ] && [ -f /etc/debian_version ] && [ "${IMAGE_SKIP_PROVISION:-0}" != 1 ]; then
   bash scripts/provision.sh --build
-  docker info >/dev/null 2>&1 || bash scripts/docker-engine.sh start
+  # Only this machine's own engine is started here; a DOCKER_HOST elsewhere
+  # is the caller's to start.
+  if [ -z "${DOCKER_HOST:-}" ] && ! docker info >/dev/null 2>&1; then
+    bash scripts/docker-engine.sh start
+  fi
 fi
 docker info >/dev/null 2>&1 || die "no Docker engine answers here (as root, this script starts one; or: sudo scripts/docker-engine.sh start)"
 

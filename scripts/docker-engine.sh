@@ -43,6 +43,13 @@ start() {
     log "an engine answers already ($(docker info --format '{{.ServerVersion}}' 2>/dev/null))"
     return 0
   fi
+  case "${DOCKER_HOST:-}" in
+  "" | unix:///var/run/docker.sock | unix:///run/docker.sock) ;;
+  *)
+    log "no Docker engine answers at DOCKER_HOST=$DOCKER_HOST; this script starts only this machine's own engine"
+    return 1
+    ;;
+  esac
   if [ "$(id -u)" != 0 ]; then
     log "no Docker engine answers, and starting one needs root"
     return 1

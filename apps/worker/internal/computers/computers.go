@@ -287,9 +287,13 @@ func (s *Service) connectWithin(ctx context.Context, c store.Computer, d time.Du
 	defer l.Unlock()
 	// Whoever held the lock may have replaced the machine: its new ref is
 	// in the store now, and reconnecting to it is all that is left to do.
-	if fresh, err := s.o.Store.GetComputer(ctx, c.ID); err == nil {
-		c = fresh
+	fresh, err := s.o.Store.GetComputer(ctx, c.ID)
+	if err != nil {
+		// Going on with the ref read before the wait could act on a machine
+		// another caller has replaced meanwhile.
+		return nil, fmt.Errorf("read computer %s: %w", c.ID, err)
 	}
+	c = fresh
 	p, ok := s.o.Providers[c.Provider]
 	if !ok {
 		err := fmt.Errorf("%w %q: this worker has no such provider", providers.ErrUnknownKind, c.Provider)
@@ -315,6 +319,15 @@ func (s *Service) connectWithin(ctx context.Context, c store.Computer, d time.Du
 		m, err = s.ensure(rctx, c, spec)
 	}
 	if err != nil {
+		// A caller that gave up (its request ended, the worker is stopping)
+		// learnt nothing about the machine: recording its "context
+		// canceled" would put a computer in error that another caller has
+		// just reconnected or replaced (seen: a late inspect of the old
+		// container, made from a stale ref, overwrote the replacement's
+		// running state).
+		if ctx.Err() != nil {
+			return nil, err
+		}
 		s.fail(c.ID, err)
 		return nil, err
 	}
