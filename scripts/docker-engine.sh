@@ -64,8 +64,17 @@ start() {
   if ! ours; then
     log "starting dockerd (log: $LOG)"
     # setsid: the engine outlives this shell and its job control; the pid we
-    # record is dockerd's own.
-    setsid dockerd >>"$LOG" 2>&1 </dev/null &
+    # record is dockerd's own. Every descriptor past stderr is closed first:
+    # a daemon that inherits its caller's would hold them for its whole life
+    # (seen: a `flock LOCK make test` whose lock dockerd kept, so every later
+    # flock waited forever; a caller's `$(...)` pipe would never end either).
+    (
+      for fd in /proc/$BASHPID/fd/*; do
+        n="${fd##*/}"
+        [ "$n" -gt 2 ] && eval "exec $n>&-"
+      done
+      exec setsid dockerd >>"$LOG" 2>&1 </dev/null
+    ) &
     echo $! >"$PIDFILE"
     [ -z "$CLAIM" ] || echo $! >"$CLAIM"
   fi
