@@ -17,11 +17,13 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -30,12 +32,15 @@ import (
 	"github.com/coder/websocket"
 	"github.com/stretchr/testify/require"
 
+	"github.com/open-bot/computer/apps/botd/internal/modelproxy"
 	"github.com/open-bot/computer/apps/botd/internal/testenv"
 )
 
 const (
 	rtDisplayBase  = 500
 	rtViewPortBase = 27100
+	// rtCookieName is the cookie the allowed page sets.
+	rtCookieName = "redteam_jar_probe"
 )
 
 // redTeam is one real botd and what the attacks need to know about it.
@@ -80,6 +85,8 @@ func startRedTeam(t *testing.T) *redTeam {
 	t.Cleanup(model.Close)
 	rt.page = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/html")
+		// A persistent cookie: the cookie sync puts it in botd's jar.
+		http.SetCookie(w, &http.Cookie{Name: rtCookieName, Value: "1", MaxAge: 3600, Path: "/"})
 		fmt.Fprint(w, "<title>allowed</title><p>the allowed page</p>")
 	}))
 	t.Cleanup(rt.page.Close)
@@ -234,43 +241,249 @@ func listensOnTCP(t testing.TB, pid int) bool {
 	return false
 }
 
-// socksConnect asks botd's SOCKS proxy for host:port and returns the reply
-// code (0: connected).
+// socksConnect asks botd's SOCKS proxy for host:port, the host sent as a
+// name (address type 3), and returns the reply code (0: connected).
 func socksConnect(t testing.TB, proxy, host string, port int) byte {
+	t.Helper()
+	return socksRequest(t, proxy, append([]byte{3, byte(len(host))}, host...), port)
+}
+
+// socksConnectIP asks for ip:port with ip sent as an address (type 1 for
+// IPv4, type 4 for anything else, an IPv4-mapped IPv6 address included).
+func socksConnectIP(t testing.TB, proxy, ip string, port int) byte {
+	t.Helper()
+	addr, err := netip.ParseAddr(ip)
+	require.NoError(t, err)
+	if addr.Is4() {
+		a := addr.As4()
+		return socksRequest(t, proxy, append([]byte{1}, a[:]...), port)
+	}
+	a := addr.As16()
+	return socksRequest(t, proxy, append([]byte{4}, a[:]...), port)
+}
+
+// socksRequest sends a CONNECT for dst (address type and address) and port.
+func socksRequest(t testing.TB, proxy string, dst []byte, port int) byte {
 	t.Helper()
 	c, err := net.DialTimeout("tcp", proxy, 5*time.Second)
 	require.NoError(t, err)
 	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
-	req := []byte{5, 1, 0, 5, 1, 0, 3, byte(len(host))}
-	req = append(req, host...)
+	_ = c.SetDeadline(time.Now().Add(40 * time.Second))
+	req := append([]byte{5, 1, 0, 5, 1, 0}, dst...)
 	req = binary.BigEndian.AppendUint16(req, uint16(port))
 	_, err = c.Write(req)
 	require.NoError(t, err)
 	rep := make([]byte, 4)
 	_, err = io.ReadFull(c, rep)
 	require.NoError(t, err)
+	require.Equal(t, []byte{5, 0}, rep[:2], "the SOCKS greeting's answer")
 	return rep[3]
 }
 
-// loopbackTrap is a listener nothing may reach: it counts connections.
-func loopbackTrap(t testing.TB) (*atomic.Int32, int) {
+// trap is a port nothing may reach, listened on at 127.0.0.1, 127.8.8.8
+// and [::1] (so 0.0.0.0, 127.1, localhost and ::ffff:127.x reach it too):
+// it counts the connections it accepts.
+type trap struct {
+	port int
+	lns  []net.Listener
+	hits atomic.Int32
+	mu   sync.Mutex
+	from map[string]bool // the remote address of every accepted connection
+	own  int32           // connections the test itself made (controls, sentinels)
+}
+
+var trapHosts = []string{"127.0.0.1", "127.8.8.8", "::1"}
+
+func newTrap(t testing.TB) *trap {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	t.Cleanup(func() { ln.Close() })
-	var n atomic.Int32
-	go func() {
-		for {
-			c, err := ln.Accept()
+	for try := 0; try < 50; try++ {
+		tr := &trap{from: map[string]bool{}}
+		ok := true
+		for _, h := range trapHosts {
+			ln, err := net.Listen("tcp", net.JoinHostPort(h, strconv.Itoa(tr.port)))
 			if err != nil {
-				return
+				require.NotZero(t, tr.port, "listen on %s: %v", h, err) // the first listen picks the port
+				ok = false
+				break
 			}
-			n.Add(1)
-			c.Close()
+			tr.port = ln.Addr().(*net.TCPAddr).Port
+			tr.lns = append(tr.lns, ln)
 		}
-	}()
-	return &n, ln.Addr().(*net.TCPAddr).Port
+		if !ok {
+			for _, ln := range tr.lns {
+				ln.Close()
+			}
+			continue
+		}
+		for _, ln := range tr.lns {
+			t.Cleanup(func() { ln.Close() })
+			go func() {
+				for {
+					c, err := ln.Accept()
+					if err != nil {
+						return
+					}
+					tr.mu.Lock()
+					tr.from[c.RemoteAddr().String()] = true
+					tr.mu.Unlock()
+					tr.hits.Add(1)
+					c.Close()
+				}
+			}()
+		}
+		return tr
+	}
+	t.Fatal("no port free on all of the trap's addresses")
+	return nil
+}
+
+// dial connects from the test itself to host on the trap's port and waits
+// until the trap accepted that very connection.
+func (tr *trap) dial(t testing.TB, host string) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", net.JoinHostPort(host, strconv.Itoa(tr.port)), 5*time.Second)
+	require.NoError(t, err, "control: the test itself reaches the trap at %s", host)
+	defer c.Close()
+	tr.own++
+	me := c.LocalAddr().String()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		tr.mu.Lock()
+		seen := tr.from[me]
+		tr.mu.Unlock()
+		if seen {
+			return
+		}
+		require.True(t, time.Now().Before(deadline), "the trap never accepted the test's own connection to %s", host)
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// leaks is how many connections the trap accepted that the test did not
+// make. A sentinel connection on every listener first: accept queues are
+// FIFO, so once each sentinel is accepted so is every connection made
+// before it, and the count is final.
+func (tr *trap) leaks(t testing.TB) int {
+	t.Helper()
+	for _, h := range trapHosts {
+		tr.dial(t, h)
+	}
+	return int(tr.hits.Load() - tr.own)
+}
+
+// probeScript tries one connection per stdin line "kind target [cookie]"
+// (kind rfb or x11; target host:port, [v6]:port or unix:/path; cookie the
+// MIT-MAGIC-COOKIE-1 in hex) and prints one line per attempt: its kind and
+// target, then what came back. RFB-BANNER is an RFB server's greeting,
+// X11-CONNECTED an X server's accepted connection setup.
+const probeScript = `
+import socket, struct, sys
+for line in sys.stdin.read().split("\n"):
+    f = line.split()
+    if not f:
+        continue
+    kind, target = f[0], f[1]
+    cookie = bytes.fromhex(f[2]) if len(f) > 2 else b""
+    out = kind + " " + target + " "
+    try:
+        if target.startswith("unix:"):
+            s = socket.socket(socket.AF_UNIX)
+            s.settimeout(3)
+            s.connect(target[5:])
+        else:
+            host, port = target.rsplit(":", 1)
+            s = socket.create_connection((host.strip("[]"), int(port)), timeout=3)
+    except OSError as e:
+        print(out + "no-connection " + type(e).__name__, flush=True)
+        continue
+    try:
+        if kind == "rfb":
+            b = s.recv(12)
+            print(out + ("RFB-BANNER " if b.startswith(b"RFB 003.00") else "no-banner ") + repr(b), flush=True)
+        else:
+            name = b"MIT-MAGIC-COOKIE-1" if cookie else b""
+            pad = lambda b: b + b"\0" * (-len(b) % 4)
+            s.sendall(struct.pack("<BxHHHHxx", 0x6C, 11, 0, len(name), len(cookie)) + pad(name) + pad(cookie))
+            b = s.recv(1)
+            print(out + ("X11-CONNECTED" if b == b"\x01" else "x11-refused " + repr(b)), flush=True)
+    except OSError as e:
+        print(out + "no-answer " + type(e).__name__, flush=True)
+    s.close()
+`
+
+// probe runs probeScript over attempts (as user, or as root when user is
+// "") and returns its output lines, one per attempt.
+func probe(t testing.TB, user string, attempts []string) []string {
+	t.Helper()
+	argv := []string{"python3", "-c", probeScript}
+	if user != "" {
+		argv = append([]string{"setpriv", "--reuid=" + user, "--regid=" + user, "--init-groups", "--reset-env", "--"}, argv...)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Dir = "/"
+	cmd.Stdin = strings.NewReader(strings.Join(attempts, "\n"))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	require.NoError(t, err, "the probe failed: %s", stderr.String())
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	require.Len(t, lines, len(attempts), "one answer per attempt")
+	return lines
+}
+
+// xCookie is the MIT-MAGIC-COOKIE-1 in an Xauthority file (read as root),
+// in hex. It is a secret: never printed.
+func xCookie(t testing.TB, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	field := func() []byte {
+		require.GreaterOrEqual(t, len(b), 2, "a short Xauthority")
+		n := int(binary.BigEndian.Uint16(b))
+		require.GreaterOrEqual(t, len(b), 2+n, "a short Xauthority")
+		f := b[2 : 2+n]
+		b = b[2+n:]
+		return f
+	}
+	require.GreaterOrEqual(t, len(b), 2, "a short Xauthority")
+	b = b[2:] // family
+	field()   // address
+	field()   // display number
+	require.Equal(t, "MIT-MAGIC-COOKIE-1", string(field()))
+	cookie := field()
+	require.Len(t, cookie, 16)
+	return hex.EncodeToString(cookie)
+}
+
+// runningScreen is a screen with a display.
+type runningScreen struct {
+	id            string
+	display, slot int
+}
+
+// runningScreens are the screens with a display.
+func (rt *redTeam) runningScreens(t testing.TB) []runningScreen {
+	t.Helper()
+	status, body := rt.call("GET", "/screens", nil)
+	require.Equal(t, http.StatusOK, status, string(body))
+	var list struct {
+		Screens []struct {
+			ID      string `json:"id"`
+			Slot    *int   `json:"slot"`
+			Display string `json:"display"`
+		} `json:"screens"`
+	}
+	require.NoError(t, json.Unmarshal(body, &list), string(body))
+	var out []runningScreen
+	for _, s := range list.Screens {
+		if s.Slot == nil || s.Display == "" {
+			continue
+		}
+		n, err := strconv.Atoi(strings.TrimPrefix(s.Display, ":"))
+		require.NoError(t, err, s.Display)
+		out = append(out, runningScreen{s.ID, n, *s.Slot})
+	}
+	return out
 }
 
 // open loads url in screen id's browser (under an agent lease) and reads
@@ -313,18 +526,41 @@ func TestRedTeam(t *testing.T) {
 	botdPort, _ := strconv.Atoi(rt.d.addr[strings.LastIndex(rt.d.addr, ":")+1:])
 
 	rows := []rtRow{
-		{"x11vnc listens on no TCP port", "network", func(t *testing.T) {
-			pids := pidsOf("x11vnc", runDir)
-			require.NotEmpty(t, pids, "no x11vnc for the screen")
-			for _, pid := range pids {
-				require.False(t, listensOnTCP(t, pid), "x11vnc %d listens on TCP", pid)
-			}
-			for _, port := range []int{5900, 5900 + rtDisplayBase - 10} {
-				if c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(port), time.Second); err == nil {
-					c.Close()
-					require.Empty(t, pidsOf("x11vnc", ":"+strconv.Itoa(port)), "something answers RFB on %d", port)
+		{"bot gets no RFB or X connection over TCP (5900-5999, 6000+display)", "bot", func(t *testing.T) {
+			screens := rt.runningScreens(t)
+			require.NotEmpty(t, screens, "no running screen")
+			var attempts, controls []string
+			for _, host := range []string{"127.0.0.1", "[::1]"} {
+				for port := 5900; port <= 5999; port++ {
+					attempts = append(attempts, fmt.Sprintf("rfb %s:%d", host, port))
 				}
 			}
+			for _, s := range screens {
+				cookie := xCookie(t, filepath.Join(home, "desktop", fmt.Sprintf(".Xauthority-%d", s.slot)))
+				for _, host := range []string{"127.0.0.1", "[::1]"} {
+					// With the screen's own cookie (as if bot had it): only
+					// the listener is the defence here.
+					attempts = append(attempts, fmt.Sprintf("x11 %s:%d %s", host, 6000+s.display, cookie))
+				}
+				// Controls, as root on the unix sockets: the same probe
+				// gets x11vnc's banner and an X connection there.
+				controls = append(controls,
+					fmt.Sprintf("rfb unix:/run/botd-screens/%d/vnc", s.display),
+					fmt.Sprintf("x11 unix:/tmp/.X11-unix/X%d %s", s.display, cookie))
+			}
+			for _, line := range probe(t, "", controls) {
+				require.Regexp(t, `^(rfb \S+ RFB-BANNER|x11 \S+ X11-CONNECTED)`, line, "control: the probe connects over the unix socket as root")
+			}
+			connected := 0
+			for _, line := range probe(t, "bot", attempts) {
+				require.NotContains(t, line, "RFB-BANNER", "bot got an RFB greeting over TCP")
+				require.NotContains(t, line, "X11-CONNECTED", "bot got an X connection over TCP")
+				if !strings.Contains(line, "no-connection") {
+					connected++
+					t.Logf("something listens (and is no RFB or X server for bot): %s", line)
+				}
+			}
+			t.Logf("%d TCP attempts as bot, %d connected to anything, none to RFB or X", len(attempts), connected)
 		}},
 		{"bot cannot reach x11vnc's socket", "bot", func(t *testing.T) {
 			code, out := asUser(t, "bot", "python3", "-c",
@@ -335,8 +571,15 @@ func TestRedTeam(t *testing.T) {
 		{"bot cannot open the X display or read its cookie", "bot", func(t *testing.T) {
 			code, out := asUser(t, "bot", "xdpyinfo", "-display", fmt.Sprintf(":%d", rtDisplayBase))
 			require.NotEqual(t, 0, code, "bot opened the display: %s", out)
-			code, out = asUser(t, "bot", "cat", filepath.Join(home, "desktop", ".Xauthority-0"))
-			require.NotEqual(t, 0, code, "bot read the Xauthority: %s", out)
+			slot := rt.screen(t, rt.screenID).Slot
+			require.NotNil(t, slot)
+			xauth := filepath.Join(home, "desktop", fmt.Sprintf(".Xauthority-%d", *slot))
+			// The file is there (root reads its cookie), so a refusal below
+			// is a refusal, not a wrong path.
+			xCookie(t, xauth)
+			code, out = asUser(t, "bot", "cat", xauth)
+			require.NotEqual(t, 0, code, "bot read the Xauthority")
+			require.Contains(t, out, "Permission denied")
 		}},
 		{"/tmp/.X11-unix is root's and sticky", "bot", func(t *testing.T) {
 			st, err := os.Lstat("/tmp/.X11-unix")
@@ -394,6 +637,32 @@ func TestRedTeam(t *testing.T) {
 			rt.call("POST", "/screens/rt-fifo/stop", nil)
 		}},
 		{"the model key is in no bot or desktop process, nor in bot's files", "bot", func(t *testing.T) {
+			// Codex itself: botd's child, as bot, listening on CODEX_LISTEN.
+			codexPid := pidListening(t, rt.d.codex)
+			require.NotZero(t, codexPid, "no process listens on Codex's address")
+			require.Contains(t, descendants(rt.d.cmd.Process.Pid), codexPid, "the Codex listener is not botd's child")
+			st, err := os.Stat(fmt.Sprintf("/proc/%d", codexPid))
+			require.NoError(t, err)
+			require.EqualValues(t, 60101, st.Sys().(*syscall.Stat_t).Uid, "Codex does not run as bot")
+			env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", codexPid))
+			require.NoError(t, err)
+			cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", codexPid))
+			require.NoError(t, err)
+			// Control: this is the environment botd gave Codex (the model
+			// proxy's token is in it), not an empty or foreign one. Its
+			// value is a secret: never printed.
+			hasToken := false
+			for _, kv := range strings.Split(string(env), "\x00") {
+				if v, ok := strings.CutPrefix(kv, modelproxy.TokenEnv+"="); ok && v != "" {
+					hasToken = true
+				}
+			}
+			require.True(t, hasToken, "control: %s is not in Codex's environment (pid %d)", modelproxy.TokenEnv, codexPid)
+			require.Contains(t, string(cmdline), "app-server", "control: pid %d is Codex's app-server", codexPid)
+			require.False(t, strings.Contains(string(env), rt.key), "the model key is in Codex's environment (pid %d)", codexPid)
+			require.False(t, strings.Contains(string(cmdline), rt.key), "the model key is in Codex's command line (pid %d)", codexPid)
+
+			// Every other bot or desktop process, environment and argv.
 			procs, _ := filepath.Glob("/proc/[0-9]*")
 			checked := 0
 			for _, d := range procs {
@@ -403,7 +672,10 @@ func TestRedTeam(t *testing.T) {
 				}
 				if env, err := os.ReadFile(filepath.Join(d, "environ")); err == nil {
 					checked++
-					require.NotContains(t, string(env), rt.key, "key in %s/environ", d)
+					require.False(t, strings.Contains(string(env), rt.key), "the model key is in %s/environ", d)
+				}
+				if cmd, err := os.ReadFile(filepath.Join(d, "cmdline")); err == nil {
+					require.False(t, strings.Contains(string(cmd), rt.key), "the model key is in %s/cmdline", d)
 				}
 			}
 			require.Positive(t, checked)
@@ -422,12 +694,27 @@ func TestRedTeam(t *testing.T) {
 			require.NotContains(t, out, rt.key)
 		}},
 		{"the token, the jar and botd's state are unreadable", "bot", func(t *testing.T) {
+			// The jar exists: the allowed page sets a cookie, and the
+			// cookie sync writes it into the jar (root reads it there).
+			jar := filepath.Join(home, ".botd", "cookies.json")
+			rt.open(t, rt.screenID, rt.page.URL+"/")
+			deadline := time.Now().Add(60 * time.Second)
+			for {
+				b, err := os.ReadFile(jar)
+				if err == nil && bytes.Contains(b, []byte(rtCookieName)) {
+					break
+				}
+				require.True(t, time.Now().Before(deadline), "the page's cookie never reached the jar (%v)", err)
+				time.Sleep(200 * time.Millisecond)
+			}
 			for _, u := range []string{"bot", "desktop"} {
 				code, out := asUser(t, u, "ls", filepath.Join(home, ".botd"))
 				require.NotEqual(t, 0, code, "%s listed botd's state: %s", u, out)
-				code, out = asUser(t, u, "cat", filepath.Join(home, ".botd", "cookies.json"))
+				require.Contains(t, out, "Permission denied")
+				code, out = asUser(t, u, "cat", jar)
 				require.NotEqual(t, 0, code, "%s read the jar", u)
-				require.NotContains(t, out, "[")
+				require.NotContains(t, out, rtCookieName)
+				require.Contains(t, out, "Permission denied")
 			}
 		}},
 		{"a token file others can read is refused", "bot", func(t *testing.T) {
@@ -462,42 +749,75 @@ func TestRedTeam(t *testing.T) {
 			resp.Body.Close()
 			require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
 		}},
-		{"a viewer link's connection closes at its expiry", "network", func(t *testing.T) {
-			status, body := rt.call("POST", "/screens/"+rt.screenID+"/viewer-token", map[string]any{"mode": "view", "ttlSeconds": 2})
+		{"a viewer link works until its expiry, and not after", "network", func(t *testing.T) {
+			status, body := rt.call("POST", "/screens/"+rt.screenID+"/viewer-token", map[string]any{"mode": "view", "ttlSeconds": 5})
 			require.Equal(t, http.StatusOK, status, string(body))
 			var link struct {
-				VNCPath string `json:"vncPath"`
+				VNCPath   string    `json:"vncPath"`
+				ExpiresAt time.Time `json:"expiresAt"`
 			}
 			require.NoError(t, json.Unmarshal(body, &link))
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			require.False(t, link.ExpiresAt.IsZero(), string(body))
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
+			// Before its expiry the link opens the screen: a whole RFB
+			// handshake through it.
 			ws, _, err := websocket.Dial(ctx, "ws://"+rt.d.addr+link.VNCPath, &websocket.DialOptions{Subprotocols: []string{"binary"}})
-			require.NoError(t, err)
+			require.NoError(t, err, "the link did not open the screen before its expiry")
 			defer ws.CloseNow()
-			for {
-				_, _, err := ws.Read(ctx)
-				if err != nil {
-					require.Equal(t, websocket.StatusCode(4005), websocket.CloseStatus(err), "%v", err)
-					return
-				}
-			}
+			nc := websocket.NetConn(ctx, ws, websocket.MessageBinary)
+			rfbGreet(t, nc)
+			// The connection lasts until the expiry, and is closed then.
+			_, err = io.Copy(io.Discard, nc)
+			closed := time.Now()
+			require.Equal(t, websocket.StatusCode(4005), websocket.CloseStatus(err), "%v", err)
+			require.False(t, closed.Before(link.ExpiresAt), "closed at %v, before the link's expiry %v", closed, link.ExpiresAt)
+			// After its expiry the link opens nothing.
+			_, resp, err := websocket.Dial(ctx, "ws://"+rt.d.addr+link.VNCPath, &websocket.DialOptions{Subprotocols: []string{"binary"}})
+			require.Error(t, err, "an expired link opened the screen")
+			require.NotNil(t, resp, "%v", err)
+			require.Equal(t, http.StatusUnauthorized, resp.StatusCode, "%v", err)
 		}},
 		{"a page cannot reach loopback (botd, or any local port) around the proxy", "web page", func(t *testing.T) {
 			require.Contains(t, rt.open(t, rt.screenID, rt.page.URL+"/"), "the allowed page", "control: an allowed page loads through the proxy")
-			hits, port := loopbackTrap(t)
-			rt.open(t, rt.screenID, fmt.Sprintf("http://127.0.0.1:%d/", port))
-			rt.open(t, rt.screenID, fmt.Sprintf("http://localhost:%d/", port))
-			require.Zero(t, hits.Load(), "a page reached a loopback port")
+			tr := newTrap(t)
+			rt.open(t, rt.screenID, fmt.Sprintf("http://127.0.0.1:%d/", tr.port))
+			rt.open(t, rt.screenID, fmt.Sprintf("http://localhost:%d/", tr.port))
+			require.Zero(t, tr.leaks(t), "a page reached a loopback port")
 			text := rt.open(t, rt.screenID, fmt.Sprintf("http://127.0.0.1:%d/healthz", botdPort))
 			require.NotContains(t, text, `"ok"`, "a page read botd's /healthz")
 		}},
-		{"the SOCKS proxy refuses loopback destinations", "network", func(t *testing.T) {
-			hits, port := loopbackTrap(t)
-			for _, h := range []string{"127.0.0.1", "localhost", "127.8.8.8"} {
-				require.NotZero(t, socksConnect(t, rt.socks, h, port), h)
+		{"the SOCKS proxy refuses loopback destinations, however spelled", "network", func(t *testing.T) {
+			// Control: an allowed loopback page (EGRESS_ALLOW) connects
+			// through the proxy, so a refusal below is the policy's.
+			pagePort, _ := strconv.Atoi(rt.page.URL[strings.LastIndex(rt.page.URL, ":")+1:])
+			require.Zero(t, socksConnectIP(t, rt.socks, "127.0.0.1", pagePort), "control: the allowed page connects through the proxy")
+			tr := newTrap(t)
+			// Control: every spelling below reaches the trap when dialled
+			// directly (Linux sends 0.0.0.0 to 127.0.0.1; 127.1 is
+			// 127.0.0.1 to inet_aton, as curl and glibc read it).
+			for _, h := range []string{"127.0.0.1", "127.8.8.8", "::1", "0.0.0.0", "::ffff:127.8.8.8", "::", "localhost"} {
+				tr.dial(t, h)
+			}
+			require.Zero(t, tr.leaks(t), "control: the trap counts only the test's own connections")
+			type attempt struct {
+				how  string
+				send func() byte
+			}
+			var attempts []attempt
+			for _, h := range []string{"127.0.0.1", "localhost", "127.8.8.8", "0.0.0.0", "127.1", "[::1]", "::1",
+				"[::ffff:127.8.8.8]", "::ffff:127.8.8.8", "::ffff:7f08:808", "[::]"} {
+				attempts = append(attempts, attempt{"name " + h, func() byte { return socksConnect(t, rt.socks, h, tr.port) }})
+			}
+			for _, ip := range []string{"127.0.0.1", "127.8.8.8", "0.0.0.0", "::1", "::ffff:127.8.8.8", "::ffff:0.0.0.0", "::"} {
+				attempts = append(attempts, attempt{"address " + ip, func() byte { return socksConnectIP(t, rt.socks, ip, tr.port) }})
+			}
+			for _, a := range attempts {
+				rep := a.send()
+				require.Zero(t, tr.leaks(t), "%s reached the trap through the proxy (reply %d)", a.how, rep)
+				require.NotZero(t, rep, "%s: the proxy answered success", a.how)
 			}
 			require.NotZero(t, socksConnect(t, rt.socks, "127.0.0.1", botdPort))
-			require.Zero(t, hits.Load())
 		}},
 		{"DevTools are reachable only through botd's pipe", "bot", func(t *testing.T) {
 			pids := pidsOf("chromium", filepath.Join("screens", rt.screenID))

@@ -9,14 +9,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/open-bot/computer/apps/botd/internal/safefs"
+	"github.com/open-bot/computer/apps/botd/internal/testenv"
 )
 
 // A fresh /tmp (a container's) used to get a 0775 X socket dir that Xvfb,
 // as desktop, could not create its socket in: no screen started in Docker.
 func TestX11SocketDir(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (the directory must be root's)")
-	}
+	testenv.RequireRoot(t) // the directory must be root's
 	tmp := t.TempDir()
 	fresh := filepath.Join(tmp, "fresh")
 	require.NoError(t, safefs.EnsureRootDir(fresh, os.ModeSticky|0o777))
