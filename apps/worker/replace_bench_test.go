@@ -16,7 +16,7 @@ import (
 )
 
 // BenchmarkReplacement: a machine is lost behind the worker's back (botd
-// SIGKILLed and its directory removed; the container and volume removed
+// SIGKILLed and its home removed; the container and volume removed
 // with the docker CLI); from `recover` (a replacement provisioned through
 // the stale ref, the latest checkpoint imported before first use) to the
 // first successful computer_observe through the worker, p50 of 3, per

@@ -5,7 +5,7 @@ package main
 // page's button in its screenshot and presses it, and uses the shell and
 // file tools; the run's end writes a checkpoint; then the machine is lost
 // behind the worker's back as a failure would lose it (its process killed,
-// its disk removed, never through the provider), and `recover` boots a
+// its home removed, never through the provider), and `recover` boots a
 // replacement through the stale providerRef, into which the worker imports
 // the latest checkpoint before first use: the model-created file, the
 // page's sign-in cookie and its tab come back.
@@ -72,30 +72,24 @@ func (p localProbe) Report() mockmodel.AcceptanceReport {
 
 // loseLocal loses a local machine behind the worker's back, as a crash and
 // a lost disk would: its botd (the pid its supervisor recorded) gets
-// SIGKILL and the machine's directory, home included, is removed. Nothing
-// goes through the provider.
+// SIGKILL and its home directory is removed; the machine's token and
+// metadata beside the home stay. Nothing goes through the provider.
 func loseLocal(t testing.TB, machines, ref string) {
 	t.Helper()
 	dir := filepath.Join(machines, "computers", ref)
+	home := filepath.Join(dir, "home")
 	b, err := os.ReadFile(filepath.Join(dir, "botd.pid"))
 	require.NoError(t, err, "the machine's botd.pid")
 	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
 	require.NoError(t, err)
 	env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
 	require.NoError(t, err, "botd %d runs", pid)
-	require.Contains(t, string(env), "BOTD_HOME="+filepath.Join(dir, "home"), "pid %d is this machine's botd", pid)
+	require.Contains(t, "\x00"+string(env), "\x00BOTD_HOME="+home+"\x00", "pid %d is this machine's botd", pid)
 	require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
-	// A second pass catches what a dying child wrote meanwhile.
-	for i := 0; ; i++ {
-		err := os.RemoveAll(dir)
-		if err == nil {
-			if _, serr := os.Stat(dir); os.IsNotExist(serr) {
-				break
-			}
-		}
-		require.Less(t, i, 50, "remove %s: %v", dir, err)
-		time.Sleep(100 * time.Millisecond)
-	}
+	// Gone at once (a rename), then removed at leisure.
+	lost := filepath.Join(machines, "lost-"+ref)
+	require.NoError(t, os.Rename(home, lost))
+	require.NoError(t, os.RemoveAll(lost))
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
@@ -106,6 +100,8 @@ func loseLocal(t testing.TB, machines, ref string) {
 		require.True(t, time.Now().Before(deadline), "botd %d outlived SIGKILL", pid)
 		time.Sleep(100 * time.Millisecond)
 	}
+	require.NoDirExists(t, home)
+	require.FileExists(t, filepath.Join(dir, "token"), "only the home is lost")
 }
 
 // loseDocker loses a docker machine behind the worker's back, with the
@@ -198,8 +194,8 @@ func providerWorkerModel(t testing.TB, env map[string]string, machines, bot, mod
 }
 
 // TestAcceptanceReplaceLocal: the acceptance flow on the local provider; the
-// machine is lost behind the worker's back (its botd SIGKILLed and its
-// directory removed) and recover replaces it from the checkpoint.
+// machine is lost behind the worker's back (its botd SIGKILLed and its home
+// removed) and recover replaces it from the checkpoint.
 func TestAcceptanceReplaceLocal(t *testing.T) {
 	requireIntegration(t, "codex", "Xvfb", "chromium", "x11vnc", "xfwm4")
 	page := mockmodel.NewButtonPage()

@@ -208,6 +208,11 @@ func (l *Local) Provision(ctx context.Context, spec Spec) (string, error) {
 		_ = os.RemoveAll(l.dir(ref))
 		return "", fmt.Errorf("local provider: %w", err)
 	}
+	// The home exists from now on: a machine whose home is missing has
+	// lost it (see Reconnect).
+	if err := os.Mkdir(l.home(ref), 0o755); err != nil {
+		return fail(err)
+	}
 	if err := writeSecret(l.token(ref), spec.BotdToken); err != nil {
 		return fail(err)
 	}
@@ -349,7 +354,10 @@ func (l *Local) freeSlotLocked(self string) (int, error) {
 }
 
 // Reconnect starts the computer's botd when it is not running and waits
-// until it is healthy. ErrGone when its directory is gone.
+// until it is healthy. ErrGone when its directory or its home is gone: a
+// botd started again on a missing home would make an empty one, and the
+// computer would go on without its files instead of being replaced from
+// its checkpoint.
 func (l *Local) Reconnect(ctx context.Context, ref string, _ Spec) (Machine, error) {
 	if err := checkRef(ref); err != nil {
 		return nil, err
@@ -362,6 +370,9 @@ func (l *Local) Reconnect(ctx context.Context, ref string, _ Spec) (Machine, err
 		return nil, fmt.Errorf("local provider: %w", err)
 	}
 	token := strings.TrimSpace(string(tokenB))
+	if _, err := os.Stat(l.home(ref)); errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%w: the home of %s is gone", ErrGone, ref)
+	}
 
 	l.mu.Lock()
 	p := l.procs[ref]
@@ -421,7 +432,7 @@ func (l *Local) startLocked(ref string) (*localProc, error) {
 		}
 	}
 	p := &localProc{
-		ref: ref, bin: l.o.BotdBin, env: env, api: "127.0.0.1:" + strconv.Itoa(s.api), pidFile: l.pidFile(ref),
+		ref: ref, bin: l.o.BotdBin, env: env, api: "127.0.0.1:" + strconv.Itoa(s.api), pidFile: l.pidFile(ref), home: l.home(ref),
 		stop: make(chan struct{}), done: make(chan struct{}), log: l.log.With().Str("ref", ref).Logger(),
 	}
 	if err := p.startOnce(); err != nil {
