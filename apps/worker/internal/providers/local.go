@@ -311,13 +311,57 @@ func (l *Local) busy(slot int) string {
 		ln.Close()
 	}
 	for d := s.displayBase; d < s.displayBase+l.o.MaxScreens; d++ {
-		for _, f := range []string{"/tmp/.X11-unix/X" + strconv.Itoa(d), "/tmp/.X" + strconv.Itoa(d) + "-lock"} {
-			if _, err := os.Lstat(f); err == nil {
-				return fmt.Sprintf("display :%d is in use (%s)", d, f)
-			}
+		if f := displayHeld(d); f != "" {
+			return fmt.Sprintf("display :%d is in use (%s)", d, f)
 		}
 	}
 	return ""
+}
+
+// displayHeld names what holds X display d ("" = free): a lock file that
+// names a live process (or cannot be read as a plain file), or a socket
+// that accepts a connection. An X server killed hard (its botd SIGKILLed,
+// the server with it) leaves both behind; Xvfb takes such a display over,
+// and they must not hold a slot forever.
+func displayHeld(d int) string {
+	lock := "/tmp/.X" + strconv.Itoa(d) + "-lock"
+	// /tmp is everyone's: no following a link, no blocking on a FIFO.
+	if f, err := os.OpenFile(lock, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0); err == nil {
+		pid := lockPID(f)
+		f.Close()
+		if pid <= 0 || procAlive(pid) {
+			return lock
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return lock
+	}
+	sock := "/tmp/.X11-unix/X" + strconv.Itoa(d)
+	if st, err := os.Lstat(sock); err == nil {
+		if st.Mode()&fs.ModeSocket == 0 {
+			return sock
+		}
+		if c, err := net.DialTimeout("unix", sock, time.Second); err == nil {
+			c.Close()
+			return sock
+		}
+	}
+	return ""
+}
+
+// lockPID is the pid an X lock file holds (0 when it is no plain file
+// holding one).
+func lockPID(f *os.File) int {
+	st, err := f.Stat()
+	if err != nil || !st.Mode().IsRegular() {
+		return 0
+	}
+	b := make([]byte, 64)
+	n, _ := f.Read(b)
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b[:n])))
+	if err != nil {
+		return 0
+	}
+	return pid
 }
 
 // freeSlotLocked picks a slot no other computer claims and whose ports and
