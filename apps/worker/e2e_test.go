@@ -395,6 +395,9 @@ func acceptance(t testing.TB, live *provider, modelName string, displayBase int)
 	// The page: a small button at a random place, and a decoy; the page's
 	// server records clicks on the button and misses anywhere else.
 	page := mockmodel.NewButtonPage()
+	// Drawn 1.5 s after the page loads: the scripted model looks again
+	// rather than clicking blind.
+	page.RevealMs = 1500
 	pageSrv := httptest.NewServer(page)
 	defer pageSrv.Close()
 

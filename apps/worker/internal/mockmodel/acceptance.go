@@ -264,6 +264,9 @@ type ButtonPage struct {
 	StateDir string
 	// Button is where the button is, in the viewport's CSS pixels.
 	Button image.Rectangle
+	// RevealMs, when set, draws the button only that long after the page
+	// loads (a page still loading: the model must look again).
+	RevealMs int
 
 	mu     sync.Mutex
 	clicks int
@@ -291,22 +294,23 @@ func (p *ButtonPage) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.mu.Lock()
 		p.seen = append(p.seen, got)
 		p.saveLocked()
-		btn := p.Button
+		btn, reveal := p.Button, p.RevealMs
 		p.mu.Unlock()
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		d := decoyRect
 		fmt.Fprintf(w, `<!doctype html><title>e2e button</title>
 <body style="margin:0;height:100vh;overflow:hidden;background:#f4f4f4;font-family:sans-serif;cursor:default">
 <div id="decoy" style="position:fixed;left:%dpx;top:%dpx;width:%dpx;height:%dpx;background:#2a7;color:#fff;font-size:36px;display:flex;align-items:center;justify-content:center">Press me (signed in: %s)</div>
-<div id="b" style="position:fixed;left:%dpx;top:%dpx;width:%dpx;height:%dpx;background:rgb(%d,%d,%d)"></div>
+<div id="b" style="position:fixed;left:%dpx;top:%dpx;width:%dpx;height:%dpx;background:rgb(%d,%d,%d);visibility:hidden"></div>
 <script>
+setTimeout(() => { document.getElementById('b').style.visibility = 'visible'; }, %d);
 document.addEventListener('click', (e) => {
   const hit = e.target.id === 'b';
   if (hit) e.target.style.background = '#333';
   fetch((hit ? '/clicked' : '/missed') + '?x=' + e.clientX + '&y=' + e.clientY, {method: 'POST'});
 });
 </script></body>`, d.Min.X, d.Min.Y, d.Dx(), d.Dy(), got,
-			btn.Min.X, btn.Min.Y, btn.Dx(), btn.Dy(), ButtonColor.R, ButtonColor.G, ButtonColor.B)
+			btn.Min.X, btn.Min.Y, btn.Dx(), btn.Dy(), ButtonColor.R, ButtonColor.G, ButtonColor.B, reveal)
 	case "/clicked":
 		p.mu.Lock()
 		p.clicks++
