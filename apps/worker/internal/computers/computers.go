@@ -287,9 +287,13 @@ func (s *Service) connectWithin(ctx context.Context, c store.Computer, d time.Du
 	defer l.Unlock()
 	// Whoever held the lock may have replaced the machine: its new ref is
 	// in the store now, and reconnecting to it is all that is left to do.
-	if fresh, err := s.o.Store.GetComputer(ctx, c.ID); err == nil {
-		c = fresh
+	// Never go on with the ref read before the wait: it may be the gone
+	// machine's.
+	fresh, err := s.o.Store.GetComputer(ctx, c.ID)
+	if err != nil {
+		return nil, err
 	}
+	c = fresh
 	p, ok := s.o.Providers[c.Provider]
 	if !ok {
 		err := fmt.Errorf("%w %q: this worker has no such provider", providers.ErrUnknownKind, c.Provider)
@@ -315,7 +319,12 @@ func (s *Service) connectWithin(ctx context.Context, c store.Computer, d time.Du
 		m, err = s.ensure(rctx, c, spec)
 	}
 	if err != nil {
-		s.fail(c.ID, err)
+		// A caller that went away (a follower stopped, a request
+		// cancelled) says nothing about the machine: the computer's state
+		// is not its to set, and may be another caller's replacement.
+		if ctx.Err() == nil {
+			s.fail(c.ID, err)
+		}
 		return nil, err
 	}
 	zero := time.Time{}
