@@ -1,10 +1,12 @@
 package main
 
 // The end-to-end acceptance test: a scripted model on loopback is Codex's
-// model provider; real botd, Codex, Xvfb and Chromium; a deterministic local
-// page with a button. The model observes, opens the page, clicks the button
-// (the page's server records a marker), runs a shell command and writes a
-// file, all through the worker's tools. Nothing leaves the machine.
+// model provider; real botd, Codex, Xvfb and Chromium; a local page with a
+// small button at a random place and a decoy. The model observes, opens the
+// page, finds the button in the screenshot it was sent and clicks its
+// centre (the page's server records the click, and any miss), runs a shell
+// command and writes a file, all through the worker's tools. Nothing leaves
+// the machine.
 
 import (
 	"bufio"
@@ -23,7 +25,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -391,46 +392,27 @@ func TestLiveModel(t *testing.T) {
 // drives it; otherwise a real model gets the same task in words. It returns
 // the run's wall time (start request → end event).
 func acceptance(t testing.TB, live *provider, modelName string, displayBase int) time.Duration {
-	// The deterministic page: one big button; clicking it posts a marker.
-	var clicked atomic.Int32
-	page := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch r.URL.Path {
-		case "/":
-			w.Header().Set("Content-Type", "text/html; charset=utf-8")
-			fmt.Fprint(w, `<!doctype html><title>e2e button</title><body style="margin:0">
-<button id="b" style="position:fixed;left:0;top:0;width:100vw;height:100vh;font-size:64px;background:#2a7;color:#fff;border:0"
- onclick="fetch('/clicked',{method:'POST'}).then(()=>{this.textContent='clicked'})">Press me</button></body>`)
-		case "/clicked":
-			clicked.Add(1)
-		default:
-			http.NotFound(w, r)
-		}
-	}))
-	defer page.Close()
+	// The page: a small button at a random place, and a decoy; the page's
+	// server records clicks on the button and misses anywhere else.
+	page := mockmodel.NewButtonPage()
+	// Drawn 1.5 s after the page loads: the scripted model looks again
+	// rather than clicking blind.
+	page.RevealMs = 1500
+	pageSrv := httptest.NewServer(page)
+	defer pageSrv.Close()
 
 	// The page is on loopback, which egress refuses unless allowed.
-	allowPage := "EGRESS_ALLOW=" + strings.TrimPrefix(page.URL, "http://")
+	allowPage := "EGRESS_ALLOW=" + strings.TrimPrefix(pageSrv.URL, "http://")
 	const bot = "alice"
-	prompt := "Open " + page.URL + "/ in your browser with open_path, look at the screen and press the big button with computer_act. " +
+	prompt := "Open " + pageSrv.URL + "/ in your browser with open_path, look at the screen and press the small magenta button with computer_act. " +
 		"Then use the shell tool to run [\"sh\",\"-c\",\"id -un > bots/" + bot + "/whoami.txt\"], and use file_write to write " +
 		"\"the button was pressed\\n\" to bots/" + bot + "/result.txt. Finish with a short summary."
 	var model *mockmodel.Server
+	var flow *mockmodel.Acceptance
 	var c *computer
 	if live == nil {
-		script := func(outs []mockmodel.Output) mockmodel.Step {
-			steps := []mockmodel.Step{
-				{Tool: "computer_observe", Args: map[string]any{}},
-				{Tool: "open_path", Args: map[string]any{"target": page.URL + "/"}},
-				{Tool: "computer_act", Args: map[string]any{"actions": []map[string]any{{"type": "click", "x": 640, "y": 450}, {"type": "wait", "ms": 300}}}},
-				{Tool: "shell", Args: map[string]any{"argv": []string{"sh", "-c", "id -un > bots/" + bot + "/whoami.txt; echo ran"}}},
-				{Tool: "file_write", Args: map[string]any{"path": "bots/" + bot + "/result.txt", "content": "the button was pressed\n"}},
-			}
-			if len(outs) < len(steps) {
-				return steps[len(outs)]
-			}
-			return mockmodel.Step{Message: "Done: pressed the button, ran a command and wrote the file."}
-		}
-		model = mockmodel.New(script).RequireKey(scriptedKey)
+		flow = mockmodel.NewAcceptance(pageSrv.URL+"/", bot)
+		model = mockmodel.New(flow.Script).RequireKey(scriptedKey)
 		modelSrv := httptest.NewServer(model)
 		defer modelSrv.Close()
 		c = startComputer(t, modelSrv.URL, displayBase, allowPage)
@@ -447,7 +429,12 @@ func acceptance(t testing.TB, live *provider, modelName string, displayBase int)
 
 	require.Equal(t, runs.StatusCompleted, final.Status, "run error: %s; tool calls: %+v", final.Error, final.ToolCalls)
 	require.Contains(t, events, "tool_call")
-	require.GreaterOrEqual(t, clicked.Load(), int32(1), "the page's server recorded no click")
+	if live != nil {
+		require.GreaterOrEqual(t, page.Clicked(), 1, "the page's server recorded no click")
+	} else {
+		t.Logf("the button is at %v in the viewport", page.Button)
+		requireSawAndPressed(t, final, flow.Report(), page.Clicked(), page.Misses())
+	}
 	who, err := os.ReadFile(filepath.Join(c.home, "bot/bots", bot, "whoami.txt"))
 	require.NoError(t, err)
 	require.Equal(t, "bot\n", string(who), "shell runs as the bot user")
@@ -457,21 +444,46 @@ func acceptance(t testing.TB, live *provider, modelName string, displayBase int)
 	if live != nil {
 		return wall
 	}
-	var names []string
-	for _, tc := range final.ToolCalls {
-		names = append(names, tc.Tool)
-		require.True(t, tc.Success, "%s failed: %s", tc.Tool, tc.Output)
-	}
-	require.Equal(t, []string{"computer_observe", "open_path", "computer_act", "shell", "file_write"}, names)
-	require.Equal(t, 1, final.ToolCalls[0].Images, "computer_observe returns the screenshot as an image item")
-	require.Equal(t, 1, final.ToolCalls[2].Images, "computer_act returns the screenshot as an image item")
 	require.Contains(t, final.Message, "Done")
-	require.Equal(t, 6, model.Requests())
+	require.Equal(t, len(final.ToolCalls)+1, model.Requests())
 	// The model answered only requests carrying its key, yet the key is
 	// nowhere bot can read: no bot process's environment, nothing under
 	// the workspace (.codex/ included).
 	requireKeyHidden(t, c, scriptedKey)
 	return wall
+}
+
+// requireSawAndPressed checks a scripted acceptance run: every observe/act
+// result carried the screenshot as an image, which the model decoded (a
+// 1280x800 JPEG); it found the button in one and clicked there; the page
+// recorded exactly one click on the button and no click anywhere else.
+func requireSawAndPressed(t testing.TB, final runs.Snapshot, rep mockmodel.AcceptanceReport, clicks int, misses []string) {
+	t.Helper()
+	require.Empty(t, rep.Problems, "the model's view: %+v; the page recorded %d clicks on the button and misses at %v", rep, clicks, misses)
+	var names []string
+	shots := 0
+	for i, tc := range final.ToolCalls {
+		names = append(names, tc.Tool)
+		require.True(t, tc.Success, "%s failed: %s", tc.Tool, tc.Output)
+		if tc.Tool == "computer_observe" || tc.Tool == "computer_act" {
+			shots++
+			require.Equal(t, 1, tc.Images, "tool call %d (%s) returned the screenshot as an image item: %s", i, tc.Tool, tc.Output)
+		}
+	}
+	// Observe, open the page, look (again while the button is not drawn),
+	// click, shell, write.
+	want := []string{"computer_observe", "open_path", "computer_observe"}
+	for range rep.Looks - 1 {
+		want = append(want, "computer_act")
+	}
+	want = append(want, "computer_act", "shell", "file_write")
+	require.Equal(t, want, names)
+	require.Equal(t, shots, rep.Screenshots, "observe/act results the model was sent")
+	require.Equal(t, shots, rep.Images, "observe/act results in which the model decoded a 1280x800 JPEG")
+	require.NotNil(t, rep.Click, "the model clicked")
+	require.Equal(t, 1, clicks, "clicks on the button the page recorded (the model clicked at %v)", *rep.Click)
+	require.Empty(t, misses, "clicks off the button the page recorded (viewport x,y; the model clicked at %v)", *rep.Click)
+	t.Logf("the model decoded %d screenshots, looked %d times for the button and clicked it at %v", rep.Images, rep.Looks, *rep.Click)
 }
 
 // requireKeyHidden fails if key appears in the environment of any process

@@ -15,12 +15,13 @@ import (
 	"github.com/open-bot/computer/apps/worker/internal/providers"
 )
 
-// BenchmarkReplacement: a machine is destroyed behind the worker's back;
-// from `recover` (a replacement provisioned through the stale ref, the
-// latest checkpoint imported before first use) to the first successful
-// computer_observe through the worker, p50 of 3, per provider (local;
-// docker where an engine has WORKER_IMAGE). The home holds a 64 MiB file
-// and 2,000 small ones.
+// BenchmarkReplacement: a machine is lost behind the worker's back (botd
+// SIGKILLed and its home removed; the container and volume removed
+// with the docker CLI); from `recover` (a replacement provisioned through
+// the stale ref, the latest checkpoint imported before first use) to the
+// first successful computer_observe through the worker, p50 of 3, per
+// provider (local; docker where an engine has WORKER_IMAGE). The home holds
+// a 64 MiB file and 2,000 small ones.
 func BenchmarkReplacement(b *testing.B) {
 	b.Run("local", func(b *testing.B) {
 		requireIntegration(b, "codex", "Xvfb", "chromium", "x11vnc", "xfwm4")
@@ -30,7 +31,7 @@ func BenchmarkReplacement(b *testing.B) {
 			"WORKER_LOCAL_DISPLAY_BASE": fmt.Sprint(replDisplayBase), "WORKER_LOCAL_PORT_BASE": fmt.Sprint(replPortBase), "WORKER_LOCAL_SLOTS": replSlots,
 		}
 		e := providerWorker(b, env, filepath.Join(dir, "machines"), "alice")
-		benchReplacement(b, e, func(ref string) { require.NoError(b, e.w.setup.Local.Destroy(b.Context(), ref)) })
+		benchReplacement(b, e, func(ref string) { loseLocal(b, filepath.Join(dir, "machines"), ref) })
 	})
 	b.Run("docker", func(b *testing.B) {
 		image := os.Getenv("WORKER_IMAGE")
@@ -43,11 +44,11 @@ func BenchmarkReplacement(b *testing.B) {
 		dir := openDir(b, "wire-bench-docker-")
 		env := map[string]string{"WORKER_PROVIDER": providers.KindDocker, "WORKER_IMAGE": image}
 		e := providerWorker(b, env, filepath.Join(dir, "machines"), "alice")
-		benchReplacement(b, e, func(ref string) { require.NoError(b, e.w.setup.Docker.Destroy(b.Context(), ref)) })
+		benchReplacement(b, e, func(ref string) { loseDocker(b, ref) })
 	})
 }
 
-func benchReplacement(b *testing.B, e *workerEnv, destroy func(ref string)) {
+func benchReplacement(b *testing.B, e *workerEnv, lose func(ref string)) {
 	ctx := b.Context()
 	var out map[string]any
 	require.Equal(b, http.StatusOK, e.do(b, "POST", "/tools/shell", map[string]any{"botId": "alice", "args": map[string]any{"argv": []string{"sh", "-c",
@@ -58,7 +59,7 @@ func benchReplacement(b *testing.B, e *workerEnv, destroy func(ref string)) {
 	for range 3 {
 		c, err := e.w.Store.GetComputer(ctx, e.computer)
 		require.NoError(b, err)
-		destroy(c.ProviderRef)
+		lose(c.ProviderRef)
 		start := time.Now()
 		var rec struct {
 			Computer struct{ State, LastError string } `json:"computer"`

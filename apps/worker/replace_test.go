@@ -1,15 +1,18 @@
 package main
 
 // Seed 000's acceptance flow through the worker's own providers: a computer
-// made by the worker (local, then docker), the scripted model presses a
-// page's button and uses the shell and file tools; the run's end writes a
-// checkpoint; then the machine is destroyed behind the worker's back, and
-// `recover` boots a replacement through the stale providerRef, into which
-// the worker imports the latest checkpoint before first use: the
-// model-created file, the page's sign-in cookie and its tab come back.
+// made by the worker (local, then docker), the scripted model finds a
+// page's button in its screenshot and presses it, and uses the shell and
+// file tools; the run's end writes a checkpoint; then the machine is lost
+// behind the worker's back as a failure would lose it (its process killed,
+// its home removed, never through the provider), and `recover` boots a
+// replacement through the stale providerRef, into which the worker imports
+// the latest checkpoint before first use: the model-created file, the
+// page's sign-in cookie and its tab come back.
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -17,7 +20,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -41,11 +46,85 @@ const (
 	replSlots       = "7"
 )
 
-// pageProbe is what the test learns from the button page's server.
+// pageProbe is what the test learns from the button page's server and the
+// scripted model.
 type pageProbe interface {
 	Clicked() int
+	Misses() []string
 	SawCookie() bool
 	Forget()
+	// Report is what the scripted model saw.
+	Report() mockmodel.AcceptanceReport
+}
+
+// localProbe is the page and the model served by the test itself.
+type localProbe struct {
+	*mockmodel.ButtonPage
+	flow *mockmodel.Acceptance
+}
+
+func (p localProbe) Report() mockmodel.AcceptanceReport {
+	if p.flow == nil {
+		return mockmodel.AcceptanceReport{}
+	}
+	return p.flow.Report()
+}
+
+// loseLocal loses a local machine behind the worker's back, as a crash and
+// a lost disk would: its botd (the pid its supervisor recorded) gets
+// SIGKILL and its home directory is removed; the machine's token and
+// metadata beside the home stay. Nothing goes through the provider.
+func loseLocal(t testing.TB, machines, ref string) {
+	t.Helper()
+	dir := filepath.Join(machines, "computers", ref)
+	home := filepath.Join(dir, "home")
+	b, err := os.ReadFile(filepath.Join(dir, "botd.pid"))
+	require.NoError(t, err, "the machine's botd.pid")
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	require.NoError(t, err)
+	env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	require.NoError(t, err, "botd %d runs", pid)
+	require.Contains(t, "\x00"+string(env), "\x00BOTD_HOME="+home+"\x00", "pid %d is this machine's botd", pid)
+	require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
+	// Gone at once (a rename), then removed at leisure.
+	lost := filepath.Join(machines, "lost-"+ref)
+	require.NoError(t, os.Rename(home, lost))
+	require.NoError(t, os.RemoveAll(lost))
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		// Gone, or a zombie its supervisor has yet to reap.
+		if err != nil || strings.Contains(string(st), ") Z ") {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "botd %d outlived SIGKILL", pid)
+		time.Sleep(100 * time.Millisecond)
+	}
+	require.FileExists(t, filepath.Join(dir, "token"), "only the home is lost")
+	// Nothing starts botd on the lost home again: its supervisor would do
+	// so 500 ms after the crash, botd would make an empty home, and the
+	// worker would take that for the machine. Watched for 3 s.
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		require.NoDirExists(t, home, "botd was started again on the lost home")
+	}
+}
+
+// loseDocker loses a docker machine behind the worker's back, with the
+// engine's CLI, never the provider: `docker rm -f` of the container, then
+// `docker volume rm` of the volume mounted on its /home (read from the
+// container before).
+func loseDocker(t testing.TB, ref string) {
+	t.Helper()
+	out, err := exec.Command("docker", "inspect", "--format", `{{range .Mounts}}{{if eq .Destination "/home"}}{{.Name}}{{end}}{{end}}`, ref).CombinedOutput()
+	require.NoError(t, err, "docker inspect: %s", out)
+	volume := strings.TrimSpace(string(out))
+	require.NotEmpty(t, volume, "the container's /home volume")
+	out, err = exec.Command("docker", "rm", "-f", ref).CombinedOutput()
+	require.NoError(t, err, "docker rm -f: %s", out)
+	out, err = exec.Command("docker", "volume", "rm", volume).CombinedOutput()
+	require.NoError(t, err, "docker volume rm: %s", out)
+	require.Error(t, exec.Command("docker", "inspect", ref).Run(), "the container is gone")
+	require.Error(t, exec.Command("docker", "volume", "inspect", volume).Run(), "the volume is gone")
 }
 
 // openDir makes a directory others can traverse (botd's users must reach
@@ -120,15 +199,16 @@ func providerWorkerModel(t testing.TB, env map[string]string, machines, bot, mod
 }
 
 // TestAcceptanceReplaceLocal: the acceptance flow on the local provider; the
-// machine is destroyed behind the worker's back (its botd killed and its
-// directory removed) and recover replaces it from the checkpoint.
+// machine is lost behind the worker's back (its botd SIGKILLed and its home
+// removed) and recover replaces it from the checkpoint.
 func TestAcceptanceReplaceLocal(t *testing.T) {
 	requireIntegration(t, "codex", "Xvfb", "chromium", "x11vnc", "xfwm4")
 	page := mockmodel.NewButtonPage()
 	pageSrv := httptest.NewServer(page)
 	defer pageSrv.Close()
 	const bot = "alice"
-	model := mockmodel.New(mockmodel.AcceptanceScript(pageSrv.URL+"/", bot)).RequireKey(scriptedKey)
+	flow := mockmodel.NewAcceptance(pageSrv.URL+"/", bot)
+	model := mockmodel.New(flow.Script).RequireKey(scriptedKey)
 	modelSrv := httptest.NewServer(model)
 	defer modelSrv.Close()
 
@@ -140,13 +220,9 @@ func TestAcceptanceReplaceLocal(t *testing.T) {
 		"EGRESS_ALLOW": strings.TrimPrefix(pageSrv.URL, "http://"),
 	}
 	e := providerWorker(t, env, filepath.Join(dir, "machines"), bot)
-	destroy := func(ref string) {
-		require.NoError(t, e.w.setup.Local.Destroy(t.Context(), ref))
-		_, err := os.Stat(filepath.Join(dir, "machines", "computers", ref))
-		require.True(t, os.IsNotExist(err), "the machine's directory is gone")
-	}
-	acceptanceReplace(t, e, page, pageSrv.URL+"/", bot, destroy, nil, false)
-	require.Equal(t, 6, model.Requests())
+	lose := func(ref string) { loseLocal(t, filepath.Join(dir, "machines"), ref) }
+	final := acceptanceReplace(t, e, localProbe{page, flow}, pageSrv.URL+"/", bot, lose, nil, false)
+	require.Equal(t, len(final.ToolCalls)+1, model.Requests())
 }
 
 // TestLiveModelReplace is the same flow with a real vision model on the
@@ -169,36 +245,35 @@ func TestLiveModelReplace(t *testing.T) {
 		"MODEL_UPSTREAM_URL": base, "MODEL_API_KEY": key, "EGRESS_ALLOW": strings.TrimPrefix(pageSrv.URL, "http://"),
 	}
 	e := providerWorkerModel(t, env, filepath.Join(dir, "machines"), "alice", name)
-	destroy := func(ref string) { require.NoError(t, e.w.setup.Local.Destroy(t.Context(), ref)) }
-	acceptanceReplace(t, e, page, pageSrv.URL+"/", "alice", destroy, nil, true)
+	lose := func(ref string) { loseLocal(t, filepath.Join(dir, "machines"), ref) }
+	acceptanceReplace(t, e, localProbe{page, nil}, pageSrv.URL+"/", "alice", lose, nil, true)
 }
 
-// acceptanceReplace runs the flow on e's computer; destroy removes the
-// machine behind ref without the worker knowing.
-// afterReplace, when set, runs on the replacement's ref before the checks.
-// A live model (live) gets the task in words and may take its own path:
-// only what it must have done is checked.
-func acceptanceReplace(t *testing.T, e *workerEnv, page pageProbe, pageURL, bot string, destroy, afterReplace func(ref string), live bool) {
+// acceptanceReplace runs the flow on e's computer and returns the run's
+// final snapshot; lose removes the machine behind ref without the worker
+// knowing. afterReplace, when set, runs on the replacement's ref before the
+// checks. A live model (live) gets the task in words and may take its own
+// path: only what it must have done is checked.
+func acceptanceReplace(t *testing.T, e *workerEnv, page pageProbe, pageURL, bot string, lose, afterReplace func(ref string), live bool) runs.Snapshot {
 	ctx := t.Context()
-	prompt := "Open " + pageURL + " in your browser with open_path, look at the screen and press the big button with computer_act. " +
+	prompt := "Open " + pageURL + " in your browser with open_path, look at the screen and press the small magenta button with computer_act. " +
 		"Then use the shell tool to run [\"sh\",\"-c\",\"id -un > bots/" + bot + "/whoami.txt\"], and use file_write to write " +
 		"\"the button was pressed\\n\" to bots/" + bot + "/result.txt. Finish with a short summary."
 	runID := e.startRun(t, bot, prompt)
 	final, events := waitRun(t, e, runID, 10*time.Minute)
 	require.Equal(t, runs.StatusCompleted, final.Status, "run error: %s; tool calls: %+v", final.Error, final.ToolCalls)
-	var names []string
-	for _, tc := range final.ToolCalls {
-		names = append(names, tc.Tool)
-		require.True(t, live || tc.Success, "%s failed: %s", tc.Tool, tc.Output)
-	}
 	if live {
+		var names []string
+		for _, tc := range final.ToolCalls {
+			names = append(names, tc.Tool)
+		}
 		for _, want := range []string{"open_path", "computer_act", "shell", "file_write"} {
 			require.Contains(t, names, want)
 		}
+		require.GreaterOrEqual(t, page.Clicked(), 1, "the page's server recorded no click")
 	} else {
-		require.Equal(t, []string{"computer_observe", "open_path", "computer_act", "shell", "file_write"}, names)
+		requireSawAndPressed(t, final, page.Report(), page.Clicked(), page.Misses())
 	}
-	require.GreaterOrEqual(t, page.Clicked(), 1, "the page's server recorded no click")
 	require.Contains(t, events, "checkpoint", "the run's end wrote a checkpoint: %v", events)
 
 	var got struct {
@@ -240,7 +315,7 @@ func acceptanceReplace(t *testing.T, e *workerEnv, page pageProbe, pageURL, bot 
 
 	before, err := e.w.Store.GetComputer(ctx, e.computer)
 	require.NoError(t, err)
-	destroy(before.ProviderRef)
+	lose(before.ProviderRef)
 	page.Forget()
 
 	// The next lifecycle step goes through the stale ref: gone, so a
@@ -277,6 +352,7 @@ func acceptanceReplace(t *testing.T, e *workerEnv, page pageProbe, pageURL, bot 
 		require.True(t, time.Now().Before(deadline), "the restored tab did not load the page with the sign-in cookie")
 		time.Sleep(200 * time.Millisecond)
 	}
+	return final
 }
 
 // CheckpointAnswer is POST /v1/computers/{id}/checkpoint's body.
@@ -324,6 +400,19 @@ func (c *inContainer) Clicked() int {
 	return n
 }
 
+func (c *inContainer) Misses() []string {
+	return strings.Fields(c.read("misses"))
+}
+
+// Report reads the model's report; one that cannot be read has a problem.
+func (c *inContainer) Report() mockmodel.AcceptanceReport {
+	var r mockmodel.AcceptanceReport
+	if err := json.Unmarshal([]byte(c.read("model")), &r); err != nil {
+		r.Problems = append(r.Problems, "the model's report in the container: "+err.Error())
+	}
+	return r
+}
+
 func (c *inContainer) SawCookie() bool {
 	return slices.Contains(strings.Split(c.read("seen"), "\n"), c.cookie)
 }
@@ -333,8 +422,9 @@ func (c *inContainer) Forget() {}
 
 // TestAcceptanceReplaceDocker: the acceptance flow on the docker provider
 // (the computer image on the real engine); the container and its volume
-// are removed behind the worker's back and recover replaces them from the
-// checkpoint. Under CI=true a missing engine or image fails.
+// are removed behind the worker's back (`docker rm -f`, `docker volume rm`)
+// and recover replaces them from the checkpoint. Under CI=true a missing
+// engine or image fails.
 func TestAcceptanceReplaceDocker(t *testing.T) {
 	if os.Geteuid() != 0 {
 		requireIntegration(t) // root: the engine's socket and the root-only token files
@@ -376,12 +466,7 @@ func TestAcceptanceReplaceDocker(t *testing.T) {
 	require.NoError(t, err, "%s", inspect)
 	require.NotContains(t, string(inspect), scriptedKey, "the model key is in docker inspect")
 	require.Contains(t, string(inspect), "MODEL_API_KEY_FILE=")
-	destroy := func(ref string) {
-		// The machine is gone: container and volume removed by the engine.
-		require.NoError(t, e.w.setup.Docker.Destroy(t.Context(), ref))
-		require.Error(t, exec.Command("docker", "inspect", ref).Run(), "the container is gone")
-	}
-	acceptanceReplace(t, e, page, "http://127.0.0.1:18081/", bot, destroy, page.start, false)
+	acceptanceReplace(t, e, page, "http://127.0.0.1:18081/", bot, func(ref string) { loseDocker(t, ref) }, page.start, false)
 }
 
 // TestIdleSuspendAndCheckpointFailure, on the local provider: idle
@@ -513,9 +598,10 @@ func TestMoveLocalToDocker(t *testing.T) {
 		"args": map[string]any{"path": "bots/" + bot + "/moved.txt"}}, &out), "%v", out)
 	require.Contains(t, fmt.Sprint(out), "made on the local machine", "the home moved with the checkpoint")
 
-	// The docker machine is removed behind the worker's back; the health
-	// sweep notices, and the next tool call replaces it from the checkpoint.
-	require.NoError(t, e.w.setup.Docker.Destroy(ctx, after.ProviderRef))
+	// The docker machine is lost behind the worker's back (container and
+	// volume removed with the engine's CLI); the health sweep notices, and
+	// the next tool call replaces it from the checkpoint.
+	loseDocker(t, after.ProviderRef)
 	e.w.Computers.CheckMachines(ctx)
 	gone, err := e.w.Store.GetComputer(ctx, e.computer)
 	require.NoError(t, err)

@@ -287,11 +287,11 @@ func (s *Service) connectWithin(ctx context.Context, c store.Computer, d time.Du
 	defer l.Unlock()
 	// Whoever held the lock may have replaced the machine: its new ref is
 	// in the store now, and reconnecting to it is all that is left to do.
+	// Never go on with the ref read before the wait: it may be the gone
+	// machine's.
 	fresh, err := s.o.Store.GetComputer(ctx, c.ID)
 	if err != nil {
-		// Going on with the ref read before the wait could act on a machine
-		// another caller has replaced meanwhile.
-		return nil, fmt.Errorf("read computer %s: %w", c.ID, err)
+		return nil, err
 	}
 	c = fresh
 	p, ok := s.o.Providers[c.Provider]
@@ -319,16 +319,12 @@ func (s *Service) connectWithin(ctx context.Context, c store.Computer, d time.Du
 		m, err = s.ensure(rctx, c, spec)
 	}
 	if err != nil {
-		// A caller that gave up (its request ended, the worker is stopping)
-		// learnt nothing about the machine: recording its "context
-		// canceled" would put a computer in error that another caller has
-		// just reconnected or replaced (seen: a late inspect of the old
-		// container, made from a stale ref, overwrote the replacement's
-		// running state).
-		if ctx.Err() != nil {
-			return nil, err
+		// A caller that went away (a follower stopped, a request
+		// cancelled) says nothing about the machine: the computer's state
+		// is not its to set, and may be another caller's replacement.
+		if ctx.Err() == nil {
+			s.fail(c.ID, err)
 		}
-		s.fail(c.ID, err)
 		return nil, err
 	}
 	zero := time.Time{}

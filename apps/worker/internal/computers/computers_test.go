@@ -1,6 +1,7 @@
 package computers
 
 import (
+	"context"
 	"path/filepath"
 	"testing"
 	"time"
@@ -66,4 +67,25 @@ func TestNothingStaysTransitional(t *testing.T) {
 	require.Contains(t, got("alien").LastError, "no such provider")
 	require.Equal(t, store.StateError, got("halfmade").ObservedState)
 	require.Contains(t, got("halfmade").LastError, "while this computer was being created")
+}
+
+// TestGoneCallerSetsNoState: a connect whose caller went away (an event
+// follower stopped, a request cancelled) leaves the computer's state alone:
+// another caller may have just replaced its machine, and the gone caller
+// still held the ref read before it waited.
+func TestGoneCallerSetsNoState(t *testing.T) {
+	s, st := newService(t)
+	ctx := t.Context()
+	require.NoError(t, st.CreateComputer(ctx, store.Computer{ID: "c1", ScopeKind: store.ScopeTeam, ScopeID: "t", Kind: KindTeam,
+		Provider: providers.KindAttach, ProviderRef: "{}", DesiredState: store.StateRunning, ObservedState: store.StateRunning, HomeKey: "c1"}))
+	c, err := st.GetComputer(ctx, "c1")
+	require.NoError(t, err)
+	gone, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = s.connectWithin(gone, c, time.Minute)
+	require.Error(t, err)
+	after, err := st.GetComputer(ctx, "c1")
+	require.NoError(t, err)
+	require.Equal(t, store.StateRunning, after.ObservedState, "last error: %s", after.LastError)
+	require.Empty(t, after.LastError)
 }

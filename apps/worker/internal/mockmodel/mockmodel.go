@@ -22,6 +22,39 @@ type Step struct {
 type Output struct {
 	CallID string
 	Output json.RawMessage
+	// Text is the output's text: the string itself, or its input_text
+	// items joined.
+	Text string
+	// Images are the data URLs of its input_image items, in order.
+	Images []string
+}
+
+// parseOutput reads a function_call_output's output: a string, or an
+// array of {type:"input_text",text} and {type:"input_image",image_url}.
+func parseOutput(callID string, raw json.RawMessage) Output {
+	o := Output{CallID: callID, Output: raw}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		o.Text = s
+		return o
+	}
+	var items []struct {
+		Type     string `json:"type"`
+		Text     string `json:"text"`
+		ImageURL string `json:"image_url"`
+	}
+	if json.Unmarshal(raw, &items) != nil {
+		return o
+	}
+	for _, it := range items {
+		switch it.Type {
+		case "input_text":
+			o.Text += it.Text
+		case "input_image":
+			o.Images = append(o.Images, it.ImageURL)
+		}
+	}
+	return o
 }
 
 // Script picks the next step from the tool outputs so far (in order).
@@ -102,7 +135,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			Output json.RawMessage `json:"output"`
 		}
 		if json.Unmarshal(raw, &it) == nil && it.Type == "function_call_output" {
-			outs = append(outs, Output{CallID: it.CallID, Output: it.Output})
+			outs = append(outs, parseOutput(it.CallID, it.Output))
 		}
 	}
 	// Counted before the script runs, so a script that blocks ("thinks")

@@ -208,6 +208,11 @@ func (l *Local) Provision(ctx context.Context, spec Spec) (string, error) {
 		_ = os.RemoveAll(l.dir(ref))
 		return "", fmt.Errorf("local provider: %w", err)
 	}
+	// The home exists from now on: a machine whose home is missing has
+	// lost it (see Reconnect).
+	if err := os.Mkdir(l.home(ref), 0o755); err != nil {
+		return fail(err)
+	}
 	if err := writeSecret(l.token(ref), spec.BotdToken); err != nil {
 		return fail(err)
 	}
@@ -306,13 +311,57 @@ func (l *Local) busy(slot int) string {
 		ln.Close()
 	}
 	for d := s.displayBase; d < s.displayBase+l.o.MaxScreens; d++ {
-		for _, f := range []string{"/tmp/.X11-unix/X" + strconv.Itoa(d), "/tmp/.X" + strconv.Itoa(d) + "-lock"} {
-			if _, err := os.Lstat(f); err == nil {
-				return fmt.Sprintf("display :%d is in use (%s)", d, f)
-			}
+		if f := displayHeld(d); f != "" {
+			return fmt.Sprintf("display :%d is in use (%s)", d, f)
 		}
 	}
 	return ""
+}
+
+// displayHeld names what holds X display d ("" = free): a lock file that
+// names a live process (or cannot be read as a plain file), or a socket
+// that accepts a connection. An X server killed hard (its botd SIGKILLed,
+// the server with it) leaves both behind; Xvfb takes such a display over,
+// and they must not hold a slot forever.
+func displayHeld(d int) string {
+	lock := "/tmp/.X" + strconv.Itoa(d) + "-lock"
+	// /tmp is everyone's: no following a link, no blocking on a FIFO.
+	if f, err := os.OpenFile(lock, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0); err == nil {
+		pid := lockPID(f)
+		f.Close()
+		if pid <= 0 || procAlive(pid) {
+			return lock
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return lock
+	}
+	sock := "/tmp/.X11-unix/X" + strconv.Itoa(d)
+	if st, err := os.Lstat(sock); err == nil {
+		if st.Mode()&fs.ModeSocket == 0 {
+			return sock
+		}
+		if c, err := net.DialTimeout("unix", sock, time.Second); err == nil {
+			c.Close()
+			return sock
+		}
+	}
+	return ""
+}
+
+// lockPID is the pid an X lock file holds (0 when it is no plain file
+// holding one).
+func lockPID(f *os.File) int {
+	st, err := f.Stat()
+	if err != nil || !st.Mode().IsRegular() {
+		return 0
+	}
+	b := make([]byte, 64)
+	n, _ := f.Read(b)
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b[:n])))
+	if err != nil {
+		return 0
+	}
+	return pid
 }
 
 // freeSlotLocked picks a slot no other computer claims and whose ports and
@@ -349,7 +398,10 @@ func (l *Local) freeSlotLocked(self string) (int, error) {
 }
 
 // Reconnect starts the computer's botd when it is not running and waits
-// until it is healthy. ErrGone when its directory is gone.
+// until it is healthy. ErrGone when its directory or its home is gone: a
+// botd started again on a missing home would make an empty one, and the
+// computer would go on without its files instead of being replaced from
+// its checkpoint.
 func (l *Local) Reconnect(ctx context.Context, ref string, _ Spec) (Machine, error) {
 	if err := checkRef(ref); err != nil {
 		return nil, err
@@ -362,6 +414,9 @@ func (l *Local) Reconnect(ctx context.Context, ref string, _ Spec) (Machine, err
 		return nil, fmt.Errorf("local provider: %w", err)
 	}
 	token := strings.TrimSpace(string(tokenB))
+	if _, err := os.Stat(l.home(ref)); errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%w: the home of %s is gone", ErrGone, ref)
+	}
 
 	l.mu.Lock()
 	p := l.procs[ref]
@@ -421,7 +476,7 @@ func (l *Local) startLocked(ref string) (*localProc, error) {
 		}
 	}
 	p := &localProc{
-		ref: ref, bin: l.o.BotdBin, env: env, api: "127.0.0.1:" + strconv.Itoa(s.api), pidFile: l.pidFile(ref),
+		ref: ref, bin: l.o.BotdBin, env: env, api: "127.0.0.1:" + strconv.Itoa(s.api), pidFile: l.pidFile(ref), home: l.home(ref),
 		stop: make(chan struct{}), done: make(chan struct{}), log: l.log.With().Str("ref", ref).Logger(),
 	}
 	if err := p.startOnce(); err != nil {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"strconv"
@@ -26,6 +27,7 @@ const startSecs = 10 * time.Second
 type localProc struct {
 	ref, bin, api string
 	pidFile       string // botd's pid, for a later worker to find it
+	home          string // BOTD_HOME: botd is not started again when it is gone
 	env           []string
 	log           zerolog.Logger
 	stop          chan struct{} // closed by terminate
@@ -93,6 +95,13 @@ func (p *localProc) supervise() {
 		case <-t.C:
 		}
 		backoff = min(backoff*2, 30*time.Second)
+		if _, err := os.Stat(p.home); p.home != "" && errors.Is(err, fs.ErrNotExist) {
+			// Lost with the process (a disk gone, a directory removed):
+			// botd would make an empty home. The machine is gone.
+			p.setFatal(fmt.Errorf("botd's home is gone: %w", ErrGone))
+			p.log.Error().Msg("botd exited and its home is gone; not restarting")
+			return
+		}
 		if err := p.startOnce(); err != nil {
 			p.setFatal(fmt.Errorf("restart botd: %w", err))
 			return

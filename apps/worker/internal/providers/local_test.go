@@ -2,11 +2,14 @@ package providers
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -211,4 +214,42 @@ func TestLocalTwoComputersAtOnce(t *testing.T) {
 	require.Error(t, err, "a file of one computer's workspace is not in the other's")
 	_, err = client.New(a.BaseURL(), b.Token(), nil).Health(ctx)
 	require.Error(t, err, "one computer's token does not open the other")
+}
+
+// A display an X server killed hard left behind (its lock naming a dead
+// process, its socket answering nobody) is free; a live one, or a lock that
+// is no plain file holding a pid, holds it.
+func TestLocalDisplayHeld(t *testing.T) {
+	const d = 5987 // far from every test's displays
+	lock, sock := "/tmp/.X5987-lock", "/tmp/.X11-unix/X5987"
+	clean := func() { _ = os.Remove(lock); _ = os.Remove(sock) }
+	clean()
+	t.Cleanup(clean)
+	require.NoError(t, os.MkdirAll("/tmp/.X11-unix", 0o1777))
+	require.Empty(t, displayHeld(d))
+
+	dead := exec.Command("true")
+	require.NoError(t, dead.Run())
+	writeLock := func(s string) { require.NoError(t, os.WriteFile(lock, []byte(s), 0o444)) }
+	writeLock(fmt.Sprintf("%10d\n", dead.ProcessState.Pid()))
+	require.Empty(t, displayHeld(d), "a lock naming a dead process")
+	ln, err := net.Listen("unix", sock)
+	require.NoError(t, err)
+	require.Equal(t, sock, displayHeld(d), "a socket that accepts")
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	require.NoError(t, ln.Close())
+	require.FileExists(t, sock)
+	require.Empty(t, displayHeld(d), "a stale lock and a stale socket")
+
+	writeLock(fmt.Sprintf("%10d\n", os.Getpid()))
+	require.Equal(t, lock, displayHeld(d), "a lock naming a live process")
+	clean()
+	writeLock("garbage")
+	require.Equal(t, lock, displayHeld(d))
+	clean()
+	require.NoError(t, syscall.Mkfifo(lock, 0o644))
+	require.Equal(t, lock, displayHeld(d), "a FIFO (read without blocking)")
+	clean()
+	require.NoError(t, os.WriteFile(sock, nil, 0o644))
+	require.Equal(t, sock, displayHeld(d), "no socket")
 }
