@@ -49,19 +49,8 @@ func (rt *redTeam) modelProxyAddr(t testing.TB) string {
 // screenPorts are screen id's view and control ports.
 func (rt *redTeam) screenPorts(t testing.TB, id string) (view, control int) {
 	t.Helper()
-	status, body := rt.call("GET", "/screens", nil)
-	require.Equal(t, http.StatusOK, status, string(body))
-	var list struct {
-		Screens []struct {
-			ID    string `json:"id"`
-			Ports *struct {
-				View    int `json:"view"`
-				Control int `json:"control"`
-			} `json:"ports"`
-		} `json:"screens"`
-	}
-	require.NoError(t, json.Unmarshal(body, &list), string(body))
-	for _, s := range list.Screens {
+	list, body := rt.screens(t)
+	for _, s := range list {
 		if s.ID == id && s.Ports != nil {
 			return s.Ports.View, s.Ports.Control
 		}

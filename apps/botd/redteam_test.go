@@ -159,13 +159,20 @@ func (rt *redTeam) call(method, path string, body any) (int, []byte) {
 	return resp.StatusCode, b
 }
 
+// screenInfo is a screen as GET /screens lists it.
 type screenInfo struct {
-	ID    string `json:"id"`
-	State string `json:"state"`
-	Slot  *int   `json:"slot"`
+	ID      string `json:"id"`
+	State   string `json:"state"`
+	Slot    *int   `json:"slot"`
+	Display string `json:"display"`
+	Ports   *struct {
+		View    int `json:"view"`
+		Control int `json:"control"`
+	} `json:"ports"`
 }
 
-func (rt *redTeam) screen(t testing.TB, id string) screenInfo {
+// screens lists botd's screens, and the body they came in.
+func (rt *redTeam) screens(t testing.TB) ([]screenInfo, []byte) {
 	t.Helper()
 	status, body := rt.call("GET", "/screens", nil)
 	require.Equal(t, http.StatusOK, status, string(body))
@@ -177,7 +184,13 @@ func (rt *redTeam) screen(t testing.TB, id string) screenInfo {
 		require.NoError(t, json.Unmarshal(body, &arr), string(body))
 		list.Screens = arr
 	}
-	for _, s := range list.Screens {
+	return list.Screens, body
+}
+
+func (rt *redTeam) screen(t testing.TB, id string) screenInfo {
+	t.Helper()
+	list, body := rt.screens(t)
+	for _, s := range list {
 		if s.ID == id {
 			return s
 		}
@@ -464,18 +477,9 @@ type runningScreen struct {
 // runningScreens are the screens with a display.
 func (rt *redTeam) runningScreens(t testing.TB) []runningScreen {
 	t.Helper()
-	status, body := rt.call("GET", "/screens", nil)
-	require.Equal(t, http.StatusOK, status, string(body))
-	var list struct {
-		Screens []struct {
-			ID      string `json:"id"`
-			Slot    *int   `json:"slot"`
-			Display string `json:"display"`
-		} `json:"screens"`
-	}
-	require.NoError(t, json.Unmarshal(body, &list), string(body))
+	list, _ := rt.screens(t)
 	var out []runningScreen
-	for _, s := range list.Screens {
+	for _, s := range list {
 		if s.Slot == nil || s.Display == "" {
 			continue
 		}
