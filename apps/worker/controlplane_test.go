@@ -116,12 +116,16 @@ func waitFor(t testing.TB, what string, timeout time.Duration, cond func() bool)
 	}
 }
 
-func TestControlPlaneAgainstBotd(t *testing.T) {
+// TestControlPlaneAgainstBotd runs on each store engine (a fresh botd each).
+func TestControlPlaneAgainstBotd(t *testing.T) { eachStore(t, controlPlaneAgainstBotd) }
+
+func controlPlaneAgainstBotd(t *testing.T, dbURL string) {
 	model, modelURL := hangingModel(t)
 	// One screen only: a second bot's graphical tools must fail while shell works.
 	c := startComputerWith(t, scripted(modelURL), 400, "MAX_SCREENS=1", "VIEW_PORT_BASE=31100",
 		"EGRESS_ALLOW=127.0.0.1/32") // the test page is on loopback, which egress refuses by default
-	env := startWorker(t, c, "alice", "bob")
+	env := startWorkerWith(t, c, "scripted-model", withDatabase(dbURL), "alice", "bob")
+	requirePostgresUsed(t, env, dbURL)
 
 	// --- credentials ---------------------------------------------------------
 	st, body := raw(t, "GET", env.url+"/v1/computers", "", "", nil)
@@ -298,8 +302,10 @@ func startWorkerOnSame(t testing.TB, env *workerEnv, c *computer) string {
 // Codex thread is resumed (the orphaned turn interrupted, a new turn
 // started) and completes; nothing is left running; the dead process's screen
 // leases are given back; the old capability no longer works (adopt mints a
-// new one).
-func TestWorkerKilledMidRun(t *testing.T) {
+// new one). It runs on each store engine (WORKER_DATABASE_URL for Postgres).
+func TestWorkerKilledMidRun(t *testing.T) { eachStore(t, workerKilledMidRun) }
+
+func workerKilledMidRun(t *testing.T, dbURL string) {
 	model, modelURL := hangingModel(t, 2) // the two turns the kill interrupts
 	c := startComputerWith(t, scripted(modelURL), 402, "VIEW_PORT_BASE=31300")
 	dir := t.TempDir()
@@ -312,7 +318,8 @@ func TestWorkerKilledMidRun(t *testing.T) {
 	start := func() *exec.Cmd {
 		cmd := exec.Command(bin, "serve")
 		cmd.Env = append(os.Environ(), "DATA_DIR="+dataDir, "WORKER_LISTEN="+listen, "WORKER_TOKEN="+token,
-			"WORKER_MODEL=scripted-model", "WORKER_MODEL_PROVIDER=botd", "WORKER_PROVIDER=attach")
+			"WORKER_MODEL=scripted-model", "WORKER_MODEL_PROVIDER=botd", "WORKER_PROVIDER=attach",
+			"WORKER_DATABASE_URL="+dbURL) // "": SQLite in DATA_DIR
 		var logs syncBuffer
 		cmd.Stdout, cmd.Stderr = &logs, &logs
 		require.NoError(t, cmd.Start())
@@ -334,6 +341,8 @@ func TestWorkerKilledMidRun(t *testing.T) {
 	}
 	w1 := start()
 	env := &workerEnv{url: "http://" + listen, token: token, dataDir: dataDir}
+	_, err = os.Stat(filepath.Join(dataDir, "worker.db"))
+	require.Equal(t, dbURL == "", err == nil, "the worker keeps its state in SQLite only without WORKER_DATABASE_URL (%v)", err)
 	tokFile := filepath.Join(dir, "botd-token")
 	require.NoError(t, os.WriteFile(tokFile, []byte(c.token+"\n"), 0o600))
 	var created struct {

@@ -148,6 +148,9 @@ type backend struct {
 	// reopen is the provider as a restarted worker would make it (the same
 	// one where the provider owns processes, like local).
 	reopen func(t *testing.T) Provider
+	// beforeDestroy, when set, runs on the live machine just before the
+	// destroy step (to read what gone must find removed).
+	beforeDestroy func(t *testing.T, ref string)
 	// gone checks that a destroyed machine left nothing behind.
 	gone func(t *testing.T, ref string)
 }
@@ -330,6 +333,9 @@ func conform(t *testing.T, b backend) {
 			require.Equal(t, "restored\n", string(got))
 		}},
 		{"destroy", func(t *testing.T) {
+			if b.beforeDestroy != nil {
+				b.beforeDestroy(t, ref)
+			}
 			require.NoError(t, b.p.Destroy(ctx, ref))
 			destroyed = true
 			_, err := b.p.Reconnect(ctx, ref, spec)

@@ -2,6 +2,7 @@ package providers
 
 import (
 	"context"
+	"errors"
 	"net"
 	"os"
 	"path/filepath"
@@ -49,6 +50,7 @@ func testDocker(t *testing.T) *Docker {
 
 func TestConformanceDocker(t *testing.T) {
 	d := testDocker(t)
+	var remains dockerRemains
 	conform(t, backend{
 		kind: KindDocker, p: d, multiScreen: true,
 		reopen: func(t *testing.T) Provider {
@@ -58,28 +60,52 @@ func TestConformanceDocker(t *testing.T) {
 			t.Cleanup(func() { d2.Close() })
 			return d2
 		},
-		gone: func(t *testing.T, ref string) { requireDockerGone(t, d, ref) },
+		beforeDestroy: func(t *testing.T, ref string) { remains = dockerMachineRemains(t, d, ref) },
+		gone:          func(t *testing.T, ref string) { requireDockerGone(t, d, remains) },
 	})
 }
 
-// requireDockerGone: no container, no volume, no token file.
-func requireDockerGone(t *testing.T, d *Docker, ref string) {
+// dockerRemains is what a docker machine has on the host besides its
+// container: its home volume and its token directory.
+type dockerRemains struct {
+	ref, volume, tokenDir string
+}
+
+// dockerMachineRemains reads a live machine's volume and token directory
+// from its container (before anything destroys it) and checks that they
+// exist now, so that requireDockerGone's "gone" means removed.
+func dockerMachineRemains(t *testing.T, d *Docker, ref string) dockerRemains {
 	t.Helper()
 	ctx := testCtx(t, 30*time.Second)
-	_, err := d.cli.ContainerInspect(ctx, ref, dockerclient.ContainerInspectOptions{})
-	require.True(t, cerrdefs.IsNotFound(err), "container must be removed: %v", err)
-	vols, err := d.cli.VolumeList(ctx, dockerclient.VolumeListOptions{Filters: dockerclient.Filters{}.Add("label", LabelComputer)})
+	c, err := d.cli.ContainerInspect(ctx, ref, dockerclient.ContainerInspectOptions{})
 	require.NoError(t, err)
-	entries, _ := os.ReadDir(filepath.Join(d.o.DataDir, "docker"))
-	for _, v := range vols.Items {
-		for _, e := range entries {
-			require.NotEqual(t, volumeName(e.Name()), v.Name, "a volume of a destroyed machine is left")
+	machine := c.Container.Config.Labels[LabelMachine]
+	require.NotEmpty(t, machine, "the container names its machine")
+	r := dockerRemains{ref: ref, volume: volumeName(machine), tokenDir: d.tokenDir(machine)}
+	var home string
+	for _, m := range c.Container.HostConfig.Mounts {
+		if m.Target == "/home" {
+			home = m.Source
 		}
 	}
-	for _, e := range entries {
-		b, _ := os.ReadFile(filepath.Join(d.o.DataDir, "docker", e.Name(), "container"))
-		require.NotEqual(t, ref, string(b), "the token directory must be removed")
-	}
+	require.Equal(t, r.volume, home, "/home is on the machine's volume")
+	_, err = d.cli.VolumeInspect(ctx, r.volume, dockerclient.VolumeInspectOptions{})
+	require.NoError(t, err, "the machine's volume %s exists before the destroy", r.volume)
+	require.DirExists(t, r.tokenDir)
+	return r
+}
+
+// requireDockerGone: no container, no volume, no token directory of the
+// machine r was read from.
+func requireDockerGone(t *testing.T, d *Docker, r dockerRemains) {
+	t.Helper()
+	ctx := testCtx(t, 30*time.Second)
+	_, err := d.cli.ContainerInspect(ctx, r.ref, dockerclient.ContainerInspectOptions{})
+	require.True(t, cerrdefs.IsNotFound(err), "container must be removed: %v", err)
+	_, err = d.cli.VolumeInspect(ctx, r.volume, dockerclient.VolumeInspectOptions{})
+	require.True(t, cerrdefs.IsNotFound(err), "the destroyed machine's volume %s is left (%v)", r.volume, err)
+	_, err = os.Stat(r.tokenDir)
+	require.True(t, errors.Is(err, os.ErrNotExist), "the token directory %s must be removed (%v)", r.tokenDir, err)
 }
 
 // The security shape of a docker machine: ports on 127.0.0.1 only, the token
@@ -134,6 +160,7 @@ func TestDockerContainerDeletedBehindOurBack(t *testing.T) {
 	ref, err := d.Provision(ctx, spec)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = d.Destroy(context.Background(), ref) })
+	remains := dockerMachineRemains(t, d, ref)
 	_, err = d.cli.ContainerRemove(ctx, ref, dockerclient.ContainerRemoveOptions{Force: true})
 	require.NoError(t, err)
 
@@ -141,7 +168,7 @@ func TestDockerContainerDeletedBehindOurBack(t *testing.T) {
 	require.ErrorIs(t, err, ErrGone)
 	require.ErrorIs(t, d.Stop(ctx, ref), ErrGone)
 	require.NoError(t, d.Destroy(ctx, ref))
-	requireDockerGone(t, d, ref)
+	requireDockerGone(t, d, remains)
 }
 
 // botd refusing to start inside the container: the error carries its
@@ -164,8 +191,9 @@ func TestDockerBotdExitsWithReason(t *testing.T) {
 	require.ErrorContains(t, err, "EGRESS_MODE: want direct or tunnel")
 	require.NotContains(t, err.Error(), spec.BotdToken)
 	require.Less(t, time.Since(start), 2*time.Minute)
+	remains := dockerMachineRemains(t, d2, ref)
 	require.NoError(t, d2.Destroy(ctx, ref))
-	requireDockerGone(t, d2, ref)
+	requireDockerGone(t, d2, remains)
 }
 
 // The seed's acceptance pattern on Docker: a machine's container is deleted

@@ -932,6 +932,16 @@ func (r *Run) toolCall(ctx context.Context, params json.RawMessage) codexrpc.Dyn
 		args = json.RawMessage(s)
 	}
 	r.emit("tool_call", map[string]any{"callId": p.CallID, "tool": p.Tool, "arguments": trimParams(args)})
+	// A run whose lease moved on (its writes refused, that one included)
+	// acts no more: the call is not carried out, even before the fence's
+	// cancel reaches the turn.
+	r.mu.Lock()
+	fenced := r.fenced
+	r.mu.Unlock()
+	if fenced {
+		return codexrpc.DynamicToolCallResponse{Success: false, ContentItems: []codexrpc.ContentItem{{Type: "inputText",
+			Text: "error: this run lost its bot's lease to another holder; it stops and may not act"}}}
+	}
 	start := time.Now()
 	res := tools.Call(ctx, r.session, p.Tool, args)
 	rec := ToolCall{CallID: p.CallID, Tool: p.Tool, Arguments: trimParams(args), Success: res.Success, Ms: time.Since(start).Milliseconds()}

@@ -1,0 +1,398 @@
+package main
+
+// The worker's flows on both store engines, and what the store decides as
+// seen through the API: the run, fencing, restart and takeover flows run
+// once on SQLite in DATA_DIR and once on Postgres (WORKER_DATABASE_URL, a
+// schema of its own per test); per-bot leases across computers of one team,
+// of another team and of the account; a run fenced by another holder of
+// its bot's lease; and the checkpoints taken at a run's failure and before
+// an explicit stop.
+
+import (
+	"archive/tar"
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/open-bot/computer/apps/worker/internal/homes"
+	"github.com/open-bot/computer/apps/worker/internal/mockmodel"
+	"github.com/open-bot/computer/apps/worker/internal/providers"
+	"github.com/open-bot/computer/apps/worker/internal/runs"
+	"github.com/open-bot/computer/apps/worker/internal/store"
+)
+
+// workerStore is one engine a test's worker keeps its state in: url gives
+// the WORKER_DATABASE_URL for a test ("" is SQLite in DATA_DIR).
+type workerStore struct {
+	name string
+	url  func(t testing.TB) string
+}
+
+// workerStores is every engine the worker's flows run on. The Postgres one
+// comes from WORKER_TEST_DATABASE_URL (scripts/postgres.sh prints it; .ci/run
+// sets it); without it that variant skips, and fails under CI=true.
+func workerStores() []workerStore {
+	return []workerStore{
+		{"sqlite", func(testing.TB) string { return "" }},
+		{"postgres", testDatabaseURL},
+	}
+}
+
+// eachStore runs fn as a subtest on every engine with the database URL the
+// worker is to use.
+func eachStore(t *testing.T, fn func(t *testing.T, dbURL string)) {
+	for _, s := range workerStores() {
+		t.Run(s.name, func(t *testing.T) { fn(t, s.url(t)) })
+	}
+}
+
+// withDatabase is a serve-config tweak that puts the worker on dbURL
+// (nil for SQLite).
+func withDatabase(dbURL string) func(*serveConfig) {
+	if dbURL == "" {
+		return nil
+	}
+	return func(c *serveConfig) { c.DatabaseURL = dbURL }
+}
+
+// testDatabaseURL gives the test an empty schema of its own on the CI
+// Postgres (dropped at the end, after the worker has closed) and returns a
+// URL whose search_path is that schema: tests never see each other's rows.
+func testDatabaseURL(t testing.TB) string {
+	t.Helper()
+	dsn := os.Getenv("WORKER_TEST_DATABASE_URL")
+	if dsn == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("CI=true but WORKER_TEST_DATABASE_URL is not set (run scripts/postgres.sh; .ci/run does)")
+		}
+		t.Skip("Postgres variant: set WORKER_TEST_DATABASE_URL (scripts/postgres.sh prints it)")
+	}
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	schema := "w_" + hex.EncodeToString(b[:])
+	admin, err := sql.Open("pgx", dsn)
+	require.NoError(t, err)
+	t.Cleanup(func() { admin.Close() })
+	_, err = admin.ExecContext(t.Context(), "CREATE SCHEMA "+schema)
+	require.NoError(t, err, "Postgres at WORKER_TEST_DATABASE_URL")
+	t.Cleanup(func() { _, _ = admin.ExecContext(context.Background(), "DROP SCHEMA "+schema+" CASCADE") })
+	u, err := url.Parse(dsn)
+	require.NoError(t, err)
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// requirePostgresUsed checks that a worker meant for Postgres really keeps
+// its state there (and not in a SQLite file in DATA_DIR).
+func requirePostgresUsed(t testing.TB, e *workerEnv, dbURL string) {
+	t.Helper()
+	if dbURL == "" {
+		require.Equal(t, "sqlite", e.w.Store.Engine())
+		return
+	}
+	require.Equal(t, "postgres", e.w.Store.Engine())
+	_, err := os.Stat(filepath.Join(e.dataDir, "worker.db"))
+	require.True(t, errors.Is(err, os.ErrNotExist), "no SQLite file beside a Postgres store: %v", err)
+}
+
+// addComputer creates another attach computer on e's worker for botd c,
+// with scope (e.g. {"team": "t2"}, {"account": true}), and adds bots to it.
+func (e *workerEnv) addComputer(t testing.TB, c *computer, scope map[string]any, bots ...string) *workerEnv {
+	t.Helper()
+	tokFile := filepath.Join(e.dataDir, "botd-token")
+	var created struct {
+		Computer struct {
+			ID, State string
+		} `json:"computer"`
+		Capability string `json:"capability"`
+	}
+	require.Equal(t, http.StatusCreated, post(t, e.url+"/v1/computers", e.token, map[string]any{
+		"scope": scope, "provider": "attach", "attach": map[string]string{"url": c.url, "tokenFile": tokFile}}, &created))
+	require.Equal(t, "running", created.Computer.State)
+	o := *e
+	o.computer, o.capa = created.Computer.ID, created.Capability
+	for _, b := range bots {
+		require.Equal(t, http.StatusCreated, o.do(t, "POST", "/bots", map[string]string{"id": b}, nil))
+	}
+	return &o
+}
+
+// tryRun asks for a run of bot and returns the status and the run's id
+// (when one was made) or the error's message.
+func (e *workerEnv) tryRun(t testing.TB, bot string) (int, string) {
+	t.Helper()
+	var out struct {
+		Run   runs.Snapshot `json:"run"`
+		Error struct {
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	st := e.do(t, "POST", "/runs", map[string]string{"botId": bot, "prompt": "look at the screen"}, &out)
+	if out.Run.ID != "" {
+		return st, out.Run.ID
+	}
+	return st, out.Error.Message
+}
+
+// stopRun stops a run and waits for its end (its lease is given back
+// before the end event).
+func (e *workerEnv) stopRun(t testing.TB, id string) {
+	t.Helper()
+	require.Equal(t, http.StatusOK, e.do(t, "POST", "/runs/"+id+"/stop", nil, nil))
+	final, _ := waitRun(t, e, id, 2*time.Minute)
+	require.Equal(t, runs.StatusStopped, final.Status)
+}
+
+// TestBotLeaseScopes: one bot id on five computers of one botd — two Team
+// computers of team t1, one of team t2, two of the account. A run of the
+// bot on the first refuses a concurrent run on the second (409) but not on
+// the third; the account's two computers likewise share one bot, apart
+// from the teams'. Once the runs end, the refused computers run the bot.
+// Everything is observed through the API.
+func TestBotLeaseScopes(t *testing.T) {
+	_, modelURL := hangingModel(t) // runs stay mid-turn until stopped
+	c := startComputerWith(t, scripted(modelURL), 406, "VIEW_PORT_BASE=31900")
+	eachStore(t, func(t *testing.T, dbURL string) {
+		t1a := startWorkerWith(t, c, "scripted-model", withDatabase(dbURL), "alice")
+		requirePostgresUsed(t, t1a, dbURL)
+		t1b := t1a.addComputer(t, c, map[string]any{"team": "t1"}, "alice")
+		t2 := t1a.addComputer(t, c, map[string]any{"team": "t2"}, "alice")
+		acctA := t1a.addComputer(t, c, map[string]any{"account": true}, "alice")
+		acctB := t1a.addComputer(t, c, map[string]any{"account": true}, "alice")
+
+		st, runT1 := t1a.tryRun(t, "alice")
+		require.Equal(t, http.StatusCreated, st, runT1)
+		st, msg := t1b.tryRun(t, "alice")
+		require.Equal(t, http.StatusConflict, st, "the same team's other computer: %s", msg)
+		require.Contains(t, msg, "already has a computer-use run")
+		st, runT2 := t2.tryRun(t, "alice")
+		require.Equal(t, http.StatusCreated, st, "another team's alice is another bot: %s", runT2)
+		st, runAcct := acctA.tryRun(t, "alice")
+		require.Equal(t, http.StatusCreated, st, "the account's alice is not team t1's: %s", runAcct)
+		st, msg = acctB.tryRun(t, "alice")
+		require.Equal(t, http.StatusConflict, st, "the account's other computer: %s", msg)
+		// The refusals made nothing, and the runs that were made still live.
+		for _, r := range []struct {
+			e  *workerEnv
+			id string
+		}{{t1a, runT1}, {t2, runT2}, {acctA, runAcct}} {
+			require.False(t, r.e.getRun(t, r.id).Status.Ended(), "run %s ended early", r.id)
+		}
+
+		// Once the first computer's run ends, the same team's other computer
+		// runs the bot (the 409 was that run, nothing else); the account's
+		// likewise.
+		t1a.stopRun(t, runT1)
+		st, runT1b := t1b.tryRun(t, "alice")
+		require.Equal(t, http.StatusCreated, st, runT1b)
+		st, msg = t1a.tryRun(t, "alice")
+		require.Equal(t, http.StatusConflict, st, "now the first computer is refused: %s", msg)
+		acctA.stopRun(t, runAcct)
+		st, runAcctB := acctB.tryRun(t, "alice")
+		require.Equal(t, http.StatusCreated, st, runAcctB)
+		for _, r := range []struct {
+			e  *workerEnv
+			id string
+		}{{t1b, runT1b}, {t2, runT2}, {acctB, runAcctB}} {
+			r.e.stopRun(t, r.id)
+		}
+	})
+}
+
+// TestRunFencedThroughWorker: while a run waits in a shell step, another
+// holder takes its bot's lease (as a restarted worker does: the same run,
+// a new epoch). The old run's next write is refused: its shell result is
+// not recorded, it cannot complete itself, the model's next tool call is
+// not carried out, and it does not give away the lease it lost (the bot
+// stays busy until the new holder lets go).
+func TestRunFencedThroughWorker(t *testing.T) {
+	eachStore(t, func(t *testing.T, dbURL string) {
+		var later atomic.Bool // the run after the fence only answers
+		script := func(outs []mockmodel.Output) mockmodel.Step {
+			switch {
+			case later.Load():
+			case len(outs) == 0:
+				return waitShell("bots/alice/go")
+			case len(outs) == 1:
+				return mockmodel.Step{Tool: "file_write", Args: map[string]any{"path": "bots/alice/after-fence.txt", "content": "a fenced run acted\n"}}
+			}
+			return mockmodel.Step{Message: "done"}
+		}
+		model := mockmodel.New(script).RequireKey(scriptedKey)
+		modelSrv := httptest.NewServer(model)
+		defer modelSrv.Close()
+		c := startComputer(t, modelSrv.URL, 408, "VIEW_PORT_BASE=31950")
+		e := startWorkerWith(t, c, "scripted-model", withDatabase(dbURL), "alice")
+		requirePostgresUsed(t, e, dbURL)
+		ctx := t.Context()
+
+		id := e.startRun(t, "alice", "Wait for the file, then write a note.")
+		sse := followSSE(t, e, id)
+		sse.wait(t, "the waiting shell", 3*time.Minute, func(ev sseEvent) bool { return ev.Type == "tool_call" && ev.Data["tool"] == "shell" })
+		before, err := e.w.Store.GetRun(ctx, id)
+		require.NoError(t, err)
+		taken, err := e.w.Store.AcquireLease(ctx, before.LeaseKey, id, time.Minute)
+		require.NoError(t, err)
+		require.Greater(t, taken.Epoch, before.Epoch)
+
+		writeBotFile(t, e, "alice", "bots/alice/go")
+		waitRun(t, e, id, 3*time.Minute)
+
+		after, err := e.w.Store.GetRun(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, string(runs.StatusRunning), after.State, "the fenced run could not record an outcome")
+		evs, err := e.w.Runs.StoredEvents(ctx, id)
+		require.NoError(t, err)
+		var types []string
+		for _, ev := range evs {
+			types = append(types, ev.Type)
+		}
+		require.Contains(t, types, "tool_call", "what it did before the fence is kept")
+		require.NotContains(t, types, "tool_result", "the shell's result came after the fence: %v", types)
+		require.NotContains(t, types, "checkpoint")
+		_, err = os.Stat(filepath.Join(c.home, "bot/bots/alice/after-fence.txt"))
+		require.True(t, errors.Is(err, os.ErrNotExist), "a tool call after the fence was carried out (%v)", err)
+
+		// The lease is the new holder's: the bot is busy until it lets go.
+		st, msg := e.tryRun(t, "alice")
+		require.Equal(t, http.StatusConflict, st, "the fenced run gave away a lease it no longer held: %s", msg)
+		require.NoError(t, e.w.Store.ReleaseLease(ctx, taken.Key, taken.Epoch))
+		later.Store(true)
+		st, next := e.tryRun(t, "alice")
+		require.Equal(t, http.StatusCreated, st, next)
+		final, _ := waitRun(t, e, next, 3*time.Minute)
+		require.Equal(t, runs.StatusCompleted, final.Status, "the bot runs again: %+v", final)
+	})
+}
+
+// failingModel serves the scripted model's first answer (first) and
+// refuses every later request with 400, so the run's turn fails.
+func failingModel(t testing.TB, first mockmodel.Step) *httptest.Server {
+	model := mockmodel.New(func([]mockmodel.Output) mockmodel.Step { return first }).RequireKey(scriptedKey)
+	var n atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && r.URL.Path == "/v1/responses" && n.Add(1) > 1 {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusBadRequest)
+			fmt.Fprint(w, `{"error":{"message":"scripted refusal: the model cannot go on","type":"invalid_request_error","code":"scripted"}}`)
+			return
+		}
+		model.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// checkpointFile reads name from the computer's latest checkpoint in the
+// worker's local home store: its revision and the file's content ("" and
+// false when the tar has no such file).
+func checkpointFile(t testing.TB, e *workerEnv, name string) (int64, string, bool) {
+	t.Helper()
+	c, err := e.w.Store.GetComputer(t.Context(), e.computer)
+	require.NoError(t, err)
+	hs, err := homes.NewLocal(e.dataDir)
+	require.NoError(t, err)
+	rc, rev, err := hs.Open(t.Context(), c.HomeKey)
+	require.NoError(t, err)
+	defer rc.Close()
+	tr := tar.NewReader(rc)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return rev.Number, "", false
+		}
+		require.NoError(t, err)
+		if strings.HasSuffix(h.Name, name) {
+			b, err := io.ReadAll(tr)
+			require.NoError(t, err)
+			return rev.Number, string(b), true
+		}
+	}
+}
+
+// lastCheckpoint is the revision GET /v1/computers/{id} shows (0: none).
+func lastCheckpoint(t testing.TB, e *workerEnv) int64 {
+	t.Helper()
+	var got struct {
+		Computer struct {
+			LastCheckpoint *struct{ Revision int64 } `json:"lastCheckpoint"`
+		} `json:"computer"`
+	}
+	require.Equal(t, http.StatusOK, e.do(t, "GET", "", nil, &got))
+	if got.Computer.LastCheckpoint == nil {
+		return 0
+	}
+	return got.Computer.LastCheckpoint.Revision
+}
+
+// TestCheckpointsAtRunFailureAndBeforeStop: on a computer the worker made
+// (local provider), a run writes a file and then fails (the model refuses
+// to go on): the run's end checkpoints, and the file is in that checkpoint.
+// Then a file written afterwards is in the checkpoint an explicit stop
+// takes before the machine stops.
+func TestCheckpointsAtRunFailureAndBeforeStop(t *testing.T) {
+	requireIntegration(t, "codex", "Xvfb", "chromium", "x11vnc", "xfwm4")
+	const bot = "bob"
+	var nb [8]byte
+	_, _ = rand.Read(nb[:])
+	nonce := hex.EncodeToString(nb[:])
+	modelSrv := failingModel(t, mockmodel.Step{Tool: "file_write", Args: map[string]any{"path": "bots/" + bot + "/failed-run.txt", "content": "written by the failing run " + nonce + "\n"}})
+	dir := openDir(t, "wire-cpfail-")
+	env := map[string]string{
+		"WORKER_PROVIDER": providers.KindLocal, "WORKER_BOTD_BIN": buildBotd(t, dir),
+		"WORKER_LOCAL_DISPLAY_BASE": fmt.Sprint(replDisplayBase), "WORKER_LOCAL_PORT_BASE": fmt.Sprint(replPortBase), "WORKER_LOCAL_SLOTS": replSlots,
+		"MODEL_UPSTREAM_URL": modelSrv.URL + "/v1", "MODEL_API_KEY": scriptedKey,
+	}
+	e := providerWorker(t, env, filepath.Join(dir, "machines"), bot)
+	start := lastCheckpoint(t, e)
+
+	// A run that fails: its end checkpoints what it wrote.
+	id := e.startRun(t, bot, "Write the file, then go on.")
+	final, events := waitRun(t, e, id, 5*time.Minute)
+	require.Equal(t, runs.StatusFailed, final.Status, "run: %+v", final)
+	require.Len(t, final.ToolCalls, 1)
+	require.True(t, final.ToolCalls[0].Success, final.ToolCalls[0].Output)
+	require.Contains(t, events, "checkpoint", "the failed run's end checkpointed: %v", events)
+	atFailure := lastCheckpoint(t, e)
+	require.Greater(t, atFailure, start, "the checkpoint revision advanced at the failure")
+	rev, content, ok := checkpointFile(t, e, "bots/"+bot+"/failed-run.txt")
+	require.True(t, ok, "the failed run's file is in the checkpoint")
+	require.Equal(t, atFailure, rev)
+	require.Equal(t, "written by the failing run "+nonce+"\n", content)
+
+	// An explicit stop checkpoints before the machine stops: a file written
+	// after the run's checkpoint is in the new one.
+	require.Equal(t, http.StatusOK, e.do(t, "POST", "/tools/file_write", map[string]any{"botId": bot,
+		"args": map[string]string{"path": "bots/" + bot + "/before-stop.txt", "content": "written before the stop " + nonce + "\n"}}, nil))
+	_, _, ok = checkpointFile(t, e, "bots/"+bot+"/before-stop.txt")
+	require.False(t, ok, "not yet checkpointed")
+	var stopped struct {
+		Computer struct{ State, LastError string } `json:"computer"`
+	}
+	require.Equal(t, http.StatusOK, e.do(t, "POST", "/stop", nil, &stopped))
+	require.Equal(t, store.StateStopped, stopped.Computer.State, stopped.Computer.LastError)
+	require.Empty(t, stopped.Computer.LastError, "the checkpoint before the stop did not fail")
+	atStop := lastCheckpoint(t, e)
+	require.Greater(t, atStop, atFailure, "the stop checkpointed first")
+	rev, content, ok = checkpointFile(t, e, "bots/"+bot+"/before-stop.txt")
+	require.True(t, ok, "the file written before the stop is in its checkpoint")
+	require.Equal(t, atStop, rev)
+	require.Equal(t, "written before the stop "+nonce+"\n", content)
+}
