@@ -10,16 +10,13 @@ package main
 
 import (
 	"archive/tar"
-	"context"
 	"crypto/rand"
-	"database/sql"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -34,6 +31,7 @@ import (
 	"github.com/open-bot/computer/apps/worker/internal/providers"
 	"github.com/open-bot/computer/apps/worker/internal/runs"
 	"github.com/open-bot/computer/apps/worker/internal/store"
+	"github.com/open-bot/computer/apps/worker/internal/store/storetest"
 )
 
 // workerStore is one engine a test's worker keeps its state in: url gives
@@ -75,28 +73,7 @@ func withDatabase(dbURL string) func(*serveConfig) {
 // URL whose search_path is that schema: tests never see each other's rows.
 func testDatabaseURL(t testing.TB) string {
 	t.Helper()
-	dsn := os.Getenv("WORKER_TEST_DATABASE_URL")
-	if dsn == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("CI=true but WORKER_TEST_DATABASE_URL is not set (run scripts/postgres.sh; .ci/run does)")
-		}
-		t.Skip("Postgres variant: set WORKER_TEST_DATABASE_URL (scripts/postgres.sh prints it)")
-	}
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	schema := "w_" + hex.EncodeToString(b[:])
-	admin, err := sql.Open("pgx", dsn)
-	require.NoError(t, err)
-	t.Cleanup(func() { admin.Close() })
-	_, err = admin.ExecContext(t.Context(), "CREATE SCHEMA "+schema)
-	require.NoError(t, err, "Postgres at WORKER_TEST_DATABASE_URL")
-	t.Cleanup(func() { _, _ = admin.ExecContext(context.Background(), "DROP SCHEMA "+schema+" CASCADE") })
-	u, err := url.Parse(dsn)
-	require.NoError(t, err)
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String()
+	return storetest.SchemaURL(t, storetest.DSN(t), "w_")
 }
 
 // requirePostgresUsed checks that a worker meant for Postgres really keeps

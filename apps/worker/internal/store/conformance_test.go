@@ -1,19 +1,16 @@
 package store
 
 import (
-	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/open-bot/computer/apps/worker/internal/store/storetest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -38,36 +35,14 @@ func engines(t testing.TB) []engine {
 	}
 }
 
-func testDSN(t testing.TB) string {
-	dsn := os.Getenv("WORKER_TEST_DATABASE_URL")
-	if dsn == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("CI=true but WORKER_TEST_DATABASE_URL is not set (run scripts/postgres.sh; .ci/run does)")
-		}
-		t.Skip("Postgres half: set WORKER_TEST_DATABASE_URL (scripts/postgres.sh prints it)")
-	}
-	return dsn
-}
+func testDSN(t testing.TB) string { return storetest.DSN(t) }
 
 // openTestPostgres gives the test its own schema, dropped afterwards, so
 // tests never see each other's rows.
 func openTestPostgres(t testing.TB, dsn string) Store {
 	t.Helper()
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	schema := "t_" + hex.EncodeToString(b[:])
-	admin, err := sql.Open("pgx", dsn)
-	require.NoError(t, err)
-	t.Cleanup(func() { admin.Close() })
-	_, err = admin.ExecContext(t.Context(), "CREATE SCHEMA "+schema)
-	require.NoError(t, err, "Postgres at WORKER_TEST_DATABASE_URL")
-	t.Cleanup(func() { _, _ = admin.ExecContext(context.Background(), "DROP SCHEMA "+schema+" CASCADE") })
-	u, err := url.Parse(dsn)
-	require.NoError(t, err)
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	s, err := OpenPostgres(t.Context(), u.String())
+	u := storetest.SchemaURL(t, dsn, "t_")
+	s, err := OpenPostgres(t.Context(), u)
 	require.NoError(t, err)
 	t.Cleanup(func() { s.Close() })
 	return s
