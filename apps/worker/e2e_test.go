@@ -226,21 +226,7 @@ func startWorkerWith(t testing.TB, c *computer, model string, tweak func(*serveC
 	e.serve(t, model)
 	tokFile := filepath.Join(e.dataDir, "botd-token")
 	require.NoError(t, os.WriteFile(tokFile, []byte(c.token+"\n"), 0o600))
-	var created struct {
-		Computer struct {
-			ID    string `json:"id"`
-			State string `json:"state"`
-		} `json:"computer"`
-		Capability string `json:"capability"`
-	}
-	require.Equal(t, http.StatusCreated, post(t, e.url+"/v1/computers", e.token, map[string]any{
-		"scope": map[string]string{"team": "t1"}, "provider": "attach", "attach": map[string]string{"url": c.url, "tokenFile": tokFile}}, &created))
-	require.Equal(t, "running", created.Computer.State)
-	e.computer, e.capa = created.Computer.ID, created.Capability
-	for _, b := range bots {
-		require.Equal(t, http.StatusCreated, e.do(t, "POST", "/bots", map[string]string{"id": b}, nil))
-	}
-	return e
+	return e.addComputer(t, c, map[string]any{"team": "t1"}, bots...)
 }
 
 // serve (re)starts the worker on e's DATA_DIR.

@@ -124,7 +124,7 @@ func (a *Acceptance) Script(outs []Output) Step {
 	// shot decodes outs[i] as an observe/act result and searches it.
 	shot := func(i int, what string) look {
 		rep.Screenshots++
-		l := a.lookAt(outs[i])
+		l := a.lookAtLocked(outs[i])
 		if l.ok {
 			rep.Images++
 		} else {
@@ -183,8 +183,8 @@ func (a *Acceptance) Script(outs []Output) Step {
 	return Step{Message: "Done: pressed the button, ran a command and wrote the file."}
 }
 
-// lookAt decodes o's screenshot and finds the button in it (a.mu held).
-func (a *Acceptance) lookAt(o Output) look {
+// lookAtLocked decodes o's screenshot and finds the button in it (a.mu held).
+func (a *Acceptance) lookAtLocked(o Output) look {
 	if l, ok := a.looked[o.CallID]; ok && o.CallID != "" {
 		return l
 	}

@@ -414,7 +414,7 @@ func (l *Local) Reconnect(ctx context.Context, ref string, _ Spec) (Machine, err
 		return nil, fmt.Errorf("local provider: %w", err)
 	}
 	token := strings.TrimSpace(string(tokenB))
-	if _, err := os.Stat(l.home(ref)); errors.Is(err, fs.ErrNotExist) {
+	if missing(l.home(ref)) {
 		return nil, fmt.Errorf("%w: the home of %s is gone", ErrGone, ref)
 	}
 

@@ -95,7 +95,7 @@ func (p *localProc) supervise() {
 		case <-t.C:
 		}
 		backoff = min(backoff*2, 30*time.Second)
-		if _, err := os.Stat(p.home); p.home != "" && errors.Is(err, fs.ErrNotExist) {
+		if p.home != "" && missing(p.home) {
 			// Lost with the process (a disk gone, a directory removed):
 			// botd would make an empty home. The machine is gone.
 			p.setFatal(fmt.Errorf("botd's home is gone: %w", ErrGone))
@@ -232,4 +232,11 @@ func (w tailWriter) Write(b []byte) (int, error) {
 	w.p.tail.write(b)
 	w.p.mu.Unlock()
 	return len(b), nil
+}
+
+// missing reports whether path is known not to exist (another error, say
+// a permission problem, is not taken as the home being lost).
+func missing(path string) bool {
+	_, err := os.Stat(path)
+	return errors.Is(err, fs.ErrNotExist)
 }
