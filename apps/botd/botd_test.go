@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -51,13 +52,27 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// freePort picks a free loopback port in 12000-12999, below the ephemeral range
+// (32768+): a port from ":0" was closed before the daemon bound it, and an
+// outbound connection or the Docker engine's published container port of a
+// test running beside it took it in between (seen: "bind: address already
+// in use"). Each package of tests has a band of its own.
 func freePort(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().String()
+	for range 1000 {
+		p := 12000 + int(freePortNext.Add(1))%1000
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		if err == nil {
+			addr := l.Addr().String()
+			l.Close()
+			return addr
+		}
+	}
+	t.Fatalf("no free loopback port in 12000-12999")
+	return ""
 }
+
+var freePortNext atomic.Int32
 
 // daemon is one running botd.
 type daemon struct {

@@ -25,6 +25,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -58,13 +59,27 @@ func requireIntegration(t testing.TB, tools ...string) {
 	t.Skipf("integration test needs %s", missing)
 }
 
+// freeAddr picks a free loopback port in 13000-13999, below the ephemeral range
+// (32768+): a port from ":0" was closed before the daemon bound it, and an
+// outbound connection or the Docker engine's published container port of a
+// test running beside it took it in between (seen: "bind: address already
+// in use"). Each package of tests has a band of its own.
 func freeAddr(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().String()
+	for range 1000 {
+		p := 13000 + int(freeAddrNext.Add(1))%1000
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		if err == nil {
+			addr := l.Addr().String()
+			l.Close()
+			return addr
+		}
+	}
+	t.Fatalf("no free loopback port in 13000-13999")
+	return ""
 }
+
+var freeAddrNext atomic.Int32
 
 // computer is a real botd (with Codex) for a test.
 type computer struct {
