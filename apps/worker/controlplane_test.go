@@ -307,12 +307,12 @@ func TestWorkerKilledMidRun(t *testing.T) { eachStore(t, workerKilledMidRun) }
 
 func workerKilledMidRun(t *testing.T, dbURL string) {
 	model, modelURL := hangingModel(t, 2) // the two turns the kill interrupts
-	// Each store's variant has displays and view ports of its own: the
-	// first variant's X servers may still be exiting when the second's botd
-	// picks its slots (seen: "no free display slot" for alice).
+	// Each store's variant has displays and view ports of its own, so the
+	// second never waits on the first's X servers to exit. (The view ports
+	// stay clear of the vnc package's 31600+.)
 	display, viewBase := 402, "VIEW_PORT_BASE=31300"
 	if dbURL != "" {
-		display, viewBase = 492, "VIEW_PORT_BASE=31600"
+		display, viewBase = 492, "VIEW_PORT_BASE=31350"
 	}
 	c := startComputerWith(t, scripted(modelURL), display, viewBase)
 	dir := t.TempDir()

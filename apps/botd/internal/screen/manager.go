@@ -127,6 +127,11 @@ type Manager struct {
 	// bg counts background starts (takeover wakes the screen).
 	bg sync.WaitGroup
 
+	// probeMu keeps host probes (slotFree) one at a time: a probe binds a
+	// slot's ports for a moment, and a second probe running alongside would
+	// find them taken by the first.
+	probeMu sync.Mutex
+
 	// mu guards screens, closed and every Screen's lifecycle fields (see
 	// Screen).
 	mu      sync.Mutex
@@ -411,19 +416,19 @@ func (m *Manager) Ensure(ctx context.Context, id string) (*Screen, error) {
 		if hostFree == nil {
 			cands := m.unusedSlotsLocked()
 			m.mu.Unlock()
-			hostFree = map[int]bool{}
-			for _, i := range cands {
-				if m.o.slotFree(i) {
-					hostFree[i] = true
-					break
-				}
-			}
+			hostFree = m.probeHost(cands)
 			continue
 		}
 		slot := m.freeSlotLocked(hostFree)
+		probed := len(hostFree)
 		hostFree = nil
 		if slot < 0 {
 			m.mu.Unlock()
+			if probed > 0 {
+				// Another start took the slot found free while the
+				// mutex was let go: probe again.
+				continue
+			}
 			return nil, shared.Errorf(http.StatusConflict, shared.CodeMultiScreen, "no free display slot")
 		}
 		o := newOp()
@@ -435,6 +440,21 @@ func (m *Manager) Ensure(ctx context.Context, id string) (*Screen, error) {
 			return nil, err
 		}
 	}
+}
+
+// probeHost returns the first of cands (lowest first) that nothing outside
+// botd holds, as a one-entry set, or an empty set. Called without m.mu.
+func (m *Manager) probeHost(cands []int) map[int]bool {
+	m.probeMu.Lock()
+	defer m.probeMu.Unlock()
+	free := map[int]bool{}
+	for _, i := range cands {
+		if m.o.slotFree(i) {
+			free[i] = true
+			break
+		}
+	}
+	return free
 }
 
 // busyLocked counts screens that hold a slot.

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/open-bot/computer/apps/botd/internal/lease"
@@ -71,6 +73,53 @@ func TestEnsureSharesOneStart(t *testing.T) {
 	}
 	require.EqualValues(t, 1, f.be.starts.Load())
 	require.Equal(t, "a@0", f.running())
+}
+
+// probeLikeHost is a slotFree that, like the host probe, holds the slot's
+// ports for a moment: a probe that overlaps another finds the slot taken.
+func probeLikeHost() func(int) bool {
+	var busy sync.Mutex
+	return func(int) bool {
+		if !busy.TryLock() {
+			return false
+		}
+		defer busy.Unlock()
+		time.Sleep(2 * time.Millisecond)
+		return true
+	}
+}
+
+// Concurrent starts, of one screen or of several, never see each other's
+// host probe as a slot in use: one screen gets slot 0, and several all
+// start (none told "no free display slot").
+func TestConcurrentStartsProbeOneAtATime(t *testing.T) {
+	for round := 0; round < 20; round++ {
+		f := &fixture{be: &fakeBackend{}, clk: &fakeClock{now: time.Unix(1_700_000_000, 0)}, ev: &recorder{}}
+		f.m = New(Options{Home: t.TempDir(), MaxScreens: 4, Clock: f.clk, Events: f.ev, Log: zerolog.Nop(),
+			backend: f.be, slotFree: probeLikeHost()})
+		var wg sync.WaitGroup
+		for i := 0; i < 5; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, err := f.m.Ensure(ctxT(t), "a")
+				assert.NoError(t, err)
+			}()
+		}
+		wg.Wait()
+		require.Equal(t, "a@0", f.running(), "round %d", round)
+		for _, id := range []string{"b", "c", "d"} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, err := f.m.Ensure(ctxT(t), id)
+				assert.NoError(t, err, "round %d: %s", round, id)
+			}()
+		}
+		wg.Wait()
+		require.Len(t, strings.Fields(f.running()), 4, "round %d", round)
+		f.m.Close(context.Background())
+	}
 }
 
 func TestSlotsLowestFreeAndReuse(t *testing.T) {
