@@ -4,9 +4,9 @@
 package codexrpc
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
