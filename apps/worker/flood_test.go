@@ -420,12 +420,14 @@ func TestHostileMachineFlood(t *testing.T) {
 	delta := func(s string) []byte {
 		return notify(codexrpc.NotifyAgentMessageDelta, map[string]any{"threadId": "th-hostile", "turnId": "tu-hostile", "itemId": "i1", "delta": s})
 	}
+	// Built before any heap is measured (they are the attacker's memory).
+	bigMethod, bigDelta := notify(big, map[string]any{}), delta(big)
 	rows := []floodRow{
 		{name: "the issue's flood: 20 16 MiB methods, 20 16 MiB deltas", flood: func(send func([]byte) error) error {
-			if err := repeat(20, notify(big, map[string]any{}))(send); err != nil {
+			if err := repeat(20, bigMethod)(send); err != nil {
 				return err
 			}
-			return repeat(20, delta(big))(send)
+			return repeat(20, bigDelta)(send)
 		}, want: "the computer sent a 16 MiB JSON-RPC message; the cap is 4 MiB"},
 		{name: "20 3 MiB methods (under the message cap)", flood: repeat(20, notify(big[:3<<20], map[string]any{})),
 			want: "the computer sent a JSON-RPC method name of 3 MiB; the cap is 128 bytes"},
