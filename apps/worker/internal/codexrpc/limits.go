@@ -15,10 +15,10 @@ import (
 const (
 	// MaxMessage bounds one JSON-RPC message. The largest legitimate one
 	// is an item/completed of a computer_act or computer_observe call: it
-	// echoes the screenshot the worker sent as base64. A real 1280x800
-	// JPEG q72 screenshot of a busy page is 100-250 KB (base64 130-330 KB);
-	// the worst case, pure noise at that size, is about 1.1 MB (base64
-	// 1.5 MB). 4 MiB leaves room for that and for a 1920x1200 screen.
+	// echoes the screenshot the worker sent as base64. Measured through a
+	// real botd (TestHostileMachineFlood logs it): the 1280x800 desktop
+	// is a 30 KB data URL, a page of random pixels (the worst a JPEG q72
+	// gets) 690 KB. 4 MiB leaves room for that on a larger screen.
 	MaxMessage = 4 << 20
 	// MaxMethod bounds a JSON-RPC method name (Codex's longest is 40 bytes).
 	MaxMethod = 128

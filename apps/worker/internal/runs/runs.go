@@ -886,6 +886,12 @@ func (r *Run) waitTakeover(ctx context.Context, screen, reason string) error {
 
 // HandleNotification records notifications and watches for the turn's end.
 func (r *Run) HandleNotification(method string, params json.RawMessage) {
+	r.mu.Lock()
+	over := r.violation != nil
+	r.mu.Unlock()
+	if over {
+		return // the run is ending for an excess: nothing more is taken in
+	}
 	switch method {
 	case codexrpc.NotifyTurnCompleted:
 		var n codexrpc.TurnCompletedNotification
