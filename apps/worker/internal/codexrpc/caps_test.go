@@ -72,6 +72,7 @@ func TestCaps(t *testing.T) {
 		notes int64
 	}{
 		{"message", [][]byte{notification("ok", nil), notification(huge, map[string]any{})}, "the computer sent a 16 MiB JSON-RPC message; the cap is 4 MiB", 1},
+		{"past the drain", [][]byte{[]byte(strings.Repeat("x", maxDrain+1<<20))}, "the computer sent a JSON-RPC message of more than 64 MiB; the cap is 4 MiB", 0},
 		{"method", [][]byte{notification(strings.Repeat("m", 1<<20), nil)}, "the computer sent a JSON-RPC method name of 1 MiB; the cap is 128 bytes", 0},
 		{"id", [][]byte{[]byte(`{"id":"` + strings.Repeat("1", 1000) + `","result":{}}`)}, "the computer sent a JSON-RPC id of 1002 bytes; the cap is 128 bytes", 0},
 		{"inflight", func() [][]byte {

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/coder/websocket"
 )
@@ -220,11 +221,17 @@ func (c *Conn) readMessage(buf *bytes.Buffer) ([]byte, error) {
 	if n <= MaxMessage {
 		return buf.Bytes(), nil
 	}
+	// A peer that trickles the rest is not waited for long.
+	stop := time.AfterFunc(drainTime, func() { _ = c.ws.CloseNow() })
 	more, err := io.Copy(io.Discard, rd)
-	if err != nil {
-		return nil, Limitf("the computer sent a JSON-RPC message of more than %s; the cap is %s", Size(maxDrain), Size(MaxMessage))
-	}
+	stop.Stop()
 	buf.Reset()
+	switch {
+	case errors.Is(err, websocket.ErrMessageTooBig):
+		return nil, Limitf("the computer sent a JSON-RPC message of more than %s; the cap is %s", Size(maxDrain), Size(MaxMessage))
+	case err != nil:
+		return nil, Limitf("the computer sent a JSON-RPC message of at least %s; the cap is %s", Size(n+more), Size(MaxMessage))
+	}
 	return nil, Limitf("the computer sent a %s JSON-RPC message; the cap is %s", Size(n+more), Size(MaxMessage))
 }
 

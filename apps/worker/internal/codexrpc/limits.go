@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 	"unicode/utf8"
 )
 
@@ -30,6 +31,8 @@ const (
 	// maxDrain is how much of an oversized message is read (and dropped)
 	// to say its size; past it the size is "more than" this.
 	maxDrain = 64 << 20
+	// drainTime bounds that reading.
+	drainTime = 10 * time.Second
 )
 
 // LimitError is a cap the computer exceeded; its text is the run's reason.
