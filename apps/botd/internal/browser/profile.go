@@ -183,13 +183,32 @@ func holdsProfile(pid int, p profile) string {
 	if err != nil {
 		return "no cmdline: " + err.Error()
 	}
-	want := []byte("--user-data-dir=" + p.dir)
-	for _, a := range bytes.Split(cmd, []byte{0}) {
-		if bytes.Equal(a, want) {
-			return ""
+	if !namesProfile(cmd, p.dir) {
+		return "its command line does not name this profile"
+	}
+	return ""
+}
+
+// namesProfile reports whether a /proc/<pid>/cmdline holds the argument
+// --user-data-dir=dir: as one of its NUL-separated arguments, or, for a
+// Chromium with a display, which rewrites its argv into one title (the
+// arguments joined by spaces), as a whole space-separated word of it. (A
+// dir with spaces could be matched by a longer one there; only a process
+// of the profile's own user is ever considered, which that user may end
+// anyway.)
+func namesProfile(cmd []byte, dir string) bool {
+	flag := []byte("--user-data-dir=" + dir)
+	args := bytes.Split(bytes.TrimRight(cmd, "\x00"), []byte{0})
+	for _, a := range args {
+		if bytes.Equal(a, flag) {
+			return true
 		}
 	}
-	return "its command line does not name this profile"
+	if len(args) == 1 {
+		title := append(append([]byte{' '}, args[0]...), ' ')
+		return bytes.Contains(title, append(append([]byte{' '}, flag...), ' '))
+	}
+	return false
 }
 
 func parseLock(link string) (string, int) {
