@@ -201,6 +201,7 @@ func Start(ctx context.Context, o Options) (*Browser, error) {
 		_ = b.conn.Close()
 		return nil, fmt.Errorf("browser: start: %w", err)
 	}
+	addOwn(b)
 	if err := b.proc.WaitRunning(ctx); err != nil {
 		b.kill()
 		select {
@@ -393,8 +394,10 @@ func (b *Browser) prepareProfile(ctx context.Context) error {
 		if err := safefs.EnsureDir(filepath.Dir(parent), filepath.Base(parent), 0o700, int(u.UID), int(u.GID)); err != nil {
 			return fmt.Errorf("browser: profile: %w", err)
 		}
-	} else if err := os.MkdirAll(dir, 0o700); err != nil {
+		return releaseProfile(ctx, profile{dir: dir, base: filepath.Dir(parent), rel: filepath.Join(filepath.Base(parent), filepath.Base(dir)), uid: int(u.UID)}, b.log)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("browser: profile: %w", err)
 	}
-	return releaseProfile(ctx, dir, b.log)
+	return releaseProfile(ctx, profile{dir: dir, base: dir, rel: ".", uid: -1}, b.log)
 }

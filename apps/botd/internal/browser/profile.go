@@ -1,52 +1,214 @@
 package browser
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
+	"golang.org/x/sys/unix"
+
+	"github.com/open-bot/computer/apps/botd/internal/safefs"
 )
 
 // lockFiles are the files by which Chromium claims a profile.
 var lockFiles = []string{"SingletonLock", "SingletonSocket", "SingletonCookie"}
 
-// releaseProfile makes sure no live Chromium holds dir. SingletonLock is a
-// symlink to "<hostname>-<pid>". A live Chromium on this host is asked to
-// quit with SIGTERM (Chromium then shuts down cleanly and saves its session)
-// and killed if it does not; then the lock files go, including stale ones a
-// crash or another host left behind.
-func releaseProfile(ctx context.Context, dir string, log zerolog.Logger) error {
-	link, err := os.Readlink(filepath.Join(dir, "SingletonLock"))
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil
-		}
-		// Not a symlink: remove whatever it is below.
-		link = ""
-	}
-	host, pid := parseLock(link)
-	me, _ := os.Hostname()
-	if pid > 0 && host == me && isChromium(pid) {
-		log.Info().Int("pid", pid).Msg("another chromium holds the profile; closing it (its tabs come back)")
-		_ = syscall.Kill(pid, syscall.SIGTERM)
-		if !waitGone(ctx, pid, 10*time.Second) {
-			log.Warn().Int("pid", pid).Msg("chromium holding the profile ignored SIGTERM; killing it")
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-			waitGone(ctx, pid, 3*time.Second)
-		}
-	}
-	for _, f := range lockFiles {
-		if err := os.Remove(filepath.Join(dir, f)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return err
+// own is every Browser this botd started and that has not exited yet: the
+// Chromium processes botd knows to be its own.
+var own = struct {
+	sync.Mutex
+	m map[*Browser]struct{}
+}{m: map[*Browser]struct{}{}}
+
+func addOwn(b *Browser) {
+	own.Lock()
+	own.m[b] = struct{}{}
+	own.Unlock()
+	go func() {
+		<-b.proc.Done()
+		own.Lock()
+		delete(own.m, b)
+		own.Unlock()
+	}()
+}
+
+// ownHolding is botd's own live browser on profile dir whose main process
+// is pid, or nil.
+func ownHolding(dir string, pid int) *Browser {
+	own.Lock()
+	defer own.Unlock()
+	for b := range own.m {
+		if b.o.ProfileDir == dir && b.Pid() == pid {
+			return b
 		}
 	}
 	return nil
+}
+
+// profile is where a Chromium profile lives: dir is the exact
+// --user-data-dir; base/rel is the same directory, opened from the trusted
+// base without following a link (safefs), since its owner (desktop) can
+// change everything in it; uid is the user botd runs Chromium as (-1:
+// botd's own user, tests only).
+type profile struct {
+	dir       string
+	base, rel string
+	uid       int
+}
+
+// releaseProfile makes sure no live Chromium holds the profile, then
+// removes its lock files. SingletonLock is a symlink to "<hostname>-<pid>",
+// written by the profile's owner, who can make it name any process: so the
+// pid is signalled only when it is botd's own Chromium on this profile
+// (closed through its handle), or a process of the profile's user whose
+// command line names exactly this --user-data-dir (a browser a person
+// started from the screen's menu), asked to quit with SIGTERM (it saves its
+// session) and killed if it does not. Any other process (another user's,
+// or one merely named like Chromium) is left alone. The lock files are
+// removed relative to the profile's fd, never through a link.
+func releaseProfile(ctx context.Context, p profile, log zerolog.Logger) error {
+	fd, err := safefs.OpenDirBelow(p.base, p.rel)
+	if errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	link, err := readlinkAt(fd, "SingletonLock")
+	if errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	host, pid := parseLock(link) // not a link (err EINVAL): no pid; removed below
+	me, _ := os.Hostname()
+	if pid > 0 && host == me {
+		if b := ownHolding(p.dir, pid); b != nil {
+			log.Info().Int("pid", pid).Msg("botd's previous chromium still holds the profile; closing it")
+			if err := b.Close(ctx); err != nil {
+				return err
+			}
+		} else if p.uid >= 0 {
+			closeUsersChromium(ctx, pid, p, log)
+		} else {
+			log.Warn().Int("pid", pid).Msg("the profile's lock names a process botd did not start; left alone")
+		}
+	}
+	for _, f := range lockFiles {
+		if err := unix.Unlinkat(fd, f, 0); err != nil && !errors.Is(err, unix.ENOENT) {
+			return &os.PathError{Op: "remove", Path: p.dir + "/" + f, Err: err}
+		}
+	}
+	return nil
+}
+
+func readlinkAt(dirfd int, name string) (string, error) {
+	buf := make([]byte, 256)
+	n, err := unix.Readlinkat(dirfd, name, buf)
+	if err != nil {
+		return "", err
+	}
+	return string(buf[:n]), nil
+}
+
+// closeUsersChromium asks pid to quit (SIGTERM, then SIGKILL) if it is a
+// process of p.uid whose command line holds --user-data-dir=p.dir. The
+// process is pinned with a pidfd before it is checked, and the signals go
+// to that pidfd, so a pid that is reused meanwhile is never signalled.
+func closeUsersChromium(ctx context.Context, pid int, p profile, log zerolog.Logger) {
+	pidfd, err := unix.PidfdOpen(pid, 0)
+	if errors.Is(err, unix.ESRCH) {
+		return // gone: the lock is stale
+	}
+	if err != nil {
+		pidfd = -1 // no pidfds here (an old kernel or seccomp): plain kill below
+	} else {
+		defer unix.Close(pidfd)
+	}
+	if why := holdsProfile(pid, p); why != "" {
+		log.Warn().Int("pid", pid).Str("why", why).Msg("the profile's lock names a process that is not this profile's chromium; left alone")
+		return
+	}
+	signal := func(sig syscall.Signal) error {
+		if pidfd >= 0 {
+			return unix.PidfdSendSignal(pidfd, sig, nil, 0)
+		}
+		return syscall.Kill(pid, sig)
+	}
+	// Signal 0 through the pidfd: the process checked above is the one
+	// pinned (had it exited before the check, this fails).
+	if signal(0) != nil {
+		return
+	}
+	log.Info().Int("pid", pid).Msg("another chromium holds the profile; closing it (its tabs come back)")
+	_ = signal(syscall.SIGTERM)
+	if !waitExit(ctx, pid, pidfd, 10*time.Second) {
+		log.Warn().Int("pid", pid).Msg("chromium holding the profile ignored SIGTERM; killing it")
+		_ = signal(syscall.SIGKILL)
+		waitExit(ctx, pid, pidfd, 3*time.Second)
+	}
+}
+
+// holdsProfile is "" when pid runs as p.uid (real, effective, saved and
+// filesystem uid) with --user-data-dir=p.dir in its command line, else why
+// not.
+func holdsProfile(pid int, p profile) string {
+	proc := "/proc/" + strconv.Itoa(pid)
+	st, err := os.ReadFile(proc + "/status")
+	if err != nil {
+		return "no status: " + err.Error()
+	}
+	uids := ""
+	for _, l := range strings.Split(string(st), "\n") {
+		if v, ok := strings.CutPrefix(l, "Uid:"); ok {
+			uids = v
+		}
+	}
+	f := strings.Fields(uids)
+	if len(f) != 4 {
+		return "no uids"
+	}
+	for _, u := range f {
+		if u != strconv.Itoa(p.uid) {
+			return "runs as uid " + strings.Join(f, "/") + ", not " + strconv.Itoa(p.uid)
+		}
+	}
+	cmd, err := os.ReadFile(proc + "/cmdline")
+	if err != nil {
+		return "no cmdline: " + err.Error()
+	}
+	if !namesProfile(cmd, p.dir) {
+		return "its command line does not name this profile"
+	}
+	return ""
+}
+
+// namesProfile reports whether a /proc/<pid>/cmdline holds the argument
+// --user-data-dir=dir: as one of its NUL-separated arguments, or, for a
+// Chromium with a display, which rewrites its argv into one title (the
+// arguments joined by spaces), as a whole space-separated word of it. (A
+// dir with spaces could be matched by a longer one there; only a process
+// of the profile's own user is ever considered, which that user may end
+// anyway.)
+func namesProfile(cmd []byte, dir string) bool {
+	flag := []byte("--user-data-dir=" + dir)
+	args := bytes.Split(bytes.TrimRight(cmd, "\x00"), []byte{0})
+	for _, a := range args {
+		if bytes.Equal(a, flag) {
+			return true
+		}
+	}
+	if len(args) == 1 {
+		title := append(append([]byte{' '}, args[0]...), ' ')
+		return bytes.Contains(title, append(append([]byte{' '}, flag...), ' '))
+	}
+	return false
 }
 
 func parseLock(link string) (string, int) {
@@ -61,20 +223,18 @@ func parseLock(link string) (string, int) {
 	return link[:i], pid
 }
 
-// isChromium reports whether pid is a live Chromium process.
-func isChromium(pid int) bool {
-	comm, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm")
-	if err != nil {
-		return false
-	}
-	c := strings.TrimSpace(string(comm))
-	return strings.HasPrefix(c, "chrom")
-}
-
-// waitGone polls until pid is gone (or a zombie) or d passes.
-func waitGone(ctx context.Context, pid int, d time.Duration) bool {
+// waitExit waits until pid has exited (its pidfd, when there is one, turns
+// readable; else /proc says gone or zombie) or d passes.
+func waitExit(ctx context.Context, pid, pidfd int, d time.Duration) bool {
 	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
+		if pidfd >= 0 {
+			fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
+			if n, err := unix.Poll(fds, 100); n > 0 || (err != nil && !errors.Is(err, unix.EINTR)) {
+				return n > 0
+			}
+			continue
+		}
 		st, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 		if err != nil {
 			return true

@@ -184,3 +184,173 @@ func EnsureRootDir(path string, mode os.FileMode) error {
 	dir, name := filepath.Split(filepath.Clean(path))
 	return EnsureDir(dir, name, mode, 0, 0)
 }
+
+// OpenDirBelow opens base/rel as a directory and returns its fd. base is
+// trusted (its last component is still never a symlink); every component of
+// rel is opened relative to the one before with O_NOFOLLOW|O_DIRECTORY, so
+// a symlink (or non-directory) anywhere in rel is refused with ErrUnsafe,
+// never followed. rel "" or "." is base itself.
+func OpenDirBelow(base, rel string) (int, error) {
+	fd, err := OpenDir(base)
+	if err != nil {
+		return -1, err
+	}
+	parts, err := splitRel(rel)
+	if err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	for _, p := range parts {
+		next, err := openDirAt(fd, p)
+		unix.Close(fd)
+		if err != nil {
+			return -1, fmt.Errorf("open %s: %w", filepath.Join(base, rel), err)
+		}
+		fd = next
+	}
+	return fd, nil
+}
+
+// splitRel splits a relative path into components, refusing "..", absolute
+// paths and empty components ("" and "." alone mean no component).
+func splitRel(rel string) ([]string, error) {
+	rel = filepath.Clean(rel)
+	if rel == "." {
+		return nil, nil
+	}
+	if filepath.IsAbs(rel) {
+		return nil, unsafef("%s is not a relative path", rel)
+	}
+	parts := strings.Split(rel, "/")
+	for _, p := range parts {
+		if p == "" || p == "." || p == ".." {
+			return nil, unsafef("bad path component %q in %s", p, rel)
+		}
+	}
+	return parts, nil
+}
+
+// beforeOpenDir, when set (tests only), runs in RemoveAllNoFollow's walk
+// just before a directory entry is opened: the moment a racing user could
+// swap that directory for a link.
+var beforeOpenDir func(dirfd int, name string)
+
+// removeRetries bounds how often one entry is tried again when it changes
+// under the walk (a directory swapped for a link, a file added to a
+// directory being emptied).
+const removeRetries = 8
+
+// RemoveAllNoFollow removes base/rel and everything below it, like
+// os.RemoveAll, without ever following a symlink: base is trusted (root's,
+// its last component not a link); every component of rel's parents is
+// entered with O_NOFOLLOW|O_DIRECTORY, so a link there is refused with
+// ErrUnsafe and nothing is removed; below that every entry is unlinked
+// relative to its directory's fd (unlinkat), a directory is entered with
+// O_NOFOLLOW|O_DIRECTORY and emptied through its own fd, and a symlink is
+// removed as a link. A directory swapped for a link during the walk is
+// unlinked as that link. A missing path is not an error.
+func RemoveAllNoFollow(base, rel string) error {
+	parts, err := splitRel(rel)
+	if err != nil {
+		return err
+	}
+	if len(parts) == 0 {
+		return unsafef("refusing to remove the trusted base %s itself", base)
+	}
+	parent := filepath.Join(parts[:len(parts)-1]...)
+	fd, err := OpenDirBelow(base, parent)
+	if errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	if err := removeAt(fd, parts[len(parts)-1], 0); err != nil {
+		return fmt.Errorf("remove %s: %w", filepath.Join(base, rel), err)
+	}
+	return nil
+}
+
+// removeAt removes name in the directory dirfd: unlinked if it is anything
+// but a directory (a symlink included), else opened without following,
+// emptied through its fd and removed.
+func removeAt(dirfd int, name string, depth int) error {
+	if depth > 4096 {
+		return unsafef("directory tree too deep at %s", name)
+	}
+	for attempt := 0; ; attempt++ {
+		uerr := unix.Unlinkat(dirfd, name, 0)
+		if uerr == nil || errors.Is(uerr, unix.ENOENT) {
+			return nil
+		}
+		if !errors.Is(uerr, unix.EISDIR) && !errors.Is(uerr, unix.EPERM) {
+			return uerr
+		}
+		if attempt >= removeRetries {
+			return fmt.Errorf("%s keeps changing: %w", name, uerr)
+		}
+		if beforeOpenDir != nil {
+			beforeOpenDir(dirfd, name)
+		}
+		fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
+			if errors.Is(uerr, unix.EPERM) {
+				return uerr // a file root may not unlink, not a directory
+			}
+			continue // no longer a directory (a link now): unlink it as it is
+		}
+		if err != nil {
+			return err
+		}
+		err = emptyDir(fd, depth)
+		unix.Close(fd)
+		if err != nil {
+			return err
+		}
+		err = unix.Unlinkat(dirfd, name, unix.AT_REMOVEDIR)
+		if err == nil || errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		if !errors.Is(err, unix.ENOTEMPTY) && !errors.Is(err, unix.EEXIST) && !errors.Is(err, unix.ENOTDIR) {
+			return err
+		}
+		// Something was added meanwhile, or the name is no longer a
+		// directory: go round again.
+	}
+}
+
+// emptyDir removes every entry of the directory fd.
+func emptyDir(fd int, depth int) error {
+	buf := make([]byte, 8192)
+	for pass := 0; ; pass++ {
+		if _, err := unix.Seek(fd, 0, 0); err != nil {
+			return err
+		}
+		var names []string
+		for {
+			n, err := unix.Getdents(fd, buf)
+			if err != nil {
+				return err
+			}
+			if n <= 0 {
+				break
+			}
+			_, _, names = unix.ParseDirent(buf[:n], -1, names)
+		}
+		if len(names) == 0 {
+			return nil
+		}
+		if pass > removeRetries {
+			return fmt.Errorf("directory keeps filling: %w", unix.ENOTEMPTY)
+		}
+		for _, n := range names {
+			if err := removeAt(fd, n, depth+1); err != nil {
+				return err
+			}
+		}
+	}
+}

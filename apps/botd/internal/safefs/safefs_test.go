@@ -84,3 +84,121 @@ func TestReadOwnedNeverBlocks(t *testing.T) {
 	_, err = ReadOwned(f, 64, os.Getuid()+1)
 	require.ErrorIs(t, err, ErrUnsafe)
 }
+
+// victimDir is a directory holding a file that must survive: what a
+// planted link points at.
+func victimDir(t *testing.T) (dir, keep string) {
+	t.Helper()
+	dir = filepath.Join(t.TempDir(), "victim")
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "sub"), 0o700))
+	keep = filepath.Join(dir, "sub", "keep")
+	require.NoError(t, os.WriteFile(keep, []byte("root's"), 0o600))
+	return dir, keep
+}
+
+func requireKept(t *testing.T, keep string) {
+	t.Helper()
+	b, err := os.ReadFile(keep)
+	require.NoError(t, err, "the link's target lost its file")
+	require.Equal(t, "root's", string(b))
+}
+
+// A whole tree goes: files, nested directories, a FIFO, and links, which
+// are removed as links (their targets keep their files).
+func TestRemoveAllNoFollowRemovesATree(t *testing.T) {
+	base := t.TempDir()
+	victim, keep := victimDir(t)
+	top := filepath.Join(base, "a", "b")
+	require.NoError(t, os.MkdirAll(filepath.Join(top, "x", "y", "z"), 0o755))
+	for i, f := range []string{"f", "x/g", "x/y/h", "x/y/z/i"} {
+		require.NoError(t, os.WriteFile(filepath.Join(top, f), []byte{byte(i)}, 0o600))
+	}
+	require.NoError(t, syscall.Mkfifo(filepath.Join(top, "x", "fifo"), 0o600))
+	require.NoError(t, os.Symlink(victim, filepath.Join(top, "x", "y", "dirlink")))
+	require.NoError(t, os.Symlink(keep, filepath.Join(top, "filelink")))
+	require.NoError(t, os.Chmod(filepath.Join(top, "x", "y"), 0o500)) // root removes inside anyway
+	require.NoError(t, RemoveAllNoFollow(base, "a/b"))
+	_, err := os.Lstat(top)
+	require.True(t, errors.Is(err, os.ErrNotExist), "still there: %v", err)
+	require.DirExists(t, filepath.Join(base, "a"))
+	requireKept(t, keep)
+	// Missing is not an error; the base itself and climbing out are refused.
+	require.NoError(t, RemoveAllNoFollow(base, "a/b"))
+	require.NoError(t, RemoveAllNoFollow(base, "gone/b"))
+	require.ErrorIs(t, RemoveAllNoFollow(base, "."), ErrUnsafe)
+	require.ErrorIs(t, RemoveAllNoFollow(base, "../victim"), ErrUnsafe)
+	require.ErrorIs(t, RemoveAllNoFollow(base, "/etc"), ErrUnsafe)
+}
+
+// A link at the path itself is removed as the link.
+func TestRemoveAllNoFollowLinkAtTheTop(t *testing.T) {
+	base := t.TempDir()
+	victim, keep := victimDir(t)
+	require.NoError(t, os.Mkdir(filepath.Join(base, "screens"), 0o755))
+	require.NoError(t, os.Symlink(victim, filepath.Join(base, "screens", "s1")))
+	require.NoError(t, RemoveAllNoFollow(base, "screens/s1"))
+	_, err := os.Lstat(filepath.Join(base, "screens", "s1"))
+	require.True(t, errors.Is(err, os.ErrNotExist), "the link is still there: %v", err)
+	requireKept(t, keep)
+}
+
+// A link in place of a parent is refused: nothing is removed, neither the
+// link nor anything through it.
+func TestRemoveAllNoFollowLinkInTheMiddle(t *testing.T) {
+	base := t.TempDir()
+	victim, keep := victimDir(t)
+	require.NoError(t, os.Symlink(victim, filepath.Join(base, "screens")))
+	err := RemoveAllNoFollow(base, "screens/sub")
+	require.ErrorIs(t, err, ErrUnsafe)
+	requireKept(t, keep)
+	_, err = os.Lstat(filepath.Join(base, "screens"))
+	require.NoError(t, err)
+}
+
+// A directory swapped for a link between the walk's unlink attempt and its
+// open (the hook is that moment) is unlinked as the link; the target of
+// the link keeps its files. Swapped deep in the tree and at the top.
+func TestRemoveAllNoFollowDirectorySwappedForALink(t *testing.T) {
+	for _, swap := range []string{"a/b/c", "a/b/c/d", "a"} {
+		t.Run(swap, func(t *testing.T) {
+			base := t.TempDir()
+			victim, keep := victimDir(t)
+			aside := t.TempDir()
+			require.NoError(t, os.MkdirAll(filepath.Join(base, "a", "b", "c", "d"), 0o755))
+			require.NoError(t, os.WriteFile(filepath.Join(base, "a", "b", "c", "d", "f"), nil, 0o600))
+			swapped := false
+			beforeOpenDir = func(dirfd int, name string) {
+				if swapped || name != filepath.Base(swap) {
+					return
+				}
+				swapped = true
+				p := filepath.Join(base, swap)
+				require.NoError(t, os.Rename(p, filepath.Join(aside, "moved")))
+				require.NoError(t, os.Symlink(victim, p))
+			}
+			t.Cleanup(func() { beforeOpenDir = nil })
+			require.NoError(t, RemoveAllNoFollow(base, "a"))
+			require.True(t, swapped, "the hook never ran")
+			_, err := os.Lstat(filepath.Join(base, "a"))
+			require.True(t, errors.Is(err, os.ErrNotExist), "still there: %v", err)
+			requireKept(t, keep)
+		})
+	}
+}
+
+// OpenDirBelow refuses a link at any component, and opens a real path.
+func TestOpenDirBelowRefusesLinks(t *testing.T) {
+	base := t.TempDir()
+	victim, _ := victimDir(t)
+	require.NoError(t, os.MkdirAll(filepath.Join(base, "a", "b"), 0o755))
+	require.NoError(t, os.Symlink(victim, filepath.Join(base, "a", "l")))
+	for _, rel := range []string{"a/l", "a/l/sub", "../x"} {
+		_, err := OpenDirBelow(base, rel)
+		require.ErrorIs(t, err, ErrUnsafe, rel)
+	}
+	for _, rel := range []string{"a/b", ".", ""} {
+		fd, err := OpenDirBelow(base, rel)
+		require.NoError(t, err, rel)
+		require.NoError(t, syscall.Close(fd))
+	}
+}

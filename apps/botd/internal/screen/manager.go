@@ -22,6 +22,7 @@ import (
 	"github.com/open-bot/computer/apps/botd/internal/lease"
 	"github.com/open-bot/computer/apps/botd/internal/osuser"
 	"github.com/open-bot/computer/apps/botd/internal/runner"
+	"github.com/open-bot/computer/apps/botd/internal/safefs"
 	"github.com/open-bot/computer/apps/botd/internal/supervisor"
 	"github.com/open-bot/computer/pkg/shared"
 )
@@ -692,7 +693,15 @@ func (m *Manager) Forget(ctx context.Context, id string) error {
 		m.mu.Unlock()
 	}
 	m.leases.Drop(id)
-	if err := os.RemoveAll(m.ProfileDir(id)); err != nil {
+	// desktop owns everything below $BOTD_HOME/desktop and may have put a
+	// link anywhere in it: the profile goes through directory fds from
+	// root's $BOTD_HOME, a link is removed as a link and never followed,
+	// and a link in place of a parent ("screens") is refused.
+	if err := safefs.RemoveAllNoFollow(m.o.Home, filepath.Join("desktop", "screens", id)); err != nil {
+		if errors.Is(err, safefs.ErrUnsafe) {
+			m.log.Warn().Str("screen", id).Err(err).Msg("forget refused a link planted in the desktop home")
+			return shared.Errorf(http.StatusConflict, shared.CodeConflict, "screen %s: its directory is reached through a link botd does not follow; nothing was removed", id)
+		}
 		return fmt.Errorf("forget %s: %w", id, err)
 	}
 	if s != nil {
