@@ -131,14 +131,18 @@ func peerUID(c *net.UnixConn) (int, error) {
 }
 
 // listenOperator binds the operator socket at path: its directory made
-// 0700, a stale socket of a previous worker replaced, the socket 0600. A
-// socket another worker still answers on fails the start.
-func listenOperator(path string, log zerolog.Logger) (net.Listener, error) {
+// 0700 (unless keepDirMode: the machines directory lies inside it and must
+// stay traversable; the socket's mode and the peer check still hold), a
+// stale socket of a previous worker replaced, the socket 0600. A socket
+// another worker still answers on fails the start.
+func listenOperator(path string, keepDirMode bool, log zerolog.Logger) (net.Listener, error) {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	if err := os.Chmod(dir, 0o700); err != nil {
+	if keepDirMode {
+		log.Warn().Str("dir", dir).Msg("operator socket: its directory holds the machines directory, so it is not made 0700")
+	} else if err := os.Chmod(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("operator socket: %w", err)
 	}
 	if st, err := os.Lstat(path); err == nil {
@@ -169,8 +173,8 @@ func listenOperator(path string, log zerolog.Logger) (net.Listener, error) {
 // operator's (httpapi.AsOperator), and its Host is the worker's TCP
 // address base (http://host:port), so links it mints are ones a browser
 // can open.
-func serveOperator(ctx context.Context, path, base string, h http.Handler, log zerolog.Logger) (stop func(), err error) {
-	ln, err := listenOperator(path, log)
+func serveOperator(ctx context.Context, path, base string, keepDirMode bool, h http.Handler, log zerolog.Logger) (stop func(), err error) {
+	ln, err := listenOperator(path, keepDirMode, log)
 	if err != nil {
 		return nil, err
 	}

@@ -107,7 +107,7 @@ func runServe(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	var c serveConfig
 	fs.StringVar(&c.Listen, "listen", envOr("WORKER_LISTEN", "127.0.0.1:7100"), "API listen address (WORKER_LISTEN)")
-	fs.StringVar(&c.DataDir, "data-dir", envOr("DATA_DIR", defaultDataDir()), "state directory: worker.db, secret.key, worker-token (DATA_DIR)")
+	fs.StringVar(&c.DataDir, "data-dir", envOr("DATA_DIR", defaultDataDir()), "state directory: worker.db, secret.key, worker-token, operator.sock (DATA_DIR)")
 	fs.StringVar(&c.Provider, "provider", envOr("WORKER_PROVIDER", ""), "default provider kind for new computers: local, docker, single-screen or attach; empty: docker where an engine answers with the image, else local (WORKER_PROVIDER)")
 	fs.StringVar(&c.Model, "model", envOr("WORKER_MODEL", "gpt-6.1-sol"), "default model (WORKER_MODEL)")
 	fs.StringVar(&c.ModelProvider, "model-provider", envOr("WORKER_MODEL_PROVIDER", ""), "Codex model provider id (WORKER_MODEL_PROVIDER)")
@@ -166,7 +166,11 @@ func runServe(ctx context.Context, args []string) error {
 	base := "http://" + ln.Addr().String()
 	w.People.Takeover.SetBase(base)
 	sock := operatorSocket(c.DataDir)
-	stopOp, err := serveOperator(ctx, sock, base, w.Handler, log.With().Str("sub", "operator").Logger())
+	// A machines directory inside DATA_DIR must stay traversable by the
+	// machines' users: DATA_DIR is then left as it is.
+	rel, rerr := filepath.Rel(c.DataDir, c.MachinesDir)
+	inside := rerr == nil && rel != ".." && !strings.HasPrefix(rel, "../")
+	stopOp, err := serveOperator(ctx, sock, base, inside, w.Handler, log.With().Str("sub", "operator").Logger())
 	if err != nil {
 		ln.Close()
 		return err
