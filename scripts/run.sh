@@ -9,6 +9,9 @@
 # this host: root on Debian, provisioned by scripts/provision.sh).
 # WORKER_PROVIDER=local|docker forces one. The script prints the worker URL,
 # where its token is and how to start a first run; tokens are never printed.
+# Operator actions (adopt, dashboard sign-in links, attach) go through the
+# worker's operator socket, $DATA_DIR/operator.sock (root or this user only),
+# which the CLI uses by default; WORKER_TOKEN never reaches them.
 # Ctrl-C stops the worker (local computers stop with it; a docker computer's
 # container keeps running and is reconnected by the next `make run`).
 set -euo pipefail
@@ -79,8 +82,8 @@ done
 serving="$(grep 'worker: serving' "$STATE_DIR/worker.log" | tail -1)"
 
 # Capabilities live in the worker's memory only: adopt the computer an
-# earlier `make run` made (a new capability), or create one on the default
-# provider.
+# earlier `make run` made (a new capability, through the operator socket),
+# or create one on the default provider.
 id="$(bin/worker computers list | awk 'NR > 1 && $3 != "attach" && $5 != "destroyed" {print $1; exit}')"
 if [ -n "$id" ]; then
   capa="$(bin/worker computers adopt --json "$id" | sed -n 's/.*"capability":"\([^"]*\)".*/\1/p')"
@@ -103,7 +106,9 @@ open-bot is running: ${serving#worker: }
   worker URL:  $WORKER_URL   (health: $WORKER_URL/healthz)
   token:       $TOKEN_FILE   (0600; never printed)
   computer:    $id   provider $provider, state $state; bot "alice" added
-  capability:  $CAP_FILE   (0600; a worker restart forgets it: \`bin/worker computers adopt $id\` mints a new one)
+  capability:  $CAP_FILE   (0600; a worker restart forgets it: \`DATA_DIR=$DATA_DIR bin/worker computers adopt $id\`
+               mints a new one, as the operator: this user on this host, through $DATA_DIR/operator.sock)
+  dashboard:   DATA_DIR=$DATA_DIR bin/worker dashboard   (a one-time sign-in link, through the operator socket)
   first run:   export WORKER_URL=$WORKER_URL WORKER_TOKEN_FILE=$TOKEN_FILE WORKER_CAPABILITY=\$(cat $CAP_FILE)
                bin/worker runs start --computer $id --bot alice --prompt "Open example.org and tell me its title" --watch
                (the model: set MODEL_UPSTREAM_URL, MODEL_API_KEY_FILE and WORKER_MODEL before \`make run\`;

@@ -3,6 +3,9 @@ package main
 // The people's CLI: `worker computers …` and `worker runs …` talk to a
 // running worker (WORKER_URL, token from WORKER_TOKEN(_FILE) or
 // DATA_DIR/worker-token), print something readable, or JSON with --json.
+// Operator actions (adopt, attach, `worker dashboard`) use the operator's
+// credential instead: WORKER_OPERATOR_TOKEN(_FILE) over WORKER_URL when
+// set, else the worker's operator socket (DATA_DIR/operator.sock).
 
 import (
 	"bufio"
@@ -13,6 +16,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -25,10 +29,14 @@ type cliClient struct {
 	url, token, capa string
 	asJSON           bool
 	out              io.Writer
+	// socket is the operator socket's path; hc, when set, dials it.
+	socket string
+	hc     *http.Client
 }
 
 func commonFlags(fs *flag.FlagSet, c *cliClient) {
 	fs.StringVar(&c.url, "url", envOr("WORKER_URL", "http://127.0.0.1:7100"), "worker URL (WORKER_URL)")
+	fs.StringVar(&c.socket, "operator-socket", operatorSocket(envOr("DATA_DIR", defaultDataDir())), "operator actions without WORKER_OPERATOR_TOKEN(_FILE): the worker's operator socket (DATA_DIR/operator.sock)")
 	fs.StringVar(&c.capa, "capability", os.Getenv("WORKER_CAPABILITY"), "the computer's capability (WORKER_CAPABILITY)")
 	fs.BoolVar(&c.asJSON, "json", false, "print JSON")
 }
@@ -49,6 +57,30 @@ func (c *cliClient) loadToken() error {
 	return nil
 }
 
+// useOperator makes c act as the operator: WORKER_OPERATOR_TOKEN(_FILE)
+// over WORKER_URL when set, else the operator socket (root or the worker's
+// user, on the worker's host). The callers' token is never sent for these.
+func (c *cliClient) useOperator() error {
+	tok, _, err := secretEnv("WORKER_OPERATOR_TOKEN")
+	if err != nil {
+		return err
+	}
+	if tok != "" {
+		c.token = tok
+		return nil
+	}
+	if _, err := os.Stat(c.socket); err != nil {
+		return fmt.Errorf("this is an operator action: run it on the worker's host as root or the worker's user (operator socket %s: %v; set DATA_DIR as the worker has it), or set WORKER_OPERATOR_TOKEN(_FILE)", c.socket, err)
+	}
+	sock := c.socket
+	c.token = ""
+	c.hc = &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", sock)
+	}}}
+	return nil
+}
+
 func (c *cliClient) request(ctx context.Context, method, path string, body any) (*http.Response, error) {
 	var rd io.Reader
 	if body != nil {
@@ -59,16 +91,22 @@ func (c *cliClient) request(ctx context.Context, method, path string, body any) 
 	if err != nil {
 		return nil, err
 	}
-	req.Header.Set("Authorization", "Bearer "+c.token)
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
 	if c.capa != "" {
 		req.Header.Set("X-Computer-Capability", c.capa)
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	resp, err := http.DefaultClient.Do(req)
+	hc, where := http.DefaultClient, c.url
+	if c.hc != nil {
+		hc, where = c.hc, "operator socket "+c.socket
+	}
+	resp, err := hc.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("worker at %s: %w", c.url, err)
+		return nil, fmt.Errorf("worker at %s: %w", where, err)
 	}
 	if resp.StatusCode/100 != 2 {
 		defer resp.Body.Close()
@@ -130,12 +168,14 @@ func (c cliComputer) scope() string {
 const computersUsage = `usage: worker computers <create|list|adopt|add-bot|stop|start|recover|checkpoint|destroy> [flags]
   create  [--team T | --session S | --account] [--kind team|private] [--provider KIND]
           [--attach-url URL --attach-token-file FILE]   prints the capability once
+          (attach is an operator action: this CLI reads FILE and sends the token by value)
   list
-  adopt ID   a new capability (the old one stops working; a restart forgets them all)
+  adopt ID   operator: a new capability (the old one stops working; a restart forgets them all)
   add-bot  --capability C ID BOT
   stop|start|recover|destroy --capability C ID
   checkpoint --capability C ID   export the computer's home into the home store now
-common flags: --url (WORKER_URL) --json; the token: WORKER_TOKEN(_FILE) or DATA_DIR/worker-token
+common flags: --url (WORKER_URL) --json; the token: WORKER_TOKEN(_FILE) or DATA_DIR/worker-token;
+operator actions: WORKER_OPERATOR_TOKEN(_FILE), else --operator-socket (DATA_DIR/operator.sock)
 `
 
 func runComputers(ctx context.Context, args []string) error {
@@ -151,11 +191,16 @@ func runComputers(ctx context.Context, args []string) error {
 	kind := fs.String("kind", "", "team or private")
 	provider := fs.String("provider", "", "provider kind (default: the worker's WORKER_PROVIDER)")
 	attURL := fs.String("attach-url", "", "attach: the botd URL")
-	attTok := fs.String("attach-token-file", "", "attach: the botd token file (0600, absolute path)")
+	attTok := fs.String("attach-token-file", "", "attach: a file holding the botd's token (read here, sent by value; never pass the token as an argument)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
-	if err := c.loadToken(); err != nil {
+	operator := args[0] == "adopt" || (args[0] == "create" && (*attURL != "" || *attTok != "" || *provider == "attach"))
+	if operator {
+		if err := c.useOperator(); err != nil {
+			return err
+		}
+	} else if err := c.loadToken(); err != nil {
 		return err
 	}
 	pos := fs.Args()
@@ -185,7 +230,15 @@ func runComputers(ctx context.Context, args []string) error {
 			body["provider"] = *provider
 		}
 		if *attURL != "" || *attTok != "" {
-			body["attach"] = map[string]string{"url": *attURL, "tokenFile": *attTok}
+			tok := ""
+			if *attTok != "" {
+				b, err := os.ReadFile(*attTok)
+				if err != nil {
+					return fmt.Errorf("--attach-token-file: %w", err)
+				}
+				tok = strings.TrimSpace(string(b))
+			}
+			body["attach"] = map[string]string{"url": *attURL, "token": tok}
 		}
 		var out struct {
 			Computer   cliComputer `json:"computer"`

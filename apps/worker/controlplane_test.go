@@ -159,9 +159,9 @@ func controlPlaneAgainstBotd(t *testing.T, dbURL string) {
 	require.Equal(t, "bots/alice", got.Computer.Bots[0].Dir)
 	require.Equal(t, "alice", got.Computer.Bots[0].Screen)
 
-	// adopt: a new capability; the old one stops working.
+	// adopt (the operator's): a new capability; the old one stops working.
 	var adopted struct{ Capability string }
-	st, body = raw(t, "POST", env.url+"/v1/computers/"+env.computer+"/adopt", env.token, "", nil)
+	st, body = raw(t, "POST", env.url+"/v1/computers/"+env.computer+"/adopt", env.op, "", nil)
 	require.Equal(t, http.StatusOK, st)
 	require.NoError(t, json.Unmarshal([]byte(body), &adopted))
 	old := env.capa
@@ -287,13 +287,12 @@ func controlPlaneAgainstBotd(t *testing.T, dbURL string) {
 // capability: it must not open the first.
 func startWorkerOnSame(t testing.TB, env *workerEnv, c *computer) string {
 	t.Helper()
-	tokFile := filepath.Join(env.dataDir, "botd-token")
 	var created struct {
 		Capability string `json:"capability"`
 	}
-	require.Equal(t, http.StatusCreated, post(t, env.url+"/v1/computers", env.token, map[string]any{
+	require.Equal(t, http.StatusCreated, post(t, env.url+"/v1/computers", env.op, map[string]any{
 		"scope": map[string]string{"session": "s2"}, "kind": "private", "provider": "attach",
-		"attach": map[string]string{"url": c.url, "tokenFile": tokFile}}, &created))
+		"attach": map[string]string{"url": c.url, "token": c.token}}, &created))
 	return created.Capability
 }
 
@@ -350,14 +349,26 @@ func workerKilledMidRun(t *testing.T, dbURL string) {
 	env := &workerEnv{url: "http://" + listen, token: token, dataDir: dataDir}
 	_, err = os.Stat(filepath.Join(dataDir, "worker.db"))
 	require.Equal(t, dbURL == "", err == nil, "the worker keeps its state in SQLite only without WORKER_DATABASE_URL (%v)", err)
+	// The operator's CLI on the worker's host: no token at all, the
+	// operator socket in DATA_DIR (the attach token file is read by the
+	// CLI and sent by value).
+	opCLI := func(args ...string) string {
+		cmd := exec.Command(bin, args...)
+		cmd.Env = append(os.Environ(), "WORKER_URL="+env.url, "DATA_DIR="+dataDir, "WORKER_TOKEN=", "WORKER_TOKEN_FILE=",
+			"WORKER_OPERATOR_TOKEN=", "WORKER_OPERATOR_TOKEN_FILE=")
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "worker %v: %s", args, out)
+		return string(out)
+	}
 	tokFile := filepath.Join(dir, "botd-token")
 	require.NoError(t, os.WriteFile(tokFile, []byte(c.token+"\n"), 0o600))
 	var created struct {
 		Computer   struct{ ID string } `json:"computer"`
 		Capability string              `json:"capability"`
 	}
-	require.Equal(t, http.StatusCreated, post(t, env.url+"/v1/computers", token, map[string]any{
-		"scope": map[string]string{"team": "t1"}, "provider": "attach", "attach": map[string]string{"url": c.url, "tokenFile": tokFile}}, &created))
+	require.NoError(t, json.Unmarshal([]byte(opCLI("computers", "create", "--json", "--team", "t1", "--provider", "attach",
+		"--attach-url", c.url, "--attach-token-file", tokFile)), &created))
+	require.NotEmpty(t, created.Capability)
 	env.computer, env.capa = created.Computer.ID, created.Capability
 	require.Equal(t, http.StatusCreated, env.do(t, "POST", "/bots", map[string]string{"id": "alice"}, nil))
 	require.Equal(t, http.StatusCreated, env.do(t, "POST", "/bots", map[string]string{"id": "bob"}, nil))
@@ -390,15 +401,18 @@ func workerKilledMidRun(t *testing.T, dbURL string) {
 	require.NoError(t, w1.Process.Signal(syscall.SIGKILL))
 	_ = w1.Wait()
 
-	start()
+	start() // over the killed worker's stale operator socket
 	// The capability died with the process.
 	st, _ := raw(t, "GET", env.url+"/v1/computers/"+env.computer, token, env.capa, nil)
 	require.Equal(t, http.StatusNotFound, st)
+	st, _ = raw(t, "POST", env.url+"/v1/computers/"+env.computer+"/adopt", token, "", nil)
+	require.Equal(t, http.StatusForbidden, st, "adopt is the operator's, not WORKER_TOKEN's")
 	var adopted struct{ Capability string }
-	st, body := raw(t, "POST", env.url+"/v1/computers/"+env.computer+"/adopt", token, "", nil)
-	require.Equal(t, http.StatusOK, st, body)
-	require.NoError(t, json.Unmarshal([]byte(body), &adopted))
+	require.NoError(t, json.Unmarshal([]byte(opCLI("computers", "adopt", "--json", env.computer)), &adopted))
+	require.NotEmpty(t, adopted.Capability)
 	env.capa = adopted.Capability
+	// The dashboard link, through the socket, is on the worker's address.
+	require.Regexp(t, `(?m)^http://`+listen+`/dashboard/login\?code=\S+$`, opCLI("dashboard"))
 	for _, id := range []string{runID, bobRun} {
 		final, events := waitRun(t, env, id, 3*time.Minute)
 		require.Equal(t, runs.StatusCompleted, final.Status, "run %s: %s", id, final.Error)

@@ -12,6 +12,8 @@ import (
 	"net/http"
 	"os"
 	"strings"
+
+	"github.com/open-bot/computer/apps/worker/internal/httpapi"
 )
 
 func runDashboard(ctx context.Context, args []string) error {
@@ -21,7 +23,7 @@ func runDashboard(ctx context.Context, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if err := c.loadToken(); err != nil {
+	if err := c.useOperator(); err != nil {
 		return err
 	}
 	var res struct {
@@ -36,10 +38,12 @@ func runDashboard(ctx context.Context, args []string) error {
 	return nil
 }
 
-// mountLogin adds POST /v1/dashboard/login-link (worker token): a fresh
-// one-time sign-in link on the address the caller used.
+// mountLogin adds POST /v1/dashboard/login-link (the operator's credential:
+// the link views and takes over every screen): a fresh one-time sign-in
+// link on the address the caller used (over the operator socket, the
+// worker's own address).
 func (p *people) mountLogin(mux *http.ServeMux) {
-	mux.HandleFunc("POST /v1/dashboard/login-link", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("POST /v1/dashboard/login-link", httpapi.Operator(func(w http.ResponseWriter, r *http.Request) {
 		base := "http://" + r.Host
 		if r.TLS != nil {
 			base = "https://" + r.Host
@@ -53,5 +57,5 @@ func (p *people) mountLogin(mux *http.ServeMux) {
 			return
 		}
 		_ = json.NewEncoder(w).Encode(map[string]string{"url": link})
-	})
+	}))
 }

@@ -267,15 +267,17 @@ func TestDashboardThroughWorker(t *testing.T) {
 }
 
 // TestDashboardLoginLinkRoute: `worker dashboard`'s route mints a one-time
-// link only for the worker token's holder; the link signs in once.
+// link only for the operator (never for WORKER_TOKEN); the link signs in
+// once.
 func TestDashboardLoginLinkRoute(t *testing.T) {
 	e := &workerEnv{token: "worker-token-0123456789", dataDir: t.TempDir()}
 	e.serve(t, "scripted-model")
 	require.Equal(t, http.StatusUnauthorized, post(t, e.url+"/v1/dashboard/login-link", "wrong-token-0123456789", struct{}{}, nil))
+	require.Equal(t, http.StatusForbidden, post(t, e.url+"/v1/dashboard/login-link", e.token, struct{}{}, nil))
 	var got struct {
 		URL string `json:"url"`
 	}
-	require.Equal(t, http.StatusOK, post(t, e.url+"/v1/dashboard/login-link", e.token, struct{}{}, &got))
+	require.Equal(t, http.StatusOK, post(t, e.url+"/v1/dashboard/login-link", e.op, struct{}{}, &got))
 	require.True(t, strings.HasPrefix(got.URL, e.url+"/dashboard/login?code="), got.URL)
 	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	resp, err := noRedirect.Get(got.URL)

@@ -216,8 +216,10 @@ func tail(s string, n int) string {
 type workerEnv struct {
 	url, token     string
 	computer, capa string
-	w              *worker
-	dataDir        string
+	// op is the operator's token (WORKER_OPERATOR_TOKEN): attach and adopt.
+	op      string
+	w       *worker
+	dataDir string
 	// tweak, when set, adjusts the worker's serve config (e.g. approvals).
 	tweak func(*serveConfig)
 }
@@ -239,15 +241,16 @@ func startWorkerWith(t testing.TB, c *computer, model string, tweak func(*serveC
 	t.Helper()
 	e := &workerEnv{token: "worker-token-0123456789", dataDir: t.TempDir(), tweak: tweak}
 	e.serve(t, model)
-	tokFile := filepath.Join(e.dataDir, "botd-token")
-	require.NoError(t, os.WriteFile(tokFile, []byte(c.token+"\n"), 0o600))
 	return e.addComputer(t, c, map[string]any{"team": "t1"}, bots...)
 }
 
 // serve (re)starts the worker on e's DATA_DIR.
 func (e *workerEnv) serve(t testing.TB, model string) {
 	t.Helper()
-	cfg := serveConfig{DataDir: e.dataDir, Provider: "attach", Token: e.token, Model: model,
+	if e.op == "" {
+		e.op = "operator-token-0123456789"
+	}
+	cfg := serveConfig{DataDir: e.dataDir, Provider: "attach", Token: e.token, OperatorToken: e.op, Model: model,
 		ModelProvider: "botd", Approvals: "decline"}
 	if e.tweak != nil {
 		e.tweak(&cfg)

@@ -15,10 +15,11 @@ const usage = `usage: worker <command> [flags]
 
 commands:
   serve      run the worker's API (computers, runs, SSE events, direct tool calls)
-  computers  create|list|add-bot|stop|start|destroy computers on a running worker
+  computers  create|list|adopt|add-bot|stop|start|destroy computers on a running worker
+             (adopt and attach are the operator's: the operator socket or WORKER_OPERATOR_TOKEN)
   runs       start|watch|stop runs on a running worker
   egress     run the egress agent (botd's tunnel mode dials out through it)
-  dashboard  print a one-time sign-in link to the running worker's dashboard
+  dashboard  print a one-time sign-in link to the running worker's dashboard (operator)
 `
 
 func main() {

@@ -36,6 +36,9 @@ type serveConfig struct {
 	// (WORKER_APPROVAL_POLICY): when Codex asks; Approvals answers.
 	AskFor string
 	Token  string
+	// OperatorToken is WORKER_OPERATOR_TOKEN(_FILE): the operator's bearer
+	// token over TCP ("": only the operator socket).
+	OperatorToken string
 	// TokenFile is where the token came from (shown to people, never the token).
 	TokenFile string
 	// MachinesDir holds the local provider's computers and docker's token
@@ -77,10 +80,11 @@ func defaultDataDir() string {
 	return "/var/lib/open-bot/worker"
 }
 
-// workerToken returns WORKER_TOKEN(_FILE), or the token in
-// DATA_DIR/worker-token, made (0600) on first start.
+// workerToken returns WORKER_TOKEN(_FILE) (the file must be the worker's
+// own, mode 0600), or the token in DATA_DIR/worker-token, made (0600) on
+// first start.
 func workerToken(dataDir string) (tok, file string, err error) {
-	if tok, file, err = secretEnv("WORKER_TOKEN"); err != nil || tok != "" {
+	if tok, file, err = serverSecret("WORKER_TOKEN"); err != nil || tok != "" {
 		return tok, file, err
 	}
 	file = filepath.Join(dataDir, "worker-token")
@@ -103,7 +107,7 @@ func runServe(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	var c serveConfig
 	fs.StringVar(&c.Listen, "listen", envOr("WORKER_LISTEN", "127.0.0.1:7100"), "API listen address (WORKER_LISTEN)")
-	fs.StringVar(&c.DataDir, "data-dir", envOr("DATA_DIR", defaultDataDir()), "state directory: worker.db, secret.key, worker-token (DATA_DIR)")
+	fs.StringVar(&c.DataDir, "data-dir", envOr("DATA_DIR", defaultDataDir()), "state directory: worker.db, secret.key, worker-token, operator.sock (DATA_DIR)")
 	fs.StringVar(&c.Provider, "provider", envOr("WORKER_PROVIDER", ""), "default provider kind for new computers: local, docker, single-screen or attach; empty: docker where an engine answers with the image, else local (WORKER_PROVIDER)")
 	fs.StringVar(&c.Model, "model", envOr("WORKER_MODEL", "gpt-6.1-sol"), "default model (WORKER_MODEL)")
 	fs.StringVar(&c.ModelProvider, "model-provider", envOr("WORKER_MODEL_PROVIDER", ""), "Codex model provider id (WORKER_MODEL_PROVIDER)")
@@ -127,6 +131,9 @@ func runServe(ctx context.Context, args []string) error {
 	}
 	if len(c.Token) < 16 {
 		return errors.New("WORKER_TOKEN (or WORKER_TOKEN_FILE) must be at least 16 characters")
+	}
+	if c.OperatorToken, err = operatorToken(c.Token); err != nil {
+		return err
 	}
 	if c.Approvals != "decline" && c.Approvals != "accept" {
 		return fmt.Errorf("approvals: want decline or accept, got %q", c.Approvals)
@@ -158,10 +165,26 @@ func runServe(ctx context.Context, args []string) error {
 	fmt.Fprintf(os.Stderr, "worker: serving http://%s (store: %s; bearer token %s; default provider %s; homes %s)\n", ln.Addr(), w.Store.Engine(), where, w.DefaultProvider, w.Homes)
 	base := "http://" + ln.Addr().String()
 	w.People.Takeover.SetBase(base)
+	sock := operatorSocket(c.DataDir)
+	// A machines directory inside DATA_DIR must stay traversable by the
+	// machines' users: DATA_DIR is then left as it is.
+	rel, rerr := filepath.Rel(c.DataDir, c.MachinesDir)
+	inside := rerr == nil && rel != ".." && !strings.HasPrefix(rel, "../")
+	stopOp, err := serveOperator(ctx, sock, base, inside, w.Handler, log.With().Str("sub", "operator").Logger())
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	defer stopOp()
+	fmt.Fprintf(os.Stderr, "worker: operator socket %s (adopt, dashboard links, attach: `worker computers adopt`, `worker dashboard` as root or this user)\n", sock)
 	// The sign-in link is a secret for the person at this terminal: printed
-	// here, never logged.
-	if link, err := w.People.LoginLink(base); err == nil {
-		fmt.Fprintf(os.Stderr, "worker: dashboard (one-time sign-in link, valid 10 minutes): %s\n", link)
+	// only when stderr is one, never into a log file.
+	if isTerminal(os.Stderr) {
+		if link, err := w.People.LoginLink(base); err == nil {
+			fmt.Fprintf(os.Stderr, "worker: dashboard (one-time sign-in link, valid 10 minutes): %s\n", link)
+		}
+	} else {
+		fmt.Fprintf(os.Stderr, "worker: dashboard: `worker dashboard` on this host prints a one-time sign-in link\n")
 	}
 	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
@@ -269,7 +292,7 @@ func newWorker(ctx context.Context, c serveConfig, log zerolog.Logger) (*worker,
 		return nil, err
 	}
 	go ppl.Events.run(bg)
-	h := httpapi.Handler(httpapi.Options{Token: c.Token, Computers: comps, Runs: m, Log: log.With().Str("sub", "api").Logger(),
+	h := httpapi.Handler(httpapi.Options{Token: c.Token, OperatorToken: c.OperatorToken, Computers: comps, Runs: m, Log: log.With().Str("sub", "api").Logger(),
 		Mount: func(mux *http.ServeMux, gate func(http.HandlerFunc) http.HandlerFunc) {
 			httpapi.MountTakeover(mux, gate, tk)
 			httpapi.MountCheckpoint(mux, gate, comps)

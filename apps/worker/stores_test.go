@@ -89,19 +89,19 @@ func requirePostgresUsed(t testing.TB, e *workerEnv, dbURL string) {
 	require.True(t, errors.Is(err, os.ErrNotExist), "no SQLite file beside a Postgres store: %v", err)
 }
 
-// addComputer creates another attach computer on e's worker for botd c,
-// with scope (e.g. {"team": "t2"}, {"account": true}), and adds bots to it.
+// addComputer attaches (as the operator, the botd token by value) another
+// computer on e's worker for botd c, with scope (e.g. {"team": "t2"},
+// {"account": true}), and adds bots to it.
 func (e *workerEnv) addComputer(t testing.TB, c *computer, scope map[string]any, bots ...string) *workerEnv {
 	t.Helper()
-	tokFile := filepath.Join(e.dataDir, "botd-token")
 	var created struct {
 		Computer struct {
 			ID, State string
 		} `json:"computer"`
 		Capability string `json:"capability"`
 	}
-	require.Equal(t, http.StatusCreated, post(t, e.url+"/v1/computers", e.token, map[string]any{
-		"scope": scope, "provider": "attach", "attach": map[string]string{"url": c.url, "tokenFile": tokFile}}, &created))
+	require.Equal(t, http.StatusCreated, post(t, e.url+"/v1/computers", e.op, map[string]any{
+		"scope": scope, "provider": "attach", "attach": map[string]string{"url": c.url, "token": c.token}}, &created))
 	require.Equal(t, "running", created.Computer.State)
 	o := *e
 	o.computer, o.capa = created.Computer.ID, created.Capability

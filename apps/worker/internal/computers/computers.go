@@ -102,13 +102,29 @@ type Scope struct {
 
 // CreateRequest is POST /v1/computers.
 type CreateRequest struct {
-	Scope    Scope  `json:"scope"`
-	Kind     string `json:"kind,omitempty"`
-	Provider string `json:"provider,omitempty"`
-	Attach   *struct {
-		URL       string `json:"url"`
-		TokenFile string `json:"tokenFile"`
-	} `json:"attach,omitempty"`
+	Scope    Scope          `json:"scope"`
+	Kind     string         `json:"kind,omitempty"`
+	Provider string         `json:"provider,omitempty"`
+	Attach   *AttachRequest `json:"attach,omitempty"`
+}
+
+// AttachRequest names an existing botd (the attach provider, an operator
+// action): its URL and its token, given by value and sealed like every
+// botd token. TokenFile is the old form, refused: the worker reads no file
+// a caller names.
+type AttachRequest struct {
+	URL       string `json:"url"`
+	Token     string `json:"token"`
+	TokenFile string `json:"tokenFile,omitempty"`
+}
+
+// ProviderKind is the provider kind a create request naming kind gets
+// ("" is the default provider's).
+func (s *Service) ProviderKind(kind string) string {
+	if kind == "" {
+		return s.o.DefaultProvider
+	}
+	return kind
 }
 
 // View is a computer as callers see it: identity and state, never a
@@ -195,10 +211,15 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (View, string, 
 	}
 	spec := providers.Spec{ComputerID: c.ID}
 	if c.Provider == providers.KindAttach {
-		if req.Attach == nil {
-			return View{}, "", bad("attach: {url, tokenFile} is required for the attach provider")
+		switch {
+		case req.Attach == nil:
+			return View{}, "", bad("attach: {url, token} is required for the attach provider")
+		case req.Attach.TokenFile != "":
+			return View{}, "", bad("attach: tokenFile is not accepted (the worker reads no file a caller names): give the botd's token by value as attach.token")
+		case !providers.ValidAttachToken(req.Attach.Token):
+			return View{}, "", bad("attach: token must be the botd's token (16-512 token characters)")
 		}
-		spec.AttachURL, spec.AttachTokenFile = req.Attach.URL, req.Attach.TokenFile
+		spec.AttachURL, spec.BotdToken = req.Attach.URL, req.Attach.Token
 	} else {
 		if req.Attach != nil {
 			return View{}, "", bad("attach: only for the attach provider")
@@ -206,12 +227,12 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (View, string, 
 		var tok [32]byte
 		_, _ = rand.Read(tok[:])
 		spec.BotdToken = hex.EncodeToString(tok[:])
-		sealed, err := s.o.Sealer.Seal([]byte(spec.BotdToken), c.ID)
-		if err != nil {
-			return View{}, "", err
-		}
-		c.BotdToken = sealed
 	}
+	sealed, err := s.o.Sealer.Seal([]byte(spec.BotdToken), c.ID)
+	if err != nil {
+		return View{}, "", err
+	}
+	c.BotdToken = sealed
 	c.HomeKey = c.ID
 	if err := s.o.Store.CreateComputer(ctx, c); err != nil {
 		return View{}, "", err

@@ -3,7 +3,10 @@
 // tools callable directly. Every /v1 route needs the worker's bearer token;
 // every per-computer route also needs the computer's capability, and a
 // capability that does not match answers 404, as if the computer did not
-// exist.
+// exist. Operator actions (adopt, dashboard sign-in links, attach) need the
+// operator's credential instead: a request that came over the operator
+// socket (AsOperator) or the bearer WORKER_OPERATOR_TOKEN; the caller's
+// token never suffices.
 package httpapi
 
 import (
@@ -27,10 +30,13 @@ import (
 
 // Options configures the API.
 type Options struct {
-	Token     string
-	Computers *computers.Service
-	Runs      *runs.Manager
-	Log       zerolog.Logger
+	Token string
+	// OperatorToken, when set, is the operator's bearer token over TCP
+	// (WORKER_OPERATOR_TOKEN); "" leaves the operator socket the only way.
+	OperatorToken string
+	Computers     *computers.Service
+	Runs          *runs.Manager
+	Log           zerolog.Logger
 	// Mount, when set, adds more per-computer routes (takeover, checkpoint)
 	// to the mux; gate wraps a handler with the capability check.
 	Mount func(mux *http.ServeMux, gate func(http.HandlerFunc) http.HandlerFunc)
@@ -39,12 +45,16 @@ type Options struct {
 // Handler returns the API's handler.
 func Handler(o Options) http.Handler {
 	a := &api{o: o, tokenHash: sha256.Sum256([]byte(o.Token))}
+	if o.OperatorToken != "" {
+		h := sha256.Sum256([]byte(o.OperatorToken))
+		a.opHash = &h
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok")) })
 
 	mux.HandleFunc("POST /v1/computers", a.createComputer)
 	mux.HandleFunc("GET /v1/computers", a.listComputers)
-	mux.HandleFunc("POST /v1/computers/{id}/adopt", a.adopt) // worker token only
+	mux.HandleFunc("POST /v1/computers/{id}/adopt", Operator(a.adopt))
 	mux.HandleFunc("GET /v1/computers/{id}", a.gate(a.getComputer))
 	mux.HandleFunc("POST /v1/computers/{id}/start", a.gate(a.lifecycle(a.o.Computers.Start)))
 	mux.HandleFunc("POST /v1/computers/{id}/recover", a.gate(a.lifecycle(a.o.Computers.Start)))
@@ -74,6 +84,41 @@ func Handler(o Options) http.Handler {
 type api struct {
 	o         Options
 	tokenHash [32]byte
+	opHash    *[32]byte // the operator token's, when one is set
+}
+
+// operatorKey marks a request made with the operator's credential.
+type operatorKey struct{}
+
+// AsOperator marks every request h serves as the operator's: only the
+// operator socket's server (peer credentials checked) wraps its handler
+// with it.
+func AsOperator(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), operatorKey{}, true)))
+	})
+}
+
+// IsOperator reports whether r carries the operator's credential.
+func IsOperator(r *http.Request) bool {
+	v, _ := r.Context().Value(operatorKey{}).(bool)
+	return v
+}
+
+// OperatorOnly is the answer to an operator action asked with the caller's
+// token (or none of the operator's credentials).
+const OperatorOnly = "this is an operator action: it needs the operator's credential (the worker's operator socket, DATA_DIR/operator.sock, which the CLI uses on the worker's host, or WORKER_OPERATOR_TOKEN), never WORKER_TOKEN"
+
+// Operator admits only the operator; it is checked before anything is
+// looked up, so the answer says nothing about the computer.
+func Operator(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !IsOperator(r) {
+			writeErr(w, http.StatusForbidden, shared.CodeForbidden, OperatorOnly)
+			return
+		}
+		h(w, r)
+	}
 }
 
 // statusWriter records the status for the access log.
@@ -116,13 +161,20 @@ func (a *api) auth(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		h := sha256.Sum256([]byte(tok))
-		if !ok || subtle.ConstantTimeCompare(h[:], a.tokenHash[:]) != 1 {
-			writeErr(w, http.StatusUnauthorized, shared.CodeUnauthorized, "missing or invalid bearer token")
+		if IsOperator(r) { // the operator socket: its peer was checked
+			next.ServeHTTP(w, r)
 			return
 		}
-		next.ServeHTTP(w, r)
+		tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		h := sha256.Sum256([]byte(tok))
+		switch {
+		case ok && subtle.ConstantTimeCompare(h[:], a.tokenHash[:]) == 1:
+			next.ServeHTTP(w, r)
+		case ok && a.opHash != nil && subtle.ConstantTimeCompare(h[:], a.opHash[:]) == 1:
+			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), operatorKey{}, true)))
+		default:
+			writeErr(w, http.StatusUnauthorized, shared.CodeUnauthorized, "missing or invalid bearer token")
+		}
 	})
 }
 

@@ -1,8 +1,8 @@
 package httpapi
 
-// The API's rules that need no machine: bearer token, capability gate,
-// input validation, attach token-file checks, the access log, and a database
-// that stops answering. The whole flow against a real botd is in
+// The API's rules that need no machine: bearer token, operator credential,
+// capability gate, input validation, attach checks, the access log, and a
+// database that stops answering. The whole flow against a real botd is in
 // apps/worker/controlplane_test.go.
 
 import (
@@ -28,7 +28,11 @@ import (
 	"github.com/open-bot/computer/apps/worker/internal/store"
 )
 
-const token = "api-test-token-0123456789"
+const (
+	token   = "api-test-token-0123456789"
+	opToken = "api-test-operator-0123456789"
+	botdTok = "botd-secret-token-abcdef0123"
+)
 
 type lockedBuf struct {
 	mu sync.Mutex
@@ -48,12 +52,11 @@ func (l *lockedBuf) String() string {
 }
 
 type fixture struct {
-	url   string
-	st    store.Store
-	logs  *lockedBuf
-	dir   string
-	botd  *httptest.Server // a "botd" that refuses every token
-	tfile string           // a valid attach token file
+	url  string
+	st   store.Store
+	logs *lockedBuf
+	dir  string
+	botd *httptest.Server // a "botd" that refuses every token
 }
 
 func newFixture(t *testing.T) *fixture {
@@ -73,16 +76,14 @@ func newFixtureOn(t *testing.T, dir string, st store.Store) *fixture {
 		DefaultProvider: providers.KindAttach, Sealer: sealer, Caps: capability.NewSet(), Log: log})
 	require.NoError(t, err)
 	m := runs.NewManager(runs.Options{Store: st, Computers: comps, Log: log})
-	srv := httptest.NewServer(Handler(Options{Token: token, Computers: comps, Runs: m, Log: log}))
+	srv := httptest.NewServer(Handler(Options{Token: token, OperatorToken: opToken, Computers: comps, Runs: m, Log: log}))
 	t.Cleanup(srv.Close)
 	botd := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusUnauthorized)
 		_, _ = io.WriteString(w, `{"error":{"code":"unauthorized","message":"bad token"}}`)
 	}))
 	t.Cleanup(botd.Close)
-	tfile := filepath.Join(dir, "botd-token")
-	require.NoError(t, os.WriteFile(tfile, []byte("botd-secret-token-abcdef0123\n"), 0o600))
-	return &fixture{url: srv.URL, st: st, logs: logs, dir: dir, botd: botd, tfile: tfile}
+	return &fixture{url: srv.URL, st: st, logs: logs, dir: dir, botd: botd}
 }
 
 func (f *fixture) req(t *testing.T, method, path, tok, capa string, body any) (int, string) {
@@ -106,9 +107,11 @@ func (f *fixture) req(t *testing.T, method, path, tok, capa string, body any) (i
 	return resp.StatusCode, string(b)
 }
 
+// create makes a computer as the operator (the fixture's default provider
+// is attach).
 func (f *fixture) create(t *testing.T, body any) (int, string, string) {
 	t.Helper()
-	st, out := f.req(t, "POST", "/v1/computers", token, "", body)
+	st, out := f.req(t, "POST", "/v1/computers", opToken, "", body)
 	var c struct {
 		Computer   struct{ ID string } `json:"computer"`
 		Capability string
@@ -126,7 +129,7 @@ func TestAuthAndCapabilities(t *testing.T) {
 	st, _ = f.req(t, "GET", "/healthz", "", "", nil)
 	require.Equal(t, http.StatusOK, st)
 
-	attach := map[string]any{"url": f.botd.URL, "tokenFile": f.tfile}
+	attach := map[string]any{"url": f.botd.URL, "token": botdTok}
 	st, id1, cap1 := f.create(t, map[string]any{"scope": map[string]any{"team": "t1"}, "attach": attach})
 	require.Equal(t, http.StatusCreated, st)
 	require.Len(t, cap1, 43)
@@ -156,10 +159,20 @@ func TestAuthAndCapabilities(t *testing.T) {
 	require.Equal(t, http.StatusNotFound, st, "one computer's capability does not open another")
 	st, _ = f.req(t, "GET", "/v1/computers/c_doesnotexist", token, cap1, nil)
 	require.Equal(t, http.StatusNotFound, st)
-	st, _ = f.req(t, "POST", "/v1/computers/c_doesnotexist/adopt", token, "", nil)
+	st, _ = f.req(t, "POST", "/v1/computers/c_doesnotexist/adopt", opToken, "", nil)
 	require.Equal(t, http.StatusNotFound, st)
+	// adopt is the operator's: WORKER_TOKEN gets the same 403 for a real
+	// computer and an unknown one, and no capability.
+	for _, id := range []string{id1, "c_doesnotexist"} {
+		st, body = f.req(t, "POST", "/v1/computers/"+id+"/adopt", token, "", nil)
+		require.Equal(t, http.StatusForbidden, st, body)
+		require.Contains(t, body, "operator")
+		require.NotContains(t, body, "capability\":")
+	}
+	st, _ = f.req(t, "GET", "/v1/computers/"+id1, token, cap1, nil)
+	require.Equal(t, http.StatusOK, st, "a refused adopt leaves the capability working")
 
-	st, body = f.req(t, "POST", "/v1/computers/"+id1+"/adopt", token, "", nil)
+	st, body = f.req(t, "POST", "/v1/computers/"+id1+"/adopt", opToken, "", nil)
 	require.Equal(t, http.StatusOK, st)
 	var ad struct{ Capability string }
 	require.NoError(t, json.Unmarshal([]byte(body), &ad))
@@ -184,20 +197,18 @@ func TestAuthAndCapabilities(t *testing.T) {
 	logs := f.logs.String()
 	require.Contains(t, logs, `"method":"GET","path":"/v1/computers"`)
 	require.Contains(t, logs, `"duration_ms"`)
-	for _, secret := range []string{token, cap1, cap2, ad.Capability, "botd-secret-token"} {
+	for _, secret := range []string{token, opToken, cap1, cap2, ad.Capability, "botd-secret-token"} {
 		require.NotContains(t, logs, secret)
 	}
 }
 
 func TestCreateBadInput(t *testing.T) {
 	f := newFixture(t)
-	link := filepath.Join(f.dir, "link")
-	require.NoError(t, os.Symlink(f.tfile, link))
-	wide := filepath.Join(f.dir, "wide")
-	require.NoError(t, os.WriteFile(wide, []byte("botd-secret-token-abcdef0123\n"), 0o644))
-	key := filepath.Join(f.dir, "key")
-	require.NoError(t, os.WriteFile(key, []byte("-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----\n"), 0o600))
-	good := map[string]any{"url": f.botd.URL, "tokenFile": f.tfile}
+	// A file the worker's user owns, 0600, holding a token: the old
+	// tokenFile form named such files; the worker reads none.
+	tfile := filepath.Join(f.dir, "botd-token")
+	require.NoError(t, os.WriteFile(tfile, []byte(botdTok+"\n"), 0o600))
+	good := map[string]any{"url": f.botd.URL, "token": botdTok}
 	cases := []struct {
 		name string
 		body any
@@ -208,21 +219,30 @@ func TestCreateBadInput(t *testing.T) {
 		{"bad kind", map[string]any{"kind": "public", "attach": good}, "kind"},
 		{"unknown provider", map[string]any{"provider": "e2b"}, "unknown kind"},
 		{"attach missing", map[string]any{}, "attach"},
-		{"url with path", map[string]any{"attach": map[string]any{"url": f.botd.URL + "/x?y", "tokenFile": f.tfile}}, "url must be"},
-		{"url scheme", map[string]any{"attach": map[string]any{"url": "file:///etc/passwd", "tokenFile": f.tfile}}, "url must be"},
-		{"relative file", map[string]any{"attach": map[string]any{"url": f.botd.URL, "tokenFile": "botd-token"}}, "absolute"},
-		{"symlink", map[string]any{"attach": map[string]any{"url": f.botd.URL, "tokenFile": link}}, "symlink"},
-		{"readable by others", map[string]any{"attach": map[string]any{"url": f.botd.URL, "tokenFile": wide}}, "0600"},
-		{"not a token", map[string]any{"attach": map[string]any{"url": f.botd.URL, "tokenFile": key}}, "does not hold a token"},
-		{"missing file", map[string]any{"attach": map[string]any{"url": f.botd.URL, "tokenFile": "/nonexistent/tok"}}, "no such file"},
+		{"url with path", map[string]any{"attach": map[string]any{"url": f.botd.URL + "/x?y", "token": botdTok}}, "url must be"},
+		{"url scheme", map[string]any{"attach": map[string]any{"url": "file:///etc/passwd", "token": botdTok}}, "url must be"},
+		{"no token", map[string]any{"attach": map[string]any{"url": f.botd.URL}}, "token must be"},
+		{"not a token", map[string]any{"attach": map[string]any{"url": f.botd.URL, "token": "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n"}}, "token must be"},
+		{"tokenFile (the old form)", map[string]any{"attach": map[string]any{"url": f.botd.URL, "tokenFile": tfile}}, "tokenFile is not accepted"},
+		{"tokenFile beside a token", map[string]any{"attach": map[string]any{"url": f.botd.URL, "token": botdTok, "tokenFile": tfile}}, "tokenFile is not accepted"},
 		{"unknown field", map[string]any{"attach": good, "capability": "x"}, "unknown field"},
 	}
 	for _, tc := range cases {
-		st, body := f.req(t, "POST", "/v1/computers", token, "", tc.body)
+		st, body := f.req(t, "POST", "/v1/computers", opToken, "", tc.body)
 		require.Equal(t, http.StatusBadRequest, st, "%s: %s", tc.name, body)
 		require.Contains(t, body, tc.want, tc.name)
 		require.NotContains(t, body, "OPENSSH", tc.name)
 		require.NotContains(t, body, "botd-secret-token", tc.name)
+	}
+	// With WORKER_TOKEN, every attach is refused as the operator's, before
+	// its body is looked at (the default provider here is attach).
+	for _, tc := range cases[:len(cases)-1] {
+		if tc.name == "unknown provider" {
+			continue
+		}
+		st, body := f.req(t, "POST", "/v1/computers", token, "", tc.body)
+		require.Equal(t, http.StatusForbidden, st, "%s: %s", tc.name, body)
+		require.Contains(t, body, "operator", tc.name)
 	}
 }
 
@@ -235,6 +255,6 @@ func TestDatabaseGone(t *testing.T) {
 	require.Equal(t, http.StatusServiceUnavailable, st)
 	require.Contains(t, body, "database is unavailable")
 	require.NotContains(t, body, "sql")
-	st, _ = f.req(t, "POST", "/v1/computers", token, "", map[string]any{"attach": map[string]any{"url": f.botd.URL, "tokenFile": f.tfile}})
+	st, _ = f.req(t, "POST", "/v1/computers", opToken, "", map[string]any{"attach": map[string]any{"url": f.botd.URL, "token": botdTok}})
 	require.Equal(t, http.StatusServiceUnavailable, st)
 }

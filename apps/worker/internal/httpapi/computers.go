@@ -6,12 +6,20 @@ import (
 	"time"
 
 	"github.com/open-bot/computer/apps/worker/internal/computers"
+	"github.com/open-bot/computer/apps/worker/internal/providers"
 	"github.com/open-bot/computer/apps/worker/internal/store"
+	"github.com/open-bot/computer/pkg/shared"
 )
 
 func (a *api) createComputer(w http.ResponseWriter, r *http.Request) {
 	var req computers.CreateRequest
 	if !decode(w, r, &req) {
+		return
+	}
+	// attach makes the worker talk to a botd of the caller's choosing with
+	// a token: an operator action, refused before anything is read or dialed.
+	if (req.Attach != nil || a.o.Computers.ProviderKind(req.Provider) == providers.KindAttach) && !IsOperator(r) {
+		writeErr(w, http.StatusForbidden, shared.CodeForbidden, OperatorOnly)
 		return
 	}
 	v, capa, err := a.o.Computers.Create(r.Context(), req)

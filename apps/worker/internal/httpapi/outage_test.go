@@ -50,7 +50,7 @@ func TestPostgresGoesAwayMidRequest(t *testing.T) {
 	st, err := store.OpenPostgres(t.Context(), u.String())
 	require.NoError(t, err)
 	f := newFixtureOn(t, t.TempDir(), st)
-	attach := map[string]any{"url": f.botd.URL, "tokenFile": f.tfile}
+	attach := map[string]any{"url": f.botd.URL, "token": botdTok}
 	status, id, _ := f.create(t, map[string]any{"scope": map[string]any{"team": "t1"}, "attach": attach})
 	require.Equal(t, http.StatusCreated, status)
 
