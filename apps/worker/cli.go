@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"text/tabwriter"
@@ -130,7 +131,7 @@ func (c cliComputer) scope() string {
 const computersUsage = `usage: worker computers <create|list|adopt|add-bot|stop|start|recover|checkpoint|destroy> [flags]
   create  [--team T | --session S | --account] [--kind team|private] [--provider KIND]
           [--attach-url URL --attach-token-file FILE]   prints the capability once
-  list
+  list    [--team T | --session S | --account]   (with one: that scope's live computer)
   adopt ID   a new capability (the old one stops working; a restart forgets them all)
   add-bot  --capability C ID BOT
   stop|start|recover|destroy --capability C ID
@@ -206,7 +207,16 @@ func runComputers(ctx context.Context, args []string) error {
 		var out struct {
 			Computers []cliComputer `json:"computers"`
 		}
-		if err := c.call(ctx, "GET", "/v1/computers", nil, &out); err != nil {
+		path := "/v1/computers"
+		switch { // the scope's live computer only
+		case *team != "":
+			path += "?scope=" + url.QueryEscape("team:"+*team)
+		case *session != "":
+			path += "?scope=" + url.QueryEscape("session:"+*session)
+		case *account:
+			path += "?scope=account"
+		}
+		if err := c.call(ctx, "GET", path, nil, &out); err != nil {
 			return err
 		}
 		if !c.asJSON {

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"time"
 
@@ -15,6 +16,13 @@ func (a *api) createComputer(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v, capa, err := a.o.Computers.Create(r.Context(), req)
+	var taken *computers.ScopeTaken
+	if errors.As(err, &taken) {
+		// The scope's live computer: its id, never its capability.
+		writeJSON(w, taken.Status, map[string]any{"error": map[string]any{
+			"code": taken.Code, "message": taken.Message, "computerId": taken.ComputerID}})
+		return
+	}
 	if err != nil {
 		fail(w, err)
 		return
@@ -22,8 +30,20 @@ func (a *api) createComputer(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, map[string]any{"computer": v, "capability": capa})
 }
 
+// listComputers is every live computer, or with ?scope=session:<id>,
+// team:<id> or account the one live computer of that scope (a list of
+// at most one).
 func (a *api) listComputers(w http.ResponseWriter, r *http.Request) {
-	list, err := a.o.Computers.List(r.Context())
+	var list []computers.View
+	var err error
+	if q := r.URL.Query(); q.Has("scope") {
+		var kind, id string
+		if kind, id, err = computers.ParseScope(q.Get("scope")); err == nil {
+			list, err = a.o.Computers.InScope(r.Context(), kind, id)
+		}
+	} else {
+		list, err = a.o.Computers.List(r.Context())
+	}
 	if err != nil {
 		fail(w, err)
 		return
