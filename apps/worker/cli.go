@@ -128,12 +128,13 @@ func (c cliComputer) scope() string {
 	return "session:" + c.Scope.Session
 }
 
-const computersUsage = `usage: worker computers <create|list|adopt|add-bot|stop|start|recover|checkpoint|destroy> [flags]
+const computersUsage = `usage: worker computers <create|list|adopt|add-bot|remove-bot|stop|start|recover|checkpoint|destroy> [flags]
   create  [--team T | --session S | --account] [--kind team|private] [--provider KIND]
           [--attach-url URL --attach-token-file FILE]   prints the capability once
   list    [--team T | --session S | --account]   (with one: that scope's live computer)
   adopt ID   a new capability (the old one stops working; a restart forgets them all)
-  add-bot  --capability C ID BOT
+  add-bot  --capability C ID BOT   bot ids: ^[a-z0-9][a-z0-9_]{0,62}$ (no '-')
+  remove-bot --capability C [--purge] ID BOT   stop its screens, forget their profiles (--purge: and bots/BOT/)
   stop|start|recover|destroy --capability C ID
   checkpoint --capability C ID   export the computer's home into the home store now
 common flags: --url (WORKER_URL) --json; the token: WORKER_TOKEN(_FILE) or DATA_DIR/worker-token
@@ -150,6 +151,7 @@ func runComputers(ctx context.Context, args []string) error {
 	session := fs.String("session", "", "session scope (the default: a new session)")
 	account := fs.Bool("account", false, "account scope: one computer for the whole deployment")
 	kind := fs.String("kind", "", "team or private")
+	purge := fs.Bool("purge", false, "remove-bot: also remove bots/<bot>/")
 	provider := fs.String("provider", "", "provider kind (default: the worker's WORKER_PROVIDER)")
 	attURL := fs.String("attach-url", "", "attach: the botd URL")
 	attTok := fs.String("attach-token-file", "", "attach: the botd token file (0600, absolute path)")
@@ -240,6 +242,24 @@ func runComputers(ctx context.Context, args []string) error {
 		}
 		if !c.asJSON {
 			fmt.Printf("bot %s added: works in %s, screen %s\n", out.Bot.ID, out.Bot.Dir, out.Bot.Screen)
+		}
+		return nil
+	case "remove-bot":
+		if err := needID(2); err != nil {
+			return err
+		}
+		path := "/v1/computers/" + pos[0] + "/bots/" + url.PathEscape(pos[1])
+		if *purge {
+			path += "?purge=true"
+		}
+		var out struct {
+			Screens []string `json:"forgottenScreens"`
+		}
+		if err := c.call(ctx, "DELETE", path, nil, &out); err != nil {
+			return err
+		}
+		if !c.asJSON {
+			fmt.Printf("bot %s removed; screens forgotten: %s\n", pos[1], strings.Join(out.Screens, ", "))
 		}
 		return nil
 	case "adopt":

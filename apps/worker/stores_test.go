@@ -113,13 +113,17 @@ func (e *workerEnv) addComputer(t testing.TB, c *computer, scope map[string]any,
 }
 
 // tryCreate asks e's worker for another attach computer on botd c with
-// scope, and returns the status, the computer's id (the new one, or the
-// scope's live one a 409 names) and the body.
-func (e *workerEnv) tryCreate(t testing.TB, c *computer, scope map[string]any) (int, string, string) {
+// scope (and kind, "" for the default), and returns the status, the
+// computer's id (the new one, or the scope's live one a 409 names) and the
+// body.
+func (e *workerEnv) tryCreate(t testing.TB, c *computer, scope map[string]any, kind string) (int, string, string) {
 	t.Helper()
 	tokFile := filepath.Join(e.dataDir, "botd-token")
-	st, body := raw(t, "POST", e.url+"/v1/computers", e.token, "", map[string]any{
-		"scope": scope, "provider": "attach", "attach": map[string]string{"url": c.url, "tokenFile": tokFile}})
+	req := map[string]any{"scope": scope, "provider": "attach", "attach": map[string]string{"url": c.url, "tokenFile": tokFile}}
+	if kind != "" {
+		req["kind"] = kind
+	}
+	st, body := raw(t, "POST", e.url+"/v1/computers", e.token, "", req)
 	var out struct {
 		Computer struct{ ID string } `json:"computer"`
 		Error    struct {
@@ -180,7 +184,7 @@ func TestBotLeaseScopes(t *testing.T) {
 			scope map[string]any
 			want  *workerEnv
 		}{{map[string]any{"team": "t1", "share": true}, t1}, {map[string]any{"account": true}, acct}, {map[string]any{"session": "s1"}, sess}} {
-			st, id, body := t1.tryCreate(t, c, tc.scope)
+			st, id, body := t1.tryCreate(t, c, tc.scope, "")
 			require.Equal(t, http.StatusConflict, st, "a second computer of %v: %s", tc.scope, body)
 			require.Equal(t, tc.want.computer, id, body)
 			require.NotContains(t, body, tc.want.capa)

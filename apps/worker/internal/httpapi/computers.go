@@ -8,6 +8,7 @@ import (
 
 	"github.com/open-bot/computer/apps/worker/internal/computers"
 	"github.com/open-bot/computer/apps/worker/internal/store"
+	"github.com/open-bot/computer/pkg/shared"
 )
 
 func (a *api) createComputer(w http.ResponseWriter, r *http.Request) {
@@ -165,4 +166,25 @@ func (a *api) addBot(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusCreated, map[string]any{"bot": botView(c, b)})
+}
+
+// removeBot is DELETE /v1/computers/{id}/bots/{bot}[?purge=true]: the
+// bot's screens stopped and their profiles forgotten, the bot removed;
+// bots/<id>/ stays unless purge. 409 while the bot has a run.
+func (a *api) removeBot(w http.ResponseWriter, r *http.Request) {
+	purge := false
+	switch r.URL.Query().Get("purge") {
+	case "", "false":
+	case "true":
+		purge = true
+	default:
+		writeErr(w, http.StatusBadRequest, shared.CodeBadRequest, "purge: want true or false")
+		return
+	}
+	screens, err := a.o.Computers.RemoveBot(r.Context(), r.PathValue("id"), r.PathValue("bot"), purge)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"removed": r.PathValue("bot"), "forgottenScreens": screens, "purged": purge})
 }

@@ -82,7 +82,8 @@ func TestConformanceOneLiveComputerPerScope(t *testing.T) {
 	})
 }
 
-// TestConformanceRemoveBot: a removed bot is gone from its computer only.
+// TestConformanceRemoveBot: a removed bot is gone from its computer only;
+// a computer has at most one sole bot.
 func TestConformanceRemoveBot(t *testing.T) {
 	eachEngine(t, func(t *testing.T, s Store) {
 		ctx := t.Context()
@@ -100,5 +101,17 @@ func TestConformanceRemoveBot(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, bots, 1)
 		require.NoError(t, s.AddBot(ctx, Bot{ComputerID: "c1", ID: "alice", TeamID: "t"}), "added again")
+
+		// A Private computer's bot is its sole bot: the store takes no
+		// second one, whoever asks; once it is removed another may come.
+		require.NoError(t, s.CreateComputer(ctx, computer("p1")))
+		require.NoError(t, s.AddBot(ctx, Bot{ComputerID: "p1", ID: "solo", TeamID: "t", Sole: true}))
+		require.ErrorIs(t, s.AddBot(ctx, Bot{ComputerID: "p1", ID: "other", TeamID: "t", Sole: true}), ErrExists)
+		bots, err = s.ListBots(ctx, "p1")
+		require.NoError(t, err)
+		require.Len(t, bots, 1)
+		require.True(t, bots[0].Sole)
+		require.NoError(t, s.RemoveBot(ctx, "p1", "solo"))
+		require.NoError(t, s.AddBot(ctx, Bot{ComputerID: "p1", ID: "other", TeamID: "t", Sole: true}))
 	})
 }

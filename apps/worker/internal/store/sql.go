@@ -167,8 +167,12 @@ func (s *sqlStore) AddBot(ctx context.Context, b Bot) error {
 			return s.wrap(err)
 		}
 	}
-	_, err := s.db.ExecContext(ctx, s.q(`INSERT INTO bots (computer_id, id, team_id, created_at) VALUES (?,?,?,?)`),
-		b.ComputerID, b.ID, b.TeamID, ms(now))
+	sole := 0
+	if b.Sole {
+		sole = 1
+	}
+	_, err := s.db.ExecContext(ctx, s.q(`INSERT INTO bots (computer_id, id, team_id, created_at, sole) VALUES (?,?,?,?,?)`),
+		b.ComputerID, b.ID, b.TeamID, ms(now), sole)
 	return s.wrap(err)
 }
 
@@ -184,7 +188,7 @@ func (s *sqlStore) RemoveBot(ctx context.Context, computerID, botID string) erro
 }
 
 func (s *sqlStore) ListBots(ctx context.Context, computerID string) ([]Bot, error) {
-	rows, err := s.db.QueryContext(ctx, s.q(`SELECT computer_id, id, team_id, created_at FROM bots WHERE computer_id=? ORDER BY created_at, id`), computerID)
+	rows, err := s.db.QueryContext(ctx, s.q(`SELECT computer_id, id, team_id, created_at, sole FROM bots WHERE computer_id=? ORDER BY created_at, id`), computerID)
 	if err != nil {
 		return nil, s.wrap(err)
 	}
@@ -192,11 +196,11 @@ func (s *sqlStore) ListBots(ctx context.Context, computerID string) ([]Bot, erro
 	var out []Bot
 	for rows.Next() {
 		var b Bot
-		var created int64
-		if err := rows.Scan(&b.ComputerID, &b.ID, &b.TeamID, &created); err != nil {
+		var created, sole int64
+		if err := rows.Scan(&b.ComputerID, &b.ID, &b.TeamID, &created, &sole); err != nil {
 			return nil, s.wrap(err)
 		}
-		b.CreatedAt = fromMs(created)
+		b.CreatedAt, b.Sole = fromMs(created), sole == 1
 		out = append(out, b)
 	}
 	return out, s.wrap(rows.Err())

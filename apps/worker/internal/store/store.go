@@ -100,7 +100,10 @@ type Bot struct {
 	ComputerID string
 	ID         string
 	TeamID     string
-	CreatedAt  time.Time
+	// Sole marks the only bot a computer may have (a Private computer's):
+	// AddBot refuses a sole bot with ErrExists when the computer has one.
+	Sole      bool
+	CreatedAt time.Time
 }
 
 // Lease is a fenced per-bot lease: each acquisition bumps the epoch, and
