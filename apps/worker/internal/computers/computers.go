@@ -492,6 +492,17 @@ func (s *Service) Adopt(ctx context.Context, id string) (string, error) {
 	return s.o.Caps.Mint(id)
 }
 
+// Describe is the description of computer c's provider — its kind and
+// what its machines can do (multiScreen, stop, persistent) — or false when
+// this worker has no such provider.
+func (s *Service) Describe(c store.Computer) (providers.Description, bool) {
+	p, ok := s.o.Providers[c.Provider]
+	if !ok {
+		return providers.Description{}, false
+	}
+	return p.Describe(), true
+}
+
 func (s *Service) provider(c store.Computer) (providers.Provider, error) {
 	p, ok := s.o.Providers[c.Provider]
 	if !ok {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/open-bot/computer/apps/worker/internal/computers"
+	"github.com/open-bot/computer/apps/worker/internal/providers"
 	"github.com/open-bot/computer/apps/worker/internal/store"
 	"github.com/open-bot/computer/pkg/shared"
 )
@@ -87,12 +88,19 @@ func (a *api) getComputer(w http.ResponseWriter, r *http.Request) {
 	if cp, err := a.o.Computers.LatestCheckpoint(r.Context(), c.ID); err == nil {
 		last = map[string]any{"revision": cp.Revision, "size": cp.Size, "at": cp.At}
 	}
+	var desc *providers.Description
+	if d, ok := a.o.Computers.Describe(c); ok {
+		desc = &d
+	}
 	writeJSON(w, http.StatusOK, map[string]any{"computer": struct {
 		computers.View
-		Bots           []BotView    `json:"bots"`
-		Screens        []ScreenView `json:"screens"`
-		LastCheckpoint any          `json:"lastCheckpoint"`
-	}{computers.ViewOf(c), views, a.screens(r.Context(), c), last}})
+		// Description is the provider's: kind and capabilities
+		// (multiScreen, stop, persistent); null when this worker lacks it.
+		Description    *providers.Description `json:"description"`
+		Bots           []BotView              `json:"bots"`
+		Screens        []ScreenView           `json:"screens"`
+		LastCheckpoint any                    `json:"lastCheckpoint"`
+	}{computers.ViewOf(c), desc, views, a.screens(r.Context(), c), last}})
 }
 
 // ScreenView is one of the machine's screens as botd reports it (never a

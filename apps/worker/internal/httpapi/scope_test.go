@@ -86,6 +86,11 @@ func TestOneComputerPerScope(t *testing.T) {
 		requireTaken(map[string]any{"scope": map[string]any{"team": "t1"}, "kind": "private", "attach": att}, team1, teamCap)
 		require.Equal(t, []string{team1}, f.scoped(t, "team:t1"))
 		require.Empty(t, f.scoped(t, "team:t2"))
+		// GET /v1/computers/{id} carries the provider's description.
+		st, body := f.req(t, "GET", "/v1/computers/"+team1, token, teamCap, nil)
+		require.Equal(t, http.StatusOK, st, body)
+		require.Contains(t, body, `"description":{"kind":"attach","capabilities":{"multiScreen":true,"stop":false,"persistent":true}}`)
+		require.Contains(t, body, `"scope":{"team":"t1","share":true}`)
 		st, team2, _ := f.create(t, map[string]any{"scope": map[string]any{"team": "t2", "share": true}, "attach": att})
 		require.Equal(t, http.StatusCreated, st, "another team has its own")
 		require.Equal(t, []string{team2}, f.scoped(t, "team:t2"))
@@ -119,7 +124,7 @@ func TestOneComputerPerScope(t *testing.T) {
 		}
 
 		// A destroyed computer frees its scope.
-		st, body := f.req(t, "DELETE", "/v1/computers/"+team1, token, teamCap, nil)
+		st, body = f.req(t, "DELETE", "/v1/computers/"+team1, token, teamCap, nil)
 		require.Equal(t, http.StatusOK, st, body)
 		require.Empty(t, f.scoped(t, "team:t1"))
 		st, again, _ := f.create(t, map[string]any{"scope": map[string]any{"team": "t1"}, "attach": att})
