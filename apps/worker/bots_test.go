@@ -17,6 +17,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -239,9 +240,10 @@ func TestRemoveBotsAndPrivateComputer(t *testing.T) {
 		bodies := rec.since(from)
 		require.NotEmpty(t, bodies)
 		all := strings.Join(bodies, "\n")
-		require.Contains(t, all, "Your home and working directory is the whole workspace", "the private bot's instructions")
-		require.NotContains(t, all, "bots/solo", "no bots/<id> folder on a Private computer")
-		require.Contains(t, all, "<cwd>"+workspace+"</cwd>", "the thread works in the whole workspace")
+		cwd := regexp.MustCompile(`<cwd>[^<]*</cwd>`).FindString(all)
+		require.True(t, strings.Contains(all, "Your home and working directory is the whole workspace"), "the private bot's instructions say so (cwd %s)", cwd)
+		require.False(t, strings.Contains(all, "bots/solo"), "no bots/<id> folder on a Private computer (cwd %s)", cwd)
+		require.Equal(t, "<cwd>"+workspace+"</cwd>", cwd, "the thread works in the whole workspace")
 		require.False(t, exists(filepath.Join(workspace, "bots", "solo")), "no bots/solo was made")
 
 		// Once its bot is removed, the Private computer takes another.

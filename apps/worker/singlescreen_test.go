@@ -118,7 +118,7 @@ func TestSingleScreenKeepsOneScreen(t *testing.T) {
 	// In a run, bob's request_takeover is MULTI_SCREEN_UNAVAILABLE: the run
 	// never waits for a person, carries no control link, and goes on.
 	id := e.startRun(t, "bob", "Ask a person to sign in.")
-	final, _ := waitRun(t, e, id, 5*time.Minute)
+	final, _ := waitRun(t, e, id, 3*time.Minute)
 	require.Equal(t, runs.StatusCompleted, final.Status, "%+v", final)
 	stored, err := e.w.Runs.StoredEvents(t.Context(), id)
 	require.NoError(t, err)
