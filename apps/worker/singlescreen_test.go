@@ -52,6 +52,9 @@ func TestSingleScreenKeepsOneScreen(t *testing.T) {
 		// Displays 645-652 and ports 16600-16621: this test's own.
 		"WORKER_LOCAL_DISPLAY_BASE": "645", "WORKER_LOCAL_PORT_BASE": "16600", "WORKER_LOCAL_SLOTS": "2",
 		"MODEL_UPSTREAM_URL": modelSrv.URL + "/v1", "MODEL_API_KEY": scriptedKey,
+		// Over local machines even where a Docker engine answers: a
+		// container could not reach this loopback model server.
+		"DOCKER_HOST": "unix://" + filepath.Join(dir, "no-docker.sock"),
 	}
 	e := providerWorker(t, env, filepath.Join(dir, "machines"), "alice")
 	require.Equal(t, http.StatusCreated, e.do(t, "POST", "/bots", map[string]string{"id": "bob"}, nil))
