@@ -18,6 +18,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/rs/zerolog"
 
+	"github.com/open-bot/computer/apps/worker/internal/codexrpc"
 	"github.com/open-bot/computer/apps/worker/internal/computers"
 	"github.com/open-bot/computer/apps/worker/internal/runs"
 	"github.com/open-bot/computer/pkg/shared"
@@ -25,6 +26,15 @@ import (
 
 // RunEventBotd is the run event type of what botd reported.
 const RunEventBotd = "botd"
+
+// MaxBotdEvent bounds one message on botd's /events (a health snapshot
+// with every screen is a few KiB). A larger one ends the connection, which
+// is dialled again with backoff; what a message adds to a run is bounded
+// per run (runs.MaxBotdNotes, each text field cut at runs.MaxNoteField).
+const MaxBotdEvent = 256 << 10
+
+// clip cuts a text field botd sent for a run event.
+func clip(s string) string { return codexrpc.Clip(s, runs.MaxNoteField) }
 
 // eventFollower keeps a follower per running computer.
 type eventFollower struct {
@@ -141,7 +151,7 @@ func (f *eventFollower) once(ctx context.Context, id string, egressUp *bool) err
 		return err
 	}
 	defer c.CloseNow()
-	c.SetReadLimit(1 << 20)
+	c.SetReadLimit(MaxBotdEvent)
 	f.mu.Lock()
 	f.connected[id]++
 	f.mu.Unlock()
@@ -174,7 +184,7 @@ func (f *eventFollower) apply(computerID, typ string, at time.Time, data json.Ra
 		if !ok {
 			return
 		}
-		payload["screen"], payload["at"] = screen, at
+		payload["screen"], payload["at"] = clip(screen), at
 		r.Note(RunEventBotd, payload)
 	}
 	switch typ {
@@ -183,7 +193,7 @@ func (f *eventFollower) apply(computerID, typ string, at time.Time, data json.Ra
 			Screen, Method, URL string
 		}
 		if json.Unmarshal(data, &d) == nil && d.Screen != "" {
-			note(d.Screen, map[string]any{"kind": "apply_guard_blocked", "method": d.Method, "url": d.URL,
+			note(d.Screen, map[string]any{"kind": "apply_guard_blocked", "method": clip(d.Method), "url": clip(d.URL),
 				"message": "the apply guard blocked a request that looked like submitting an application"})
 		}
 	case shared.EventProcess:
@@ -207,7 +217,7 @@ func (f *eventFollower) apply(computerID, typ string, at time.Time, data json.Ra
 		if proc == "chromium" {
 			kind = "browser_crashed"
 		}
-		note(screen, map[string]any{"kind": kind, "process": proc, "error": d.Error})
+		note(screen, map[string]any{"kind": kind, "process": clip(proc), "error": clip(d.Error)})
 	case shared.EventPreempted:
 		var d struct {
 			Screen string            `json:"screen"`
@@ -217,7 +227,7 @@ func (f *eventFollower) apply(computerID, typ string, at time.Time, data json.Ra
 		if json.Unmarshal(data, &d) == nil && d.Screen != "" {
 			p := map[string]any{"kind": "preempted", "message": "a person took control of the screen"}
 			if d.New != nil {
-				p["by"] = d.New.Kind
+				p["by"] = clip(d.New.Kind)
 			}
 			note(d.Screen, p)
 		}

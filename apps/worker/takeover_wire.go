@@ -142,19 +142,11 @@ func (l *dashLister) Runs(ctx context.Context, computerID string) ([]dashboard.R
 	}
 	out := make([]dashboard.Run, 0, len(rs))
 	for _, r := range rs {
-		evs, err := l.st.Events(ctx, r.ID, 0)
+		// Only what the page shows is read: a run's events may be many
+		// (up to runs.MaxRunEvents), and this call serves every team.
+		evs, err := l.st.RecentEvents(ctx, r.ID, dashEvents, "notification")
 		if err != nil {
 			return nil, err
-		}
-		kept := evs[:0]
-		for _, e := range evs {
-			if e.Type != "notification" {
-				kept = append(kept, e)
-			}
-		}
-		evs = kept
-		if len(evs) > dashEvents {
-			evs = evs[len(evs)-dashEvents:]
 		}
 		dr := dashboard.Run{ID: r.ID, BotID: r.BotID, State: r.State, Events: make([]dashboard.Event, 0, len(evs))}
 		for _, e := range evs {

@@ -4,14 +4,17 @@
 package codexrpc
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/coder/websocket"
 )
@@ -55,6 +58,8 @@ type Conn struct {
 	err     error
 	done    chan struct{}
 	writeMu sync.Mutex // writeMu serializes websocket writes
+	// inflight counts server requests being answered (MaxInflight).
+	inflight atomic.Int32
 }
 
 // ErrClosed is returned by calls on a closed connection.
@@ -67,7 +72,9 @@ func Dial(ctx context.Context, url string, header http.Header, h Handler) (*Conn
 	if err != nil {
 		return nil, fmt.Errorf("dial codex app-server: %w", err)
 	}
-	ws.SetReadLimit(64 << 20)
+	// The library's limit is only the backstop of readMessage's own cap:
+	// an oversized message is read up to maxDrain to say its size.
+	ws.SetReadLimit(maxDrain)
 	cctx, cancel := context.WithCancel(context.Background())
 	c := &Conn{ws: ws, handler: h, ctx: cctx, cancel: cancel, pending: map[string]chan message{}, done: make(chan struct{})}
 	go c.readLoop()
@@ -150,23 +157,35 @@ func (c *Conn) readLoop() {
 	var err error
 	defer func() {
 		c.mu.Lock()
-		c.err = fmt.Errorf("%w: %v", ErrClosed, err)
+		c.err = fmt.Errorf("%w: %w", ErrClosed, err)
 		c.mu.Unlock()
 		c.cancel()
+		if _, ok := AsLimit(err); ok {
+			// No close handshake with a peer that broke a cap: it may
+			// still be sending.
+			_ = c.ws.CloseNow()
+		}
 		close(c.done)
 	}()
+	var buf bytes.Buffer
 	for {
 		var b []byte
-		_, b, err = c.ws.Read(c.ctx)
-		if err != nil {
+		if b, err = c.readMessage(&buf); err != nil {
 			return
 		}
 		var m message
 		if jerr := json.Unmarshal(b, &m); jerr != nil {
 			continue // not JSON-RPC; nothing to answer
 		}
+		if err = checkMessage(m); err != nil {
+			return
+		}
 		switch {
 		case m.Method != "" && len(m.ID) > 0:
+			if c.inflight.Add(1) > MaxInflight {
+				err = Limitf("the computer had more than %d requests waiting for the worker's answer; the cap is %d", MaxInflight, MaxInflight)
+				return
+			}
 			go c.answer(m)
 		case m.Method != "":
 			if c.handler != nil {
@@ -183,8 +202,53 @@ func (c *Conn) readLoop() {
 	}
 }
 
+// readMessage reads one message into buf (reused) under MaxMessage. An
+// oversized message is read on, up to maxDrain, and dropped, so the error
+// can say how big it was.
+func (c *Conn) readMessage(buf *bytes.Buffer) ([]byte, error) {
+	_, rd, err := c.ws.Reader(c.ctx)
+	if err != nil {
+		if errors.Is(err, websocket.ErrMessageTooBig) {
+			return nil, Limitf("the computer sent a JSON-RPC message of more than %s; the cap is %s", Size(maxDrain), Size(MaxMessage))
+		}
+		return nil, err
+	}
+	buf.Reset()
+	n, err := buf.ReadFrom(io.LimitReader(rd, MaxMessage+1))
+	if err != nil {
+		return nil, err
+	}
+	if n <= MaxMessage {
+		return buf.Bytes(), nil
+	}
+	// A peer that trickles the rest is not waited for long.
+	stop := time.AfterFunc(drainTime, func() { _ = c.ws.CloseNow() })
+	more, err := io.Copy(io.Discard, rd)
+	stop.Stop()
+	buf.Reset()
+	switch {
+	case errors.Is(err, websocket.ErrMessageTooBig):
+		return nil, Limitf("the computer sent a JSON-RPC message of more than %s; the cap is %s", Size(maxDrain), Size(MaxMessage))
+	case err != nil:
+		return nil, Limitf("the computer sent a JSON-RPC message of at least %s; the cap is %s", Size(n+more), Size(MaxMessage))
+	}
+	return nil, Limitf("the computer sent a %s JSON-RPC message; the cap is %s", Size(n+more), Size(MaxMessage))
+}
+
+// checkMessage applies the caps on a message's parts.
+func checkMessage(m message) error {
+	if len(m.Method) > MaxMethod {
+		return Limitf("the computer sent a JSON-RPC method name of %s; the cap is %s", Size(int64(len(m.Method))), Size(MaxMethod))
+	}
+	if len(m.ID) > MaxID {
+		return Limitf("the computer sent a JSON-RPC id of %s; the cap is %s", Size(int64(len(m.ID))), Size(MaxID))
+	}
+	return nil
+}
+
 // answer runs the handler for a server request and replies.
 func (c *Conn) answer(m message) {
+	defer c.inflight.Add(-1)
 	var (
 		res any
 		err error

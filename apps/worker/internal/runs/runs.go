@@ -184,6 +184,8 @@ type Run struct {
 	epoch      int64
 	session    *tools.Session
 	cancel     context.CancelFunc
+	// abort cancels the run's context with the cap it exceeded.
+	abort context.CancelCauseFunc
 	// fenced is set when the store refused a write as stale: the run stops.
 	fenced bool
 	// resumed: a previous worker process started this run; screen leases it
@@ -202,6 +204,13 @@ type Run struct {
 	takeover  chan struct{} // closed by Resume while waiting
 	turnDone  chan codexrpc.Turn
 	agentText strings.Builder
+	// textCut: agentText stopped at MaxAgentText.
+	textCut bool
+	// violation is the first cap the computer exceeded (the run's reason).
+	violation *codexrpc.LimitError
+	// evCount and evBytes count the recorded events under the caps
+	// (MaxRunEvents, MaxRunEventBytes); notes counts botd's (MaxBotdNotes).
+	evCount, evBytes, notes int
 }
 
 // ErrNotFound is returned for unknown run ids.
@@ -247,9 +256,10 @@ func (m *Manager) Start(ctx context.Context, computerID string, req StartRequest
 		return nil, err
 	}
 	sess.CheckScreen = machine.CheckScreen
-	rctx, cancel := context.WithTimeout(context.Background(), m.o.TurnTimeout)
+	tctx, cancel := context.WithTimeout(context.Background(), m.o.TurnTimeout)
+	rctx, abort := context.WithCancelCause(tctx)
 	r := &Run{m: m, id: id, botID: req.BotID, computerID: c.ID, botd: botd, leaseKey: key, epoch: lease.Epoch,
-		session: sess, cancel: cancel, subs: map[chan Event]struct{}{},
+		session: sess, cancel: cancel, abort: abort, subs: map[chan Event]struct{}{},
 		done: make(chan struct{}), turnDone: make(chan codexrpc.Turn, 4),
 		snap: Snapshot{ID: id, ComputerID: c.ID, BotID: req.BotID, Status: StatusQueued, StartedAt: time.Now().UTC(), ToolCalls: []ToolCall{}}}
 	sess.Takeover = r.waitTakeover
@@ -393,14 +403,19 @@ func (m *Manager) Recover(ctx context.Context) error {
 // epoch, with its recorded events; failing that, it fails the run with the
 // reason.
 func (m *Manager) resume(sr store.Run, lease store.Lease) {
-	ctx, cancel := context.WithTimeout(context.Background(), m.o.TurnTimeout)
+	tctx, cancel := context.WithTimeout(context.Background(), m.o.TurnTimeout)
+	ctx, abort := context.WithCancelCause(tctx)
 	r := &Run{m: m, id: sr.ID, botID: sr.BotID, computerID: sr.ComputerID, leaseKey: sr.LeaseKey, epoch: lease.Epoch,
-		cancel: cancel, resumed: true, subs: map[chan Event]struct{}{}, done: make(chan struct{}), turnDone: make(chan codexrpc.Turn, 4),
+		cancel: cancel, abort: abort, resumed: true, subs: map[chan Event]struct{}{}, done: make(chan struct{}), turnDone: make(chan codexrpc.Turn, 4),
 		snap: Snapshot{ID: sr.ID, ComputerID: sr.ComputerID, BotID: sr.BotID, Status: Status(sr.State), ThreadID: sr.ThreadID,
 			TurnID: sr.TurnID, StartedAt: sr.CreatedAt, ToolCalls: []ToolCall{}}}
 	if evs, err := m.StoredEvents(ctx, sr.ID); err == nil {
 		r.events = evs
 		for _, e := range evs {
+			if raw, ok := e.Data.(json.RawMessage); ok && !ownEvents[e.Type] {
+				r.evCount++
+				r.evBytes += len(raw)
+			}
 			if raw, ok := e.Data.(json.RawMessage); ok && e.Type == "tool_result" {
 				var tc ToolCall
 				if json.Unmarshal(raw, &tc) == nil {
@@ -533,9 +548,25 @@ func (r *Run) Subscribe() (<-chan Event, func()) {
 }
 
 func (r *Run) emitLocked(typ string, data any) {
+	b, _ := json.Marshal(data)
+	if !ownEvents[typ] {
+		if r.violation != nil {
+			return // the run is ending for an excess; nothing more is kept
+		}
+		if r.evCount+1 > MaxRunEvents {
+			r.violateLocked(codexrpc.Limitf("the computer caused more than %d events in this run; the cap is %d", MaxRunEvents, MaxRunEvents))
+			return
+		}
+		if r.evBytes+len(b) > MaxRunEventBytes {
+			r.violateLocked(codexrpc.Limitf("the computer caused more than %s of events in this run; the cap is %s",
+				codexrpc.Size(MaxRunEventBytes), codexrpc.Size(MaxRunEventBytes)))
+			return
+		}
+		r.evCount++
+		r.evBytes += len(b)
+	}
 	e := Event{Seq: len(r.events) + 1, At: time.Now().UTC(), Type: typ, Data: data}
 	if !r.fenced {
-		b, _ := json.Marshal(data)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		seq, err := r.m.o.Store.AppendEvent(ctx, r.id, r.epoch, typ, b)
 		cancel()
@@ -588,10 +619,11 @@ func (r *Run) setStatus(s Status, errMsg string) {
 		return
 	}
 	r.snap.Status = s
+	errMsg = codexrpc.Clip(errMsg, MaxReason)
 	if errMsg != "" {
 		r.snap.Error = errMsg
 	}
-	r.persistLocked(store.RunUpdate{State: ptr(string(s)), Error: ptr(r.snap.Error), Message: ptr(r.agentText.String())})
+	r.persistLocked(store.RunUpdate{State: ptr(string(s)), Error: ptr(r.snap.Error), Message: ptr(r.messageLocked())})
 	r.emitLocked("status", map[string]string{"status": string(s), "error": errMsg})
 }
 
@@ -612,7 +644,7 @@ func (r *Run) run(ctx context.Context, drive func(context.Context) error) {
 		r.mu.Lock()
 		now := time.Now().UTC()
 		r.snap.EndedAt = &now
-		r.snap.Message = r.agentText.String()
+		r.snap.Message = r.messageLocked()
 		if !r.snap.Status.Ended() {
 			r.snap.Status, r.snap.Error = StatusFailed, "the run ended without an outcome"
 		}
@@ -632,6 +664,13 @@ func (r *Run) run(ctx context.Context, drive func(context.Context) error) {
 		log.Info().Str("status", string(r.Snapshot().Status)).Msg("run ended")
 	}()
 	if err := drive(ctx); err != nil {
+		r.mu.Lock()
+		if r.violation != nil {
+			err = r.violation // the cap, not how the turn noticed it
+		} else if le, ok := codexrpc.AsLimit(err); ok {
+			err = le // a JSON-RPC cap (codexrpc closed the connection)
+		}
+		r.mu.Unlock()
 		if ctx.Err() != nil && r.Snapshot().Status == StatusStopped {
 			return
 		}
@@ -644,8 +683,9 @@ func (r *Run) run(ctx context.Context, drive func(context.Context) error) {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			err = fmt.Errorf("the run took longer than %s", r.m.o.TurnTimeout)
 		}
-		log.Warn().Err(err).Msg("run failed")
-		r.setStatus(StatusFailed, err.Error())
+		msg := codexrpc.Clip(err.Error(), MaxReason)
+		log.Warn().Str("reason", msg).Msg("run failed")
+		r.setStatus(StatusFailed, msg)
 	}
 }
 
@@ -694,6 +734,9 @@ func (r *Run) drive(ctx context.Context, prompt, model string) error {
 	}, &ts); err != nil {
 		return err
 	}
+	if err := checkID("thread", ts.Thread.ID); err != nil {
+		return err
+	}
 	return r.turn(ctx, conn, ts.Thread.ID, prompt)
 }
 
@@ -738,6 +781,9 @@ func (r *Run) turn(ctx context.Context, conn *codexrpc.Conn, threadID, text stri
 	}, &turn); err != nil {
 		return err
 	}
+	if err := checkID("turn", turn.Turn.ID); err != nil {
+		return err
+	}
 	r.mu.Lock()
 	r.snap.ThreadID, r.snap.TurnID = threadID, turn.Turn.ID
 	r.persistLocked(store.RunUpdate{ThreadID: &threadID, TurnID: &turn.Turn.ID})
@@ -759,13 +805,19 @@ func (r *Run) turn(ctx context.Context, conn *codexrpc.Conn, threadID, text stri
 			default:
 				msg := "the turn failed"
 				if t.Error != nil && t.Error.Message != "" {
-					msg += ": " + t.Error.Message
+					msg += ": " + codexrpc.Clip(t.Error.Message, MaxNoteField)
 				}
 				return errors.New(msg)
 			}
 		case <-conn.Done():
+			if le, ok := codexrpc.AsLimit(conn.Err()); ok {
+				return le
+			}
 			return fmt.Errorf("the Codex app-server went away mid-turn (%v)", conn.Err())
 		case <-ctx.Done():
+			if le, ok := limitOf(ctx); ok {
+				return le // no interrupt: the computer broke a cap
+			}
 			ictx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			_ = conn.Call(ictx, codexrpc.MethodTurnInterrupt, codexrpc.TurnInterruptParams{ThreadID: threadID, TurnID: turn.Turn.ID}, nil)
 			cancel()
@@ -852,6 +904,12 @@ func (r *Run) waitTakeover(ctx context.Context, screen, reason string) error {
 
 // HandleNotification records notifications and watches for the turn's end.
 func (r *Run) HandleNotification(method string, params json.RawMessage) {
+	r.mu.Lock()
+	over := r.violation != nil
+	r.mu.Unlock()
+	if over {
+		return // the run is ending for an excess: nothing more is taken in
+	}
 	switch method {
 	case codexrpc.NotifyTurnCompleted:
 		var n codexrpc.TurnCompletedNotification
@@ -867,7 +925,7 @@ func (r *Run) HandleNotification(method string, params json.RawMessage) {
 		}
 		if json.Unmarshal(params, &d) == nil {
 			r.mu.Lock()
-			r.agentText.WriteString(d.Delta)
+			r.addTextLocked(d.Delta, false)
 			r.mu.Unlock()
 		}
 		return // deltas are many and small; the final message is in the snapshot
@@ -880,8 +938,7 @@ func (r *Run) HandleNotification(method string, params json.RawMessage) {
 		}
 		if json.Unmarshal(params, &n) == nil && n.Item.Type == "agentMessage" && n.Item.Text != "" {
 			r.mu.Lock()
-			r.agentText.Reset()
-			r.agentText.WriteString(n.Item.Text)
+			r.addTextLocked(n.Item.Text, true)
 			r.mu.Unlock()
 		}
 	}
@@ -949,6 +1006,7 @@ func (r *Run) toolCall(ctx context.Context, params json.RawMessage) codexrpc.Dyn
 	if json.Unmarshal(args, &s) == nil {
 		args = json.RawMessage(s)
 	}
+	p.CallID, p.Tool = codexrpc.Clip(p.CallID, MaxIDLen), codexrpc.Clip(p.Tool, MaxIDLen)
 	r.emit("tool_call", map[string]any{"callId": p.CallID, "tool": p.Tool, "arguments": trimParams(args)})
 	// A run whose lease moved on (its writes refused, that one included)
 	// acts no more: the call is not carried out, even before the fence's
@@ -981,6 +1039,14 @@ func (r *Run) toolCall(ctx context.Context, params json.RawMessage) codexrpc.Dyn
 	r.emitLocked("tool_result", rec)
 	r.mu.Unlock()
 	return out
+}
+
+// checkID refuses a thread or turn id over MaxIDLen.
+func checkID(what, id string) error {
+	if len(id) > MaxIDLen {
+		return codexrpc.Limitf("the computer named a %s id of %s; the cap is %s", what, codexrpc.Size(int64(len(id))), codexrpc.Size(MaxIDLen))
+	}
+	return nil
 }
 
 func newID() string {

@@ -1,6 +1,10 @@
 package runs
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/open-bot/computer/apps/worker/internal/codexrpc"
+)
 
 // BotRun returns the live run of bot botID on computer computerID, if this
 // process has one that has not ended.
@@ -37,11 +41,16 @@ func (m *Manager) ScreenRun(computerID, screen string) (*Run, bool) {
 
 // Note records an event that happened outside the model's turn (botd's
 // apply guard, a crashed browser, a preemption, lost egress) on the run:
-// stored, and streamed to its subscribers. Nothing is noted on an ended run.
+// stored, and streamed to its subscribers. Nothing is noted on an ended run;
+// past MaxBotdNotes the run fails (its botd is flooding it).
 func (r *Run) Note(typ string, data any) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.snap.Status.Ended() {
+	if r.snap.Status.Ended() || r.violation != nil {
+		return
+	}
+	if r.notes++; r.notes > MaxBotdNotes {
+		r.violateLocked(codexrpc.Limitf("botd's /events reported more than %d events for this run; the cap is %d", MaxBotdNotes, MaxBotdNotes))
 		return
 	}
 	r.emitLocked(typ, data)

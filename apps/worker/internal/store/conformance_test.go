@@ -232,6 +232,14 @@ func TestConformanceRunsFenced(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, evs, 1)
 		require.Equal(t, int64(3), evs[0].Seq)
+		// The last n of a type, in order; none of a skipped type.
+		evs, err = s.RecentEvents(ctx, "r1", 2, "notification")
+		require.NoError(t, err)
+		require.Len(t, evs, 2)
+		require.Equal(t, []int64{2, 3}, []int64{evs[0].Seq, evs[1].Seq})
+		evs, err = s.RecentEvents(ctx, "r1", 10, "status")
+		require.NoError(t, err)
+		require.Empty(t, evs)
 
 		// The new holder (the same run, re-fenced) finishes it.
 		got, err = s.UpdateRun(ctx, "r1", l2.Epoch, RunUpdate{State: ptr(RunFailed), Error: ptr("worker restarted")})

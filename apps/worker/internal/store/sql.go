@@ -410,6 +410,29 @@ func (s *sqlStore) Events(ctx context.Context, runID string, afterSeq int64) ([]
 	return out, s.wrap(rows.Err())
 }
 
+func (s *sqlStore) RecentEvents(ctx context.Context, runID string, n int, skipType string) ([]Event, error) {
+	rows, err := s.db.QueryContext(ctx, s.q(`SELECT seq, at, type, data FROM run_events WHERE run_id=? AND type<>? ORDER BY seq DESC LIMIT ?`), runID, skipType, n)
+	if err != nil {
+		return nil, s.wrap(err)
+	}
+	defer rows.Close()
+	var out []Event
+	for rows.Next() {
+		var e Event
+		var at int64
+		var data string
+		if err := rows.Scan(&e.Seq, &at, &e.Type, &data); err != nil {
+			return nil, s.wrap(err)
+		}
+		e.At, e.Data = fromMs(at), []byte(data)
+		out = append(out, e)
+	}
+	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
+		out[i], out[j] = out[j], out[i]
+	}
+	return out, s.wrap(rows.Err())
+}
+
 func (s *sqlStore) PutCheckpoint(ctx context.Context, c Checkpoint) error {
 	if c.At.IsZero() {
 		c.At = time.Now()

@@ -203,6 +203,9 @@ type Store interface {
 	AppendEvent(ctx context.Context, runID string, epoch int64, typ string, data []byte) (int64, error)
 	// Events returns the run's events after seq, in order.
 	Events(ctx context.Context, runID string, afterSeq int64) ([]Event, error)
+	// RecentEvents returns the run's last n events whose type is not
+	// skipType, in order (the dashboard reads no more than it shows).
+	RecentEvents(ctx context.Context, runID string, n int, skipType string) ([]Event, error)
 
 	PutCheckpoint(ctx context.Context, c Checkpoint) error
 	LatestCheckpoint(ctx context.Context, computerID string) (Checkpoint, error)
