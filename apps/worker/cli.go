@@ -18,6 +18,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"text/tabwriter"
@@ -165,13 +166,14 @@ func (c cliComputer) scope() string {
 	return "session:" + c.Scope.Session
 }
 
-const computersUsage = `usage: worker computers <create|list|adopt|add-bot|stop|start|recover|checkpoint|destroy> [flags]
+const computersUsage = `usage: worker computers <create|list|adopt|add-bot|remove-bot|stop|start|recover|checkpoint|destroy> [flags]
   create  [--team T | --session S | --account] [--kind team|private] [--provider KIND]
           [--attach-url URL --attach-token-file FILE]   prints the capability once
           (attach is an operator action: this CLI reads FILE and sends the token by value)
-  list
+  list    [--team T | --session S | --account]   (with one: that scope's live computer)
   adopt ID   operator: a new capability (the old one stops working; a restart forgets them all)
-  add-bot  --capability C ID BOT
+  add-bot  --capability C ID BOT   bot ids: ^[a-z0-9][a-z0-9_]{0,62}$ (no '-')
+  remove-bot --capability C [--purge] ID BOT   stop its screens, forget their profiles (--purge: and bots/BOT/)
   stop|start|recover|destroy --capability C ID
   checkpoint --capability C ID   export the computer's home into the home store now
 common flags: --url (WORKER_URL) --json; the token: WORKER_TOKEN(_FILE) or DATA_DIR/worker-token;
@@ -189,6 +191,7 @@ func runComputers(ctx context.Context, args []string) error {
 	session := fs.String("session", "", "session scope (the default: a new session)")
 	account := fs.Bool("account", false, "account scope: one computer for the whole deployment")
 	kind := fs.String("kind", "", "team or private")
+	purge := fs.Bool("purge", false, "remove-bot: also remove bots/<bot>/")
 	provider := fs.String("provider", "", "provider kind (default: the worker's WORKER_PROVIDER)")
 	attURL := fs.String("attach-url", "", "attach: the botd URL")
 	attTok := fs.String("attach-token-file", "", "attach: a file holding the botd's token (read here, sent by value; never pass the token as an argument)")
@@ -259,7 +262,16 @@ func runComputers(ctx context.Context, args []string) error {
 		var out struct {
 			Computers []cliComputer `json:"computers"`
 		}
-		if err := c.call(ctx, "GET", "/v1/computers", nil, &out); err != nil {
+		path := "/v1/computers"
+		switch { // the scope's live computer only
+		case *team != "":
+			path += "?scope=" + url.QueryEscape("team:"+*team)
+		case *session != "":
+			path += "?scope=" + url.QueryEscape("session:"+*session)
+		case *account:
+			path += "?scope=account"
+		}
+		if err := c.call(ctx, "GET", path, nil, &out); err != nil {
 			return err
 		}
 		if !c.asJSON {
@@ -283,6 +295,24 @@ func runComputers(ctx context.Context, args []string) error {
 		}
 		if !c.asJSON {
 			fmt.Printf("bot %s added: works in %s, screen %s\n", out.Bot.ID, out.Bot.Dir, out.Bot.Screen)
+		}
+		return nil
+	case "remove-bot":
+		if err := needID(2); err != nil {
+			return err
+		}
+		path := "/v1/computers/" + pos[0] + "/bots/" + url.PathEscape(pos[1])
+		if *purge {
+			path += "?purge=true"
+		}
+		var out struct {
+			Screens []string `json:"forgottenScreens"`
+		}
+		if err := c.call(ctx, "DELETE", path, nil, &out); err != nil {
+			return err
+		}
+		if !c.asJSON {
+			fmt.Printf("bot %s removed; screens forgotten: %s\n", pos[1], strings.Join(out.Screens, ", "))
 		}
 		return nil
 	case "adopt":

@@ -12,6 +12,7 @@ import (
 	"archive/tar"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -111,6 +112,30 @@ func (e *workerEnv) addComputer(t testing.TB, c *computer, scope map[string]any,
 	return &o
 }
 
+// tryCreate asks e's worker for another attach computer on botd c with
+// scope (and kind, "" for the default), and returns the status, the
+// computer's id (the new one, or the scope's live one a 409 names) and the
+// body.
+func (e *workerEnv) tryCreate(t testing.TB, c *computer, scope map[string]any, kind string) (int, string, string) {
+	t.Helper()
+	req := map[string]any{"scope": scope, "provider": "attach", "attach": map[string]string{"url": c.url, "token": c.token}}
+	if kind != "" {
+		req["kind"] = kind
+	}
+	st, body := raw(t, "POST", e.url+"/v1/computers", e.op, "", req)
+	var out struct {
+		Computer struct{ ID string } `json:"computer"`
+		Error    struct {
+			ComputerID string `json:"computerId"`
+		} `json:"error"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(body), &out), body)
+	if out.Computer.ID != "" {
+		return st, out.Computer.ID, body
+	}
+	return st, out.Error.ComputerID, body
+}
+
 // tryRun asks for a run of bot and returns the status and the run's id
 // (when one was made) or the error's message.
 func (e *workerEnv) tryRun(t testing.TB, bot string) (int, string) {
@@ -137,57 +162,65 @@ func (e *workerEnv) stopRun(t testing.TB, id string) {
 	require.Equal(t, runs.StatusStopped, final.Status)
 }
 
-// TestBotLeaseScopes: one bot id on five computers of one botd — two Team
-// computers of team t1, one of team t2, two of the account. A run of the
-// bot on the first refuses a concurrent run on the second (409) but not on
-// the third; the account's two computers likewise share one bot, apart
-// from the teams'. Once the runs end, the refused computers run the bot.
-// Everything is observed through the API.
+// TestBotLeaseScopes: one bot id on computers of one botd — team t1's,
+// team t2's, the account's and a session's. A team, the account and a
+// session each have one computer: a second create for t1 or for the
+// account or session is 409 naming the first (never a capability). Bot
+// alice runs at once on t1's, t2's and the account's computer (another
+// scope's alice is another bot), while a second
+// run of t1's alice is refused (409) until the first ends. Everything is
+// observed through the API.
 func TestBotLeaseScopes(t *testing.T) {
 	_, modelURL := hangingModel(t) // runs stay mid-turn until stopped
 	c := startComputerWith(t, scripted(modelURL), 406, "VIEW_PORT_BASE=31900")
 	eachStore(t, func(t *testing.T, dbURL string) {
-		t1a := startWorkerWith(t, c, "scripted-model", withDatabase(dbURL), "alice")
-		requirePostgresUsed(t, t1a, dbURL)
-		t1b := t1a.addComputer(t, c, map[string]any{"team": "t1"}, "alice")
-		t2 := t1a.addComputer(t, c, map[string]any{"team": "t2"}, "alice")
-		acctA := t1a.addComputer(t, c, map[string]any{"account": true}, "alice")
-		acctB := t1a.addComputer(t, c, map[string]any{"account": true}, "alice")
+		t1 := startWorkerWith(t, c, "scripted-model", withDatabase(dbURL), "alice")
+		requirePostgresUsed(t, t1, dbURL)
+		t2 := t1.addComputer(t, c, map[string]any{"team": "t2", "share": true}, "alice")
+		acct := t1.addComputer(t, c, map[string]any{"account": true}, "alice")
+		sess := t1.addComputer(t, c, map[string]any{"session": "s1"}, "alice")
+		for _, tc := range []struct {
+			scope map[string]any
+			want  *workerEnv
+		}{{map[string]any{"team": "t1", "share": true}, t1}, {map[string]any{"account": true}, acct}, {map[string]any{"session": "s1"}, sess}} {
+			st, id, body := t1.tryCreate(t, c, tc.scope, "")
+			require.Equal(t, http.StatusConflict, st, "a second computer of %v: %s", tc.scope, body)
+			require.Equal(t, tc.want.computer, id, body)
+			require.NotContains(t, body, tc.want.capa)
+			require.NotContains(t, body, `"capability"`)
+		}
+		var found struct {
+			Computers []struct{ ID string } `json:"computers"`
+		}
+		getJSON(t, t1.url+"/v1/computers?scope=team:t1", t1.token, &found)
+		require.Len(t, found.Computers, 1)
+		require.Equal(t, t1.computer, found.Computers[0].ID)
 
-		st, runT1 := t1a.tryRun(t, "alice")
-		require.Equal(t, http.StatusCreated, st, runT1)
-		st, msg := t1b.tryRun(t, "alice")
-		require.Equal(t, http.StatusConflict, st, "the same team's other computer: %s", msg)
-		require.Contains(t, msg, "already has a computer-use run")
-		st, runT2 := t2.tryRun(t, "alice")
-		require.Equal(t, http.StatusCreated, st, "another team's alice is another bot: %s", runT2)
-		st, runAcct := acctA.tryRun(t, "alice")
-		require.Equal(t, http.StatusCreated, st, "the account's alice is not team t1's: %s", runAcct)
-		st, msg = acctB.tryRun(t, "alice")
-		require.Equal(t, http.StatusConflict, st, "the account's other computer: %s", msg)
-		// The refusals made nothing, and the runs that were made still live.
-		for _, r := range []struct {
+		var started []struct {
 			e  *workerEnv
 			id string
-		}{{t1a, runT1}, {t2, runT2}, {acctA, runAcct}} {
+		}
+		for _, e := range []*workerEnv{t1, t2, acct} {
+			st, id := e.tryRun(t, "alice")
+			require.Equal(t, http.StatusCreated, st, "each scope's alice is its own bot: %s", id)
+			started = append(started, struct {
+				e  *workerEnv
+				id string
+			}{e, id})
+		}
+		st, msg := t1.tryRun(t, "alice")
+		require.Equal(t, http.StatusConflict, st, "t1's alice runs already: %s", msg)
+		require.Contains(t, msg, "already has a computer-use run")
+		// The refusal made nothing, and the runs that were made still live.
+		for _, r := range started {
 			require.False(t, r.e.getRun(t, r.id).Status.Ended(), "run %s ended early", r.id)
 		}
-
-		// Once the first computer's run ends, the same team's other computer
-		// runs the bot (the 409 was that run, nothing else); the account's
-		// likewise.
-		t1a.stopRun(t, runT1)
-		st, runT1b := t1b.tryRun(t, "alice")
-		require.Equal(t, http.StatusCreated, st, runT1b)
-		st, msg = t1a.tryRun(t, "alice")
-		require.Equal(t, http.StatusConflict, st, "now the first computer is refused: %s", msg)
-		acctA.stopRun(t, runAcct)
-		st, runAcctB := acctB.tryRun(t, "alice")
-		require.Equal(t, http.StatusCreated, st, runAcctB)
-		for _, r := range []struct {
-			e  *workerEnv
-			id string
-		}{{t1b, runT1b}, {t2, runT2}, {acctB, runAcctB}} {
+		// Once t1's run ends, its alice runs again.
+		t1.stopRun(t, started[0].id)
+		st, again := t1.tryRun(t, "alice")
+		require.Equal(t, http.StatusCreated, st, again)
+		t1.stopRun(t, again)
+		for _, r := range started[1:] {
 			r.e.stopRun(t, r.id)
 		}
 	})

@@ -30,6 +30,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/open-bot/computer/apps/worker/egressagent"
+	"github.com/open-bot/computer/apps/worker/internal/computers"
 	"github.com/open-bot/computer/apps/worker/internal/mockmodel"
 	"github.com/open-bot/computer/apps/worker/internal/runs"
 	"github.com/open-bot/computer/apps/worker/internal/store"
@@ -260,8 +261,6 @@ func takeoverAndBotdEvents(t *testing.T, dbURL string) {
 				{Tool: "open_path", Args: map[string]any{"target": page.srv.URL + "/?apply=1"}},
 				waitShell("bots/alice/go2"),
 			}
-		case 4: // bob, on another computer of the team, waits in a shell
-			steps = []mockmodel.Step{waitShell("bots/bob/go4")}
 		}
 		if len(outs) < len(steps) {
 			return steps[len(outs)]
@@ -411,20 +410,19 @@ func takeoverAndBotdEvents(t *testing.T, dbURL string) {
 	})
 
 	t.Run("execution lease", func(t *testing.T) {
-		// The bot's execution lease held by a run that is not this
-		// computer's: bob's run on another computer of the same team.
-		// Busy as well, until that run ends.
-		phase.Store(4)
-		other := e.addComputer(t, c, map[string]any{"team": "t1"}, "bob")
-		id := other.startRun(t, "bob", "Wait for the file.")
-		sse := followSSE(t, other, id)
-		sse.wait(t, "bob's waiting shell", 3*time.Minute, func(ev sseEvent) bool { return ev.Type == "tool_call" && ev.Data["tool"] == "shell" })
+		// The bot's execution lease held by a run this process does not
+		// drive (another worker's on the same database; a team has one
+		// computer, so no other computer of it can run bob). Busy as well,
+		// until the lease is given back.
+		ctx := t.Context()
+		comp, err := e.w.Store.GetComputer(ctx, e.computer)
+		require.NoError(t, err)
+		l, err := e.w.Store.AcquireLease(ctx, computers.LeaseKey(comp, "bob"), "r_of_another_worker", time.Minute)
+		require.NoError(t, err)
 		status, _, msg := takeoverCall(t, e, "POST", "bob", "")
 		require.Equal(t, http.StatusConflict, status)
 		require.Equal(t, "Stop the bot first", msg)
-		writeBotFile(t, other, "bob", "bots/bob/go4")
-		final, _ := waitRun(t, other, id, 3*time.Minute)
-		require.Equal(t, runs.StatusCompleted, final.Status)
+		require.NoError(t, e.w.Store.ReleaseLease(ctx, l.Key, l.Epoch))
 		status, _, _ = takeoverCall(t, e, "POST", "bob", "")
 		require.Equal(t, http.StatusOK, status)
 		status, _, _ = takeoverCall(t, e, "DELETE", "bob", "")

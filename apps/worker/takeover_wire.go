@@ -89,6 +89,11 @@ func (l *dashLister) Computers(ctx context.Context) ([]dashboard.Computer, error
 	out := make([]dashboard.Computer, 0, len(vs))
 	for _, v := range vs {
 		c := dashboard.Computer{ID: v.ID, Kind: v.Kind, Provider: v.Provider, State: v.State}
+		if sc, err := l.comps.Get(ctx, v.ID); err == nil {
+			if d, ok := l.comps.Describe(sc); ok {
+				c.Capabilities = &dashboard.Capabilities{MultiScreen: d.Capabilities.MultiScreen, Stop: d.Capabilities.Stop, Persistent: d.Capabilities.Persistent}
+			}
+		}
 		if cp, err := l.comps.LatestCheckpoint(ctx, v.ID); err == nil {
 			c.LastCheckpoint = &dashboard.Checkpoint{Revision: cp.Revision, Size: cp.Size, At: cp.At}
 		}
@@ -204,4 +209,14 @@ type dashScreens struct{ comps *computers.Service }
 func (s dashScreens) Botd(ctx context.Context, computerID string) (*client.Client, error) {
 	c, _, err := s.comps.Botd(ctx, computerID)
 	return c, err
+}
+
+// CheckScreen is the machine's screen limit (dashboard.ScreenChecker): a
+// single-screen backend shows only its primary screen.
+func (s dashScreens) CheckScreen(ctx context.Context, computerID, screen string) error {
+	m, err := s.comps.Machine(ctx, computerID)
+	if err != nil {
+		return err
+	}
+	return m.CheckScreen(ctx, screen)
 }

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
+	"strings"
 	"sync"
 	"time"
 
@@ -93,11 +94,56 @@ func kinds(m map[string]providers.Provider) []string {
 // Caps is the capability set.
 func (s *Service) Caps() *capability.Set { return s.o.Caps }
 
-// Scope is a create request's scope: exactly one of the three.
+// Scope is a create request's scope: exactly one of the three (seed 003).
+// {session} is the default, one computer per conversation; {team} (with
+// share: true, which a team scope always is) is the team's one shared
+// computer; {account: true} is the deployment's one computer. Each scope has
+// at most one live computer.
 type Scope struct {
 	Session string `json:"session,omitempty"`
 	Team    string `json:"team,omitempty"`
-	Account bool   `json:"account,omitempty"`
+	// Share goes with Team only: a team scope is shared by every teammate,
+	// so share:false with a team is refused (use {session} instead).
+	Share   *bool `json:"share,omitempty"`
+	Account bool  `json:"account,omitempty"`
+}
+
+// ParseScope reads the scope query form of GET /v1/computers?scope=…:
+// "session:<id>", "team:<id>" or "account". It returns the store's scope
+// kind and id.
+func ParseScope(q string) (kind, id string, err error) {
+	if q == store.ScopeAccount {
+		return store.ScopeAccount, "", nil
+	}
+	k, v, ok := strings.Cut(q, ":")
+	if !ok || (k != store.ScopeSession && k != store.ScopeTeam) || !ValidID(v) {
+		return "", "", bad("scope: want session:<id>, team:<id> or account (ids are [A-Za-z0-9_-]{1,64})")
+	}
+	return k, v, nil
+}
+
+// scopeName is a scope as ParseScope reads it.
+func scopeName(kind, id string) string {
+	if kind == store.ScopeAccount {
+		return store.ScopeAccount
+	}
+	return kind + ":" + id
+}
+
+// ScopeTaken is the answer to a create for a scope that has a live
+// computer: 409 with that computer's id (never its capability).
+type ScopeTaken struct {
+	ComputerID string
+	*shared.APIError
+}
+
+// Unwrap lets the API render it as any APIError.
+func (e *ScopeTaken) Unwrap() error { return e.APIError }
+
+func scopeTaken(c store.Computer) *ScopeTaken {
+	return &ScopeTaken{ComputerID: c.ID, APIError: shared.Errorf(http.StatusConflict, shared.CodeConflict,
+		"scope %s has a live computer already: %s (%s); use its capability, or the operator can adopt it (POST /v1/computers/%s/adopt) if the capability was lost",
+		scopeName(c.ScopeKind, c.ScopeID), c.ID, c.ObservedState, c.ID)}
 }
 
 // CreateRequest is POST /v1/computers.
@@ -146,7 +192,7 @@ func ViewOf(c store.Computer) View {
 	case store.ScopeSession:
 		v.Scope.Session = c.ScopeID
 	case store.ScopeTeam:
-		v.Scope.Team = c.ScopeID
+		v.Scope.Team, v.Scope.Share = c.ScopeID, ptr(true)
 	case store.ScopeAccount:
 		v.Scope.Account = true
 	}
@@ -194,6 +240,14 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (View, string, 
 	case c.ScopeKind != store.ScopeAccount && !ValidID(c.ScopeID):
 		return View{}, "", bad("scope: ids are [A-Za-z0-9_-]{1,64}")
 	}
+	if sh := req.Scope.Share; sh != nil {
+		switch {
+		case c.ScopeKind != store.ScopeTeam:
+			return View{}, "", bad("scope: share goes with a team ({team, share: true})")
+		case !*sh:
+			return View{}, "", bad("scope: a team scope is the team's shared computer; for a computer of one conversation use {session}")
+		}
+	}
 	c.Kind = req.Kind
 	if c.Kind == "" {
 		c.Kind = KindTeam
@@ -235,6 +289,12 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (View, string, 
 	c.BotdToken = sealed
 	c.HomeKey = c.ID
 	if err := s.o.Store.CreateComputer(ctx, c); err != nil {
+		if errors.Is(err, store.ErrScopeTaken) {
+			if live, ok, lerr := s.liveIn(ctx, c.ScopeKind, c.ScopeID); lerr == nil && ok {
+				return View{}, "", scopeTaken(live)
+			}
+			return View{}, "", shared.Errorf(http.StatusConflict, shared.CodeConflict, "scope %s has a live computer already", scopeName(c.ScopeKind, c.ScopeID))
+		}
 		return View{}, "", err
 	}
 	ref, err := p.Provision(ctx, spec)
@@ -387,6 +447,38 @@ func (s *Service) List(ctx context.Context) ([]View, error) {
 	return out, nil
 }
 
+// InScope lists the live computers of one scope (ParseScope's kind and
+// id): one, or none (several only for computers made before the rule).
+func (s *Service) InScope(ctx context.Context, kind, id string) ([]View, error) {
+	cs, err := s.o.Store.ListComputers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := []View{}
+	for _, c := range cs {
+		if c.ObservedState != store.StateDestroyed && c.ScopeKind == kind && c.ScopeID == id {
+			out = append(out, ViewOf(c))
+		}
+	}
+	return out, nil
+}
+
+// liveIn is the newest live computer of a scope.
+func (s *Service) liveIn(ctx context.Context, kind, id string) (store.Computer, bool, error) {
+	cs, err := s.o.Store.ListComputers(ctx)
+	if err != nil {
+		return store.Computer{}, false, err
+	}
+	var found store.Computer
+	ok := false
+	for _, c := range cs { // oldest first: the last match is the newest
+		if c.ObservedState != store.StateDestroyed && c.ScopeKind == kind && c.ScopeID == id {
+			found, ok = c, true
+		}
+	}
+	return found, ok, nil
+}
+
 // Machine returns the running machine of computer id, reconnecting it if
 // this process has not yet.
 func (s *Service) Machine(ctx context.Context, id string) (providers.Machine, error) {
@@ -419,6 +511,17 @@ func (s *Service) Adopt(ctx context.Context, id string) (string, error) {
 		return "", err
 	}
 	return s.o.Caps.Mint(id)
+}
+
+// Describe is the description of computer c's provider — its kind and
+// what its machines can do (multiScreen, stop, persistent) — or false when
+// this worker has no such provider.
+func (s *Service) Describe(c store.Computer) (providers.Description, bool) {
+	p, ok := s.o.Providers[c.Provider]
+	if !ok {
+		return providers.Description{}, false
+	}
+	return p.Describe(), true
 }
 
 func (s *Service) provider(c store.Computer) (providers.Provider, error) {

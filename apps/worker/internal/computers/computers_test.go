@@ -40,7 +40,7 @@ func TestNothingStaysTransitional(t *testing.T) {
 	s, st := newService(t)
 	ctx := t.Context()
 	mk := func(id, observed, provider string, deadline time.Time) {
-		require.NoError(t, st.CreateComputer(ctx, store.Computer{ID: id, ScopeKind: store.ScopeTeam, ScopeID: "t", Kind: KindTeam,
+		require.NoError(t, st.CreateComputer(ctx, store.Computer{ID: id, ScopeKind: store.ScopeTeam, ScopeID: id, Kind: KindTeam,
 			Provider: provider, ProviderRef: "{}", DesiredState: store.StateStopped, ObservedState: observed, StateDeadline: deadline, HomeKey: id}))
 	}
 	mk("late", store.StateStopping, providers.KindAttach, time.Now().Add(-time.Second))
@@ -58,9 +58,9 @@ func TestNothingStaysTransitional(t *testing.T) {
 	require.Equal(t, store.StateStopping, got("ontime").ObservedState)
 	require.Equal(t, store.StateStopped, got("settled").ObservedState)
 
-	require.NoError(t, st.CreateComputer(ctx, store.Computer{ID: "alien", ScopeKind: store.ScopeTeam, ScopeID: "t", Kind: KindTeam,
+	require.NoError(t, st.CreateComputer(ctx, store.Computer{ID: "alien", ScopeKind: store.ScopeTeam, ScopeID: "alien", Kind: KindTeam,
 		Provider: "kubernetes", ProviderRef: "{}", DesiredState: store.StateRunning, ObservedState: store.StateRunning, HomeKey: "alien"}))
-	require.NoError(t, st.CreateComputer(ctx, store.Computer{ID: "halfmade", ScopeKind: store.ScopeTeam, ScopeID: "t", Kind: KindTeam,
+	require.NoError(t, st.CreateComputer(ctx, store.Computer{ID: "halfmade", ScopeKind: store.ScopeTeam, ScopeID: "halfmade", Kind: KindTeam,
 		Provider: providers.KindAttach, DesiredState: store.StateRunning, ObservedState: store.StateCreating, HomeKey: "halfmade"}))
 	require.NoError(t, s.Reconcile(ctx))
 	require.Equal(t, store.StateError, got("alien").ObservedState)

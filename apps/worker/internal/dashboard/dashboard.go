@@ -52,6 +52,17 @@ type Computer struct {
 	State    string `json:"state"`
 	// LastCheckpoint is nil before the first checkpoint.
 	LastCheckpoint *Checkpoint `json:"lastCheckpoint,omitempty"`
+	// Capabilities are the provider's (nil when unknown).
+	Capabilities *Capabilities `json:"capabilities,omitempty"`
+}
+
+// Capabilities is what a computer's provider can do (its description):
+// distinct screens for distinct bots, stop and start, a home that
+// survives a stop.
+type Capabilities struct {
+	MultiScreen bool `json:"multiScreen"`
+	Stop        bool `json:"stop"`
+	Persistent  bool `json:"persistent"`
 }
 
 // Checkpoint is a computer's latest stored home.
@@ -111,6 +122,14 @@ type Controller interface {
 // Screens gives the botd client of a computer's machine, for view links.
 type Screens interface {
 	Botd(ctx context.Context, computerID string) (*client.Client, error)
+}
+
+// ScreenChecker, when Screens implements it, is the backend's screen
+// limit: a view of a screen the machine cannot show (any but the primary
+// on a single-screen backend) is refused with its error
+// (MULTI_SCREEN_UNAVAILABLE).
+type ScreenChecker interface {
+	CheckScreen(ctx context.Context, computerID, screen string) error
 }
 
 // Options configures the dashboard.
@@ -424,6 +443,11 @@ func (d *Dashboard) handleView(w http.ResponseWriter, r *http.Request, session s
 	if _, err := d.findBot(r.Context(), cid, func(b Bot) bool { return b.Screen == sid }); err != nil {
 		return err
 	}
+	if sc, ok := d.o.Screens.(ScreenChecker); ok {
+		if err := sc.CheckScreen(r.Context(), cid, sid); err != nil {
+			return err
+		}
+	}
 	id, err := randomID()
 	if err != nil {
 		return err
@@ -479,6 +503,12 @@ func (d *Dashboard) handleVNC(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
+	if sc, ok := d.o.Screens.(ScreenChecker); ok {
+		if err := sc.CheckScreen(ctx, v.computer, v.screen); err != nil {
+			http.Error(w, "this screen cannot be shown on this computer", http.StatusServiceUnavailable)
+			return
+		}
+	}
 	c, err := d.o.Screens.Botd(ctx, v.computer)
 	if err != nil {
 		d.o.Log.Warn().Err(err).Str("computer", v.computer).Msg("dashboard view: no machine")

@@ -39,7 +39,8 @@ type realBackend struct {
 
 func (b *realBackend) Computers(ctx context.Context) ([]Computer, error) {
 	return []Computer{{ID: "comp-1", Kind: "team", Provider: "local", State: "running",
-		LastCheckpoint: &Checkpoint{Revision: 3, Size: 12_345_678, At: time.Now().Add(-time.Minute)}}}, nil
+		LastCheckpoint: &Checkpoint{Revision: 3, Size: 12_345_678, At: time.Now().Add(-time.Minute)},
+		Capabilities:   &Capabilities{MultiScreen: false, Stop: true, Persistent: true}}}, nil
 }
 
 func (b *realBackend) Bots(ctx context.Context, id string) ([]Bot, error) {
@@ -338,6 +339,8 @@ func TestDashboardInChromium(t *testing.T) {
 	require.NoError(t, ch.eval(s, `document.body.innerText`, &text))
 	require.Contains(t, text, "comp-1")
 	require.Contains(t, text, "checkpoint #3 · 12.3 MB")
+	require.Contains(t, text, "one screen: only one bot has a desktop; the others have shell and files · can stop · home persists",
+		"the provider's description is shown")
 	require.Contains(t, text, "computer_act click", "run events are shown")
 
 	var variance float64

@@ -61,6 +61,7 @@ func Handler(o Options) http.Handler {
 	mux.HandleFunc("POST /v1/computers/{id}/stop", a.gate(a.lifecycle(a.o.Computers.Stop)))
 	mux.HandleFunc("DELETE /v1/computers/{id}", a.gate(a.lifecycle(a.o.Computers.Destroy)))
 	mux.HandleFunc("POST /v1/computers/{id}/bots", a.gate(a.addBot))
+	mux.HandleFunc("DELETE /v1/computers/{id}/bots/{bot}", a.gate(a.removeBot))
 
 	mux.HandleFunc("POST /v1/computers/{id}/runs", a.gate(a.startRun))
 	mux.HandleFunc("GET /v1/computers/{id}/runs/{run}", a.gate(a.getRun))

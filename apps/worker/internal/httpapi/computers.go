@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"time"
 
@@ -23,6 +24,13 @@ func (a *api) createComputer(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v, capa, err := a.o.Computers.Create(r.Context(), req)
+	var taken *computers.ScopeTaken
+	if errors.As(err, &taken) {
+		// The scope's live computer: its id, never its capability.
+		writeJSON(w, taken.Status, map[string]any{"error": map[string]any{
+			"code": taken.Code, "message": taken.Message, "computerId": taken.ComputerID}})
+		return
+	}
 	if err != nil {
 		fail(w, err)
 		return
@@ -30,8 +38,20 @@ func (a *api) createComputer(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, map[string]any{"computer": v, "capability": capa})
 }
 
+// listComputers is every live computer, or with ?scope=session:<id>,
+// team:<id> or account the one live computer of that scope (a list of
+// at most one).
 func (a *api) listComputers(w http.ResponseWriter, r *http.Request) {
-	list, err := a.o.Computers.List(r.Context())
+	var list []computers.View
+	var err error
+	if q := r.URL.Query(); q.Has("scope") {
+		var kind, id string
+		if kind, id, err = computers.ParseScope(q.Get("scope")); err == nil {
+			list, err = a.o.Computers.InScope(r.Context(), kind, id)
+		}
+	} else {
+		list, err = a.o.Computers.List(r.Context())
+	}
 	if err != nil {
 		fail(w, err)
 		return
@@ -74,12 +94,19 @@ func (a *api) getComputer(w http.ResponseWriter, r *http.Request) {
 	if cp, err := a.o.Computers.LatestCheckpoint(r.Context(), c.ID); err == nil {
 		last = map[string]any{"revision": cp.Revision, "size": cp.Size, "at": cp.At}
 	}
+	var desc *providers.Description
+	if d, ok := a.o.Computers.Describe(c); ok {
+		desc = &d
+	}
 	writeJSON(w, http.StatusOK, map[string]any{"computer": struct {
 		computers.View
-		Bots           []BotView    `json:"bots"`
-		Screens        []ScreenView `json:"screens"`
-		LastCheckpoint any          `json:"lastCheckpoint"`
-	}{computers.ViewOf(c), views, a.screens(r.Context(), c), last}})
+		// Description is the provider's: kind and capabilities
+		// (multiScreen, stop, persistent); null when this worker lacks it.
+		Description    *providers.Description `json:"description"`
+		Bots           []BotView              `json:"bots"`
+		Screens        []ScreenView           `json:"screens"`
+		LastCheckpoint any                    `json:"lastCheckpoint"`
+	}{computers.ViewOf(c), desc, views, a.screens(r.Context(), c), last}})
 }
 
 // ScreenView is one of the machine's screens as botd reports it (never a
@@ -153,4 +180,25 @@ func (a *api) addBot(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusCreated, map[string]any{"bot": botView(c, b)})
+}
+
+// removeBot is DELETE /v1/computers/{id}/bots/{bot}[?purge=true]: the
+// bot's screens stopped and their profiles forgotten, the bot removed;
+// bots/<id>/ stays unless purge. 409 while the bot has a run.
+func (a *api) removeBot(w http.ResponseWriter, r *http.Request) {
+	purge := false
+	switch r.URL.Query().Get("purge") {
+	case "", "false":
+	case "true":
+		purge = true
+	default:
+		writeErr(w, http.StatusBadRequest, shared.CodeBadRequest, "purge: want true or false")
+		return
+	}
+	screens, err := a.o.Computers.RemoveBot(r.Context(), r.PathValue("id"), r.PathValue("bot"), purge)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"removed": r.PathValue("bot"), "forgottenScreens": screens, "purged": purge})
 }

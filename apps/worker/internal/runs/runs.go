@@ -191,6 +191,9 @@ type Run struct {
 	// resumed: a previous worker process started this run; screen leases it
 	// took under the run's holder name are given back at the end too.
 	resumed bool
+	// private: the computer is a Private one, whose only bot has the whole
+	// workspace as its home (set by botDir, before the thread starts).
+	private bool
 
 	// mu guards everything below.
 	mu        sync.Mutex
@@ -727,7 +730,7 @@ func (r *Run) drive(ctx context.Context, prompt, model string) error {
 	var ts codexrpc.ThreadStartResponse
 	if err := conn.Call(ctx, codexrpc.MethodThreadStart, codexrpc.ThreadStartParams{
 		Model: model, ModelProvider: o.ModelProvider, Cwd: cwd, ApprovalPolicy: o.AskFor, Sandbox: "danger-full-access",
-		DeveloperInstructions: instructions(r.botID), DynamicTools: specs,
+		DeveloperInstructions: instructions(r.botID, r.private), DynamicTools: specs,
 	}, &ts); err != nil {
 		return err
 	}
@@ -823,11 +826,21 @@ func (r *Run) turn(ctx context.Context, conn *codexrpc.Conn, threadID, text stri
 	}
 }
 
-// botDir makes sure bots/<bot-id> exists and returns its absolute path.
+// botDir returns the absolute path of the bot's home, the thread's working
+// directory: on a Team computer bots/<bot-id> (made if missing), on a
+// Private computer the whole workspace.
 func (r *Run) botDir(ctx context.Context) (string, error) {
-	rel := "bots/" + r.botID
-	if _, err := r.botd.Exec(ctx, client.ExecRequest{Argv: []string{"mkdir", "-p", rel}}); err != nil {
+	c, err := r.m.o.Computers.Get(ctx, r.computerID)
+	if err != nil {
 		return "", err
+	}
+	r.private = c.Kind == computers.KindPrivate
+	rel := "" // the workspace
+	if !r.private {
+		rel = "bots/" + r.botID
+		if _, err := r.botd.Exec(ctx, client.ExecRequest{Argv: []string{"mkdir", "-p", rel}}); err != nil {
+			return "", err
+		}
 	}
 	res, err := r.botd.Exec(ctx, client.ExecRequest{Argv: []string{"pwd", "-P"}, Cwd: rel})
 	if err != nil {
@@ -839,11 +852,16 @@ func (r *Run) botDir(ctx context.Context) (string, error) {
 	return strings.TrimSpace(res.Stdout), nil
 }
 
-func instructions(botID string) string {
-	return "You are teammate " + botID + " on a shared Linux computer. Your own folder is bots/" + botID +
-		" (workspace-relative); shared work goes in shared/. Use computer_observe and computer_act for the desktop " +
+func instructions(botID string, private bool) string {
+	tools := "Use computer_observe and computer_act for the desktop " +
 		"(your screen is " + botID + "), open_path for URLs, shell for commands and the file tools for files. " +
 		"Never submit job applications. Use request_takeover when a person must sign in or decide."
+	if private {
+		return "You are " + botID + ", the only bot on your own private Linux computer. Your home and working " +
+			"directory is the whole workspace (file paths are workspace-relative; no bots/ or shared/ folders are needed). " + tools
+	}
+	return "You are teammate " + botID + " on a shared Linux computer. Your own folder is bots/" + botID +
+		" (workspace-relative); shared work goes in shared/. " + tools
 }
 
 // waitTakeover is the request_takeover hook: the run waits until Resume.

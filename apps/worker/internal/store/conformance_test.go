@@ -56,7 +56,7 @@ func eachEngine(t *testing.T, fn func(t *testing.T, s Store)) {
 }
 
 func computer(id string) Computer {
-	return Computer{ID: id, ScopeKind: ScopeTeam, ScopeID: "team1", Kind: "team", Provider: "attach",
+	return Computer{ID: id, ScopeKind: ScopeTeam, ScopeID: "team-" + id, Kind: "team", Provider: "attach",
 		ProviderRef: `{"url":"http://127.0.0.1:1"}`, BotdToken: []byte{1, 2, 3}, DesiredState: StateRunning,
 		ObservedState: StateCreating, HomeKey: "home-" + id}
 }

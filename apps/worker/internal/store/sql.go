@@ -89,10 +89,17 @@ func (s *sqlStore) CreateComputer(ctx context.Context, c Computer) error {
 	if c.CreatedAt.IsZero() {
 		c.CreatedAt = now
 	}
-	_, err := s.db.ExecContext(ctx, s.q(`INSERT INTO computers (`+computerCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`),
+	// scope_key carries the one-live-computer-per-scope rule: a unique
+	// index over the computers not destroyed (migration 00003).
+	_, err := s.db.ExecContext(ctx, s.q(`INSERT INTO computers (`+computerCols+`, scope_key) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`),
 		c.ID, c.ScopeKind, c.ScopeID, c.Kind, c.Provider, c.ProviderRef, c.BotdToken, c.DesiredState, c.ObservedState,
-		ms(c.StateDeadline), c.LastError, c.HomeKey, c.HomeRevision, ms(c.CreatedAt), ms(now))
-	return s.wrap(err)
+		ms(c.StateDeadline), c.LastError, c.HomeKey, c.HomeRevision, ms(c.CreatedAt), ms(now), c.ScopeKind+":"+c.ScopeID)
+	if err = s.wrap(err); errors.Is(err, ErrExists) {
+		if _, gerr := s.GetComputer(ctx, c.ID); errors.Is(gerr, ErrNotFound) {
+			return ErrScopeTaken
+		}
+	}
+	return err
 }
 
 func (s *sqlStore) GetComputer(ctx context.Context, id string) (Computer, error) {
@@ -160,13 +167,28 @@ func (s *sqlStore) AddBot(ctx context.Context, b Bot) error {
 			return s.wrap(err)
 		}
 	}
-	_, err := s.db.ExecContext(ctx, s.q(`INSERT INTO bots (computer_id, id, team_id, created_at) VALUES (?,?,?,?)`),
-		b.ComputerID, b.ID, b.TeamID, ms(now))
+	sole := 0
+	if b.Sole {
+		sole = 1
+	}
+	_, err := s.db.ExecContext(ctx, s.q(`INSERT INTO bots (computer_id, id, team_id, created_at, sole) VALUES (?,?,?,?,?)`),
+		b.ComputerID, b.ID, b.TeamID, ms(now), sole)
 	return s.wrap(err)
 }
 
+func (s *sqlStore) RemoveBot(ctx context.Context, computerID, botID string) error {
+	res, err := s.db.ExecContext(ctx, s.q(`DELETE FROM bots WHERE computer_id=? AND id=?`), computerID, botID)
+	if err != nil {
+		return s.wrap(err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return ErrNotFound
+	}
+	return nil
+}
+
 func (s *sqlStore) ListBots(ctx context.Context, computerID string) ([]Bot, error) {
-	rows, err := s.db.QueryContext(ctx, s.q(`SELECT computer_id, id, team_id, created_at FROM bots WHERE computer_id=? ORDER BY created_at, id`), computerID)
+	rows, err := s.db.QueryContext(ctx, s.q(`SELECT computer_id, id, team_id, created_at, sole FROM bots WHERE computer_id=? ORDER BY created_at, id`), computerID)
 	if err != nil {
 		return nil, s.wrap(err)
 	}
@@ -174,11 +196,11 @@ func (s *sqlStore) ListBots(ctx context.Context, computerID string) ([]Bot, erro
 	var out []Bot
 	for rows.Next() {
 		var b Bot
-		var created int64
-		if err := rows.Scan(&b.ComputerID, &b.ID, &b.TeamID, &created); err != nil {
+		var created, sole int64
+		if err := rows.Scan(&b.ComputerID, &b.ID, &b.TeamID, &created, &sole); err != nil {
 			return nil, s.wrap(err)
 		}
-		b.CreatedAt = fromMs(created)
+		b.CreatedAt, b.Sole = fromMs(created), sole == 1
 		out = append(out, b)
 	}
 	return out, s.wrap(rows.Err())

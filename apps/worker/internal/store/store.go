@@ -7,6 +7,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -16,6 +17,9 @@ var (
 	ErrNotFound = errors.New("not found")
 	// ErrExists: a row with that key exists already.
 	ErrExists = errors.New("already exists")
+	// ErrScopeTaken: the computer's scope has a live (not destroyed)
+	// computer already; it is an ErrExists.
+	ErrScopeTaken = fmt.Errorf("%w: the scope has a live computer", ErrExists)
 	// ErrBusy: the bot's lease is held by another holder.
 	ErrBusy = errors.New("the bot is busy")
 	// ErrStaleEpoch: a write carried an epoch that is no longer the lease's.
@@ -96,7 +100,10 @@ type Bot struct {
 	ComputerID string
 	ID         string
 	TeamID     string
-	CreatedAt  time.Time
+	// Sole marks the only bot a computer may have (a Private computer's):
+	// AddBot refuses a sole bot with ErrExists when the computer has one.
+	Sole      bool
+	CreatedAt time.Time
 }
 
 // Lease is a fenced per-bot lease: each acquisition bumps the epoch, and
@@ -160,6 +167,9 @@ type Store interface {
 	Ping(ctx context.Context) error
 	Close() error
 
+	// CreateComputer records a new computer; ErrScopeTaken when its scope
+	// (ScopeKind, ScopeID) has a computer that is not destroyed: at most
+	// one live computer per scope, whichever worker asks.
 	CreateComputer(ctx context.Context, c Computer) error
 	GetComputer(ctx context.Context, id string) (Computer, error)
 	ListComputers(ctx context.Context) ([]Computer, error)
@@ -168,6 +178,8 @@ type Store interface {
 	// AddBot adds a bot (and its team) to a computer; ErrExists if there.
 	AddBot(ctx context.Context, b Bot) error
 	ListBots(ctx context.Context, computerID string) ([]Bot, error)
+	// RemoveBot removes a bot from a computer; ErrNotFound if not there.
+	RemoveBot(ctx context.Context, computerID, botID string) error
 
 	// AcquireLease takes key's lease for holder until now+ttl, bumping the
 	// epoch, if it is free, expired, or already holder's; else ErrBusy.

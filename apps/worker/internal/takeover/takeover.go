@@ -173,8 +173,14 @@ func (s *Service) ForRun(ctx context.Context, computerID, botID, screen string) 
 // grant takes botd's user lease on screen for a new holder and mints the
 // link. An earlier grant of the same bot is ended first.
 func (s *Service) grant(ctx context.Context, computerID, botID, screen, base string) (Link, error) {
-	botd, _, err := s.o.Computers.Botd(ctx, computerID)
+	botd, machine, err := s.o.Computers.Botd(ctx, computerID)
 	if err != nil {
+		return Link{}, err
+	}
+	// The backend's screen limit first: a single-screen backend answers
+	// MULTI_SCREEN_UNAVAILABLE for any screen but its primary, and no
+	// second display is started for a person either.
+	if err := machine.CheckScreen(ctx, screen); err != nil {
 		return Link{}, err
 	}
 	s.end(ctx, botd, computerID, botID)

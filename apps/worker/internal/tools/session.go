@@ -22,14 +22,24 @@ const LeaseTTL = 120 * time.Second
 
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
-// ValidID reports whether id is a valid bot or screen id.
+// ValidID reports whether id is a valid screen id.
 func ValidID(id string) bool { return idPattern.MatchString(id) }
+
+// BotIDRule is the form of a bot id: no '-', so a screen "<bot>-<suffix>"
+// can never be another bot's.
+const BotIDRule = `^[a-z0-9][a-z0-9_]{0,62}$`
+
+var botIDPattern = regexp.MustCompile(BotIDRule)
+
+// ValidBotID reports whether id is a valid bot id (BotIDRule).
+func ValidBotID(id string) bool { return botIDPattern.MatchString(id) }
 
 // InNamespace is the screen namespace rule: a screen id must equal the bot id
 // or start with "<bot-id>-". Anything looser would let a caller address
-// another teammate's display.
+// another teammate's display. Bot ids have no '-', so no screen is in two
+// bots' namespaces.
 func InNamespace(botID, screenID string) bool {
-	return ValidID(botID) && ValidID(screenID) && (screenID == botID || strings.HasPrefix(screenID, botID+"-"))
+	return ValidBotID(botID) && ValidID(screenID) && (screenID == botID || strings.HasPrefix(screenID, botID+"-"))
 }
 
 // Session is one caller's use of the tools: a run, or a direct harness.
@@ -51,8 +61,8 @@ type Session struct {
 
 // NewSession returns a session for botID.
 func NewSession(botd *client.Client, botID, holder string) (*Session, error) {
-	if !ValidID(botID) {
-		return nil, fmt.Errorf("invalid bot id %q: want [A-Za-z0-9_-]{1,64}", botID)
+	if !ValidBotID(botID) {
+		return nil, fmt.Errorf("invalid bot id %q: want %s (no '-')", botID, BotIDRule)
 	}
 	return &Session{Botd: botd, BotID: botID, Holder: holder, leases: map[string]string{}}, nil
 }

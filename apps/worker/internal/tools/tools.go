@@ -374,6 +374,12 @@ func requestTakeover(ctx context.Context, s *Session, raw json.RawMessage) ([]Co
 	if s.Takeover == nil {
 		return nil, &ToolError{Code: shared.CodeConflict, Msg: "takeover is only available inside a run"}
 	}
+	if s.CheckScreen != nil {
+		// A single-screen backend hands a person only its primary screen.
+		if err := s.CheckScreen(ctx, screen); err != nil {
+			return nil, err
+		}
+	}
 	// Hand the screen over: release our lease so the person's lease is not
 	// a preemption, and wait for them.
 	s.mu.Lock()

@@ -29,6 +29,14 @@ func TestInNamespace(t *testing.T) {
 		{"alice", "", false},
 		{"", "alice", false},
 		{"alice", "alice-" + strings.Repeat("x", 64), false},
+		// Bot ids have no '-' (nor capitals), so bot a never owns bot a-b's
+		// screen: there is no bot a-b.
+		{"a", "a-b", true},
+		{"a-b", "a-b", false},
+		{"a-b", "a-b-c", false},
+		{"Alice", "Alice", false},
+		{"_a", "_a", false},
+		{"a_b", "a_b-1", true},
 	} {
 		require.Equal(t, tc.want, InNamespace(tc.bot, tc.screen), "%s on %s", tc.bot, tc.screen)
 	}

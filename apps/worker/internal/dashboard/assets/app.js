@@ -123,6 +123,14 @@ function render(state) {
     const cp = c.lastCheckpoint
       ? h('span', { class: 'checkpoint' }, `checkpoint #${c.lastCheckpoint.revision} · ${fmtSize(c.lastCheckpoint.size)} · ${fmtTime(c.lastCheckpoint.at)}`)
       : h('span', { class: 'checkpoint muted' }, 'no checkpoint yet');
+    // What the provider can do (GET /v1/computers/{id} description).
+    const k = c.capabilities;
+    const caps = k
+      ? h('div', { class: 'capabilities muted', dataset: { multiScreen: String(k.multiScreen) } },
+        [k.multiScreen ? 'a screen per bot' : 'one screen: only one bot has a desktop; the others have shell and files',
+          k.stop ? 'can stop' : 'cannot stop',
+          k.persistent ? 'home persists' : 'home does not persist'].join(' · '))
+      : null;
     const bots = c.bots.map((b) => {
       const key = `${c.id}/${b.id}`;
       let view;
@@ -149,6 +157,7 @@ function render(state) {
       h('h2', {}, c.id, ' ', h('span', { class: 'state', dataset: { state: c.state } }, c.state), ' ',
         h('span', { class: 'muted' }, `${c.kind} · ${c.provider}`)),
       cp,
+      caps,
       c.error ? h('p', { class: 'muted' }, c.error) : null,
       h('div', { class: 'bots' }, bots),
       runs.length ? h('ul', { class: 'runs' }, runs) : h('p', { class: 'muted' }, 'no runs'));
