@@ -22,6 +22,14 @@
 // Options.Quiesce is called (browsers flush and pause their profile
 // databases) and its resume func after; one transfer runs at a time (409).
 //
+// Export is bounded. A sparse file (more than 1 MiB of holes, found with
+// SEEK_DATA/SEEK_HOLE) is left out and counted as skipped: its apparent
+// size costs its maker nothing (truncate -s 1P) but would be that many
+// zeros in the archive, and archive/tar writes no sparse entries. The
+// archive never holds more content or entries than an import accepts, nor
+// more bytes than the caller's ?maxBytes: the export stops (413 before any
+// byte, else no completion trailers and the reason in X-Export-Error).
+//
 // Import reads the stream entry by entry (never the whole archive) and
 // refuses any entry that is absolute, holds "..", lies outside the three
 // areas, is a symlink or hard link leading outside its area, or would be
