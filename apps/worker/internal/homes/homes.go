@@ -14,6 +14,14 @@
 //     recorded revision (ErrCorrupt) before the caller reads a byte, so a
 //     damaged checkpoint is never half-imported into a machine.
 //   - Home keys are validated (ValidKey): no separators, no dot names.
+//
+// Checkpoints are bounded (issue 25): the Checkpointer asks botd to stop at
+// MaxBytes (COMPUTER_HOME_MAX_BYTES, never above what an import accepts)
+// and counts the stream itself, failing with ErrTooLarge one byte past it;
+// Local keeps MinFree (COMPUTER_HOME_MIN_FREE_BYTES) free on its disk,
+// failing with ErrNoSpace. Either way the staged tar never replaces the
+// previous checkpoint. Checkpointer.Forget removes a destroyed computer's
+// checkpoint.
 package homes
 
 import (
