@@ -244,11 +244,21 @@ func newWorker(ctx context.Context, c serveConfig, log zerolog.Logger) (*worker,
 		st.Close()
 		return nil, err
 	}
+	maxHome, minFree, err := homeLimits(c)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
 	hs, homesName, err := homeStore(ctx, c)
 	if err != nil {
 		st.Close()
 		return nil, fmt.Errorf("home store: %w", err)
 	}
+	if l, ok := hs.(*homes.Local); ok {
+		l.MinFree = minFree
+	}
+	checkpointer := homes.NewCheckpointer(hs)
+	checkpointer.MaxBytes = maxHome
 	reg, def, setup, err := providerSetup(ctx, c, log)
 	if err != nil {
 		st.Close()
@@ -262,7 +272,7 @@ func newWorker(ctx context.Context, c serveConfig, log zerolog.Logger) (*worker,
 	}
 	comps, err := computers.New(computers.Options{Store: st, Providers: reg, DefaultProvider: def, Sealer: sealer,
 		Caps: capability.NewSet(), Log: log.With().Str("sub", "computers").Logger(),
-		Homes: homes.NewCheckpointer(hs), IdleAfter: c.IdleAfter})
+		Homes: checkpointer, IdleAfter: c.IdleAfter})
 	if err != nil {
 		closeAll()
 		return nil, err

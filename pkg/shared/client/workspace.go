@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 )
 
 // WorkspaceSummary counts what a workspace export or import carried.
@@ -28,7 +29,24 @@ var ErrExportIncomplete = errors.New("workspace export ended before botd finishe
 // stream lacks botd's completion trailers (an export that failed midway is
 // never mistaken for a short whole one). The caller closes it.
 func (c *Client) ExportWorkspace(ctx context.Context) (io.ReadCloser, error) {
-	resp, err := c.raw(ctx, http.MethodGet, "/workspace/export", nil, "")
+	return c.ExportWorkspaceMax(ctx, 0)
+}
+
+// ErrExportRefused: botd stopped the export at a limit (the caller's
+// maxBytes, or more than an import accepts) and said why.
+var ErrExportRefused = errors.New("botd refused the workspace export")
+
+// ExportWorkspaceMax is ExportWorkspace asking botd to stop rather than send
+// more than maxBytes (0: botd's own limit, what its import accepts). An
+// export that would exceed it fails: 413 payload_too_large before any byte,
+// or a reader that returns ErrExportRefused with botd's reason. botd is not
+// trusted to keep it: the caller still counts what it reads.
+func (c *Client) ExportWorkspaceMax(ctx context.Context, maxBytes int64) (io.ReadCloser, error) {
+	p := "/workspace/export"
+	if maxBytes > 0 {
+		p += "?maxBytes=" + strconv.FormatInt(maxBytes, 10)
+	}
+	resp, err := c.raw(ctx, http.MethodGet, p, nil, "")
 	if err != nil {
 		return nil, err
 	}
@@ -42,6 +60,12 @@ type exportBody struct {
 func (e *exportBody) Read(p []byte) (int, error) {
 	n, err := e.resp.Body.Read(p)
 	if err == io.EOF && e.resp.Trailer.Get("X-Export-Files") == "" {
+		if why := e.resp.Trailer.Get("X-Export-Error"); why != "" {
+			if len(why) > 512 {
+				why = why[:512] + "…"
+			}
+			return n, fmt.Errorf("%w: %s", ErrExportRefused, why)
+		}
 		return n, ErrExportIncomplete
 	}
 	return n, err

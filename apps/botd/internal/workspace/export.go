@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -13,25 +14,71 @@ import (
 	"syscall"
 	"unicode/utf8"
 
+	"github.com/rs/zerolog"
+
 	"github.com/open-bot/computer/apps/botd/internal/files"
+	"github.com/open-bot/computer/pkg/shared"
 )
 
 // exporter writes one archive.
 type exporter struct {
 	ctx context.Context
 	tw  *tar.Writer
+	cw  *capWriter
 	buf []byte
 	sum Summary
+	// maxContent and maxEntries are what an import accepts: an export
+	// never produces an archive its own import would refuse.
+	maxContent int64
+	maxEntries int
+	entries    int
+	log        zerolog.Logger
+}
+
+// refusedError stops an export whose archive would exceed a limit: the
+// archive's bytes, or what an import accepts. Its text is the reason the
+// client gets (X-Export-Error, or a 413 before any byte was sent).
+type refusedError struct{ reason string }
+
+func (r *refusedError) Error() string { return r.reason }
+
+// capWriter passes at most limit bytes; a write that would go beyond
+// writes nothing and fails with a refusedError.
+type capWriter struct {
+	w     io.Writer
+	n     int64
+	limit int64
+}
+
+func (c *capWriter) Write(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil // an empty write would commit the response's headers
+	}
+	if c.n+int64(len(p)) > c.limit {
+		return 0, &refusedError{fmt.Sprintf("the portable home's archive is larger than the export's limit of %d bytes", c.limit)}
+	}
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // export writes the archive; the caller holds the lock and has quiesced.
-func (s *Service) export(ctx context.Context, w io.Writer) (Summary, error) {
+// maxBytes (when positive and below what an import reads) caps the
+// archive's bytes: the export stops with a refusedError rather than go
+// beyond it.
+func (s *Service) export(ctx context.Context, w io.Writer, maxBytes int64) (Summary, error) {
 	home, err := os.OpenRoot(s.o.Home)
 	if err != nil {
 		return Summary{}, err
 	}
 	defer home.Close()
-	e := &exporter{ctx: ctx, tw: tar.NewWriter(w), buf: make([]byte, 1<<20)}
+	limit := shared.WorkspaceWireLimit(s.o.MaxImportBytes, s.o.MaxImportEntries)
+	if maxBytes > 0 && maxBytes < limit {
+		limit = maxBytes
+	}
+	cw := &capWriter{w: w, limit: limit}
+	e := &exporter{ctx: ctx, tw: tar.NewWriter(cw), cw: cw, buf: make([]byte, 1<<20),
+		maxContent: s.o.MaxImportBytes, maxEntries: s.o.MaxImportEntries, log: s.o.Log}
 	if err := e.area(home, wsDir, "bot", false); err != nil {
 		return e.sum, err
 	}
@@ -153,7 +200,7 @@ func (e *exporter) walk(root *os.Root, rel, prefix string, profile bool) error {
 			return err
 		}
 		hdr.Name = name + "/"
-		if err := e.tw.WriteHeader(hdr); err != nil {
+		if err := e.header(hdr); err != nil {
 			return err
 		}
 		e.sum.Dirs++
@@ -191,7 +238,7 @@ func (e *exporter) walk(root *os.Root, rel, prefix string, profile bool) error {
 		}
 		hdr.Name = name
 		e.sum.Symlinks++
-		return e.tw.WriteHeader(hdr)
+		return e.header(hdr)
 	case fi.Mode().IsRegular():
 		return e.file(root, rel, name)
 	default:
@@ -220,12 +267,26 @@ func (e *exporter) file(root *os.Root, rel, name string) error {
 		e.sum.Skipped++
 		return nil
 	}
+	if sparse(f, fi) {
+		// Left out, not stored: see sparse.
+		e.sum.Skipped++
+		e.log.Warn().Str("file", name).Int64("size", fi.Size()).
+			Msg("workspace export: a sparse file is left out of the archive")
+		return nil
+	}
+	// A file that cannot fit is refused before a byte of it is read.
+	if e.cw.n+fi.Size() > e.cw.limit {
+		return &refusedError{fmt.Sprintf("the portable home's archive is larger than the export's limit of %d bytes (at %q, %d bytes)", e.cw.limit, short(name), fi.Size())}
+	}
+	if e.sum.Bytes+fi.Size() > e.maxContent {
+		return &refusedError{fmt.Sprintf("the portable home holds more than %d bytes, more than an import accepts (at %q, %d bytes)", e.maxContent, short(name), fi.Size())}
+	}
 	hdr, err := tar.FileInfoHeader(fi, "")
 	if err != nil {
 		return err
 	}
 	hdr.Name = name
-	if err := e.tw.WriteHeader(hdr); err != nil {
+	if err := e.header(hdr); err != nil {
 		return err
 	}
 	n, err := io.CopyBuffer(onlyWriter{e.tw}, io.LimitReader(onlyReader{f}, fi.Size()), e.buf)
@@ -246,6 +307,66 @@ func (e *exporter) file(root *os.Root, rel, name string) error {
 	e.sum.Files++
 	e.sum.Bytes += fi.Size()
 	return nil
+}
+
+// header writes one entry's header, counting the entries against what an
+// import accepts.
+func (e *exporter) header(hdr *tar.Header) error {
+	e.entries++
+	if e.entries > e.maxEntries {
+		return &refusedError{fmt.Sprintf("the portable home has more than %d entries, more than an import accepts", e.maxEntries)}
+	}
+	return e.tw.WriteHeader(hdr)
+}
+
+// sparseSlack is how much of a file may be holes and still be archived.
+const sparseSlack = 1 << 20
+
+// Linux lseek whences (not in package syscall).
+const (
+	seekData = 3
+	seekHole = 4
+)
+
+// sparse reports whether f has more than sparseSlack bytes of holes. Such a
+// file is left out of the archive (counted as skipped), never stored, and
+// never expanded: its apparent size costs its owner nothing (truncate -s 1P
+// uses no disk), while archived it would cost the worker that many bytes of
+// zeros, and Go's archive/tar writes no sparse entries (nor would the
+// import recreate the holes). Left out rather than failing the checkpoint,
+// so the rest of the home is still kept. The check counts the holes with
+// SEEK_DATA/SEEK_HOLE; the loop stops once they pass sparseSlack, so a
+// file of many small holes costs at most sparseSlack/4096 steps. f is
+// rewound.
+func sparse(f *os.File, fi os.FileInfo) bool {
+	size := fi.Size()
+	if size <= sparseSlack {
+		return false
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if ok && st.Blocks*512 >= size {
+		return false // every byte has a block: no holes
+	}
+	defer f.Seek(0, io.SeekStart)
+	var holes, off int64
+	for off < size && holes <= sparseSlack {
+		d, err := f.Seek(off, seekData)
+		if errors.Is(err, syscall.ENXIO) {
+			holes += size - off // a hole to the end
+			break
+		}
+		if err != nil {
+			// No SEEK_DATA here: judge by the blocks.
+			return ok && st.Blocks*512+sparseSlack < size
+		}
+		holes += d - off
+		h, err := f.Seek(d, seekHole)
+		if err != nil || h <= d {
+			return ok && st.Blocks*512+sparseSlack < size
+		}
+		off = h
+	}
+	return holes > sparseSlack
 }
 
 // onlyWriter and onlyReader hide ReadFrom/WriteTo so CopyBuffer uses our

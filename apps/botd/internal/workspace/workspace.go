@@ -22,6 +22,14 @@
 // Options.Quiesce is called (browsers flush and pause their profile
 // databases) and its resume func after; one transfer runs at a time (409).
 //
+// Export is bounded. A sparse file (more than 1 MiB of holes, found with
+// SEEK_DATA/SEEK_HOLE) is left out and counted as skipped: its apparent
+// size costs its maker nothing (truncate -s 1P) but would be that many
+// zeros in the archive, and archive/tar writes no sparse entries. The
+// archive never holds more content or entries than an import accepts, nor
+// more bytes than the caller's ?maxBytes: the export stops (413 before any
+// byte, else no completion trailers and the reason in X-Export-Error).
+//
 // Import reads the stream entry by entry (never the whole archive) and
 // refuses any entry that is absolute, holds "..", lies outside the three
 // areas, is a symlink or hard link leading outside its area, or would be
@@ -62,8 +70,8 @@ import (
 
 // Defaults for Options' zero values.
 const (
-	DefaultMaxImportBytes   = 50 << 30
-	DefaultMaxImportEntries = 1_000_000
+	DefaultMaxImportBytes   = shared.WorkspaceMaxImportBytes
+	DefaultMaxImportEntries = shared.WorkspaceMaxImportEntries
 )
 
 // Options configures the service.
@@ -162,7 +170,7 @@ func (s *Service) Export(ctx context.Context, w io.Writer) (Summary, error) {
 		return Summary{}, err
 	}
 	defer end()
-	return s.export(ctx, w)
+	return s.export(ctx, w, 0)
 }
 
 // Import restores the portable home from a tar stream.
@@ -182,6 +190,17 @@ func (s *Service) Import(ctx context.Context, r io.Reader) (Summary, error) {
 }
 
 func (s *Service) handleExport(w http.ResponseWriter, r *http.Request) {
+	// ?maxBytes=N: the caller stores at most N bytes; the export stops
+	// (refused, with the reason) rather than send more.
+	var maxBytes int64
+	if v := r.URL.Query().Get("maxBytes"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n <= 0 {
+			httpx.WriteErr(w, shared.Errorf(http.StatusBadRequest, shared.CodeBadRequest, "maxBytes must be a positive number of bytes"))
+			return
+		}
+		maxBytes = n
+	}
 	end, err := s.begin(r.Context())
 	if err != nil {
 		httpx.WriteErr(w, err)
@@ -192,9 +211,25 @@ func (s *Service) handleExport(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/x-tar")
 	w.Header().Set("Content-Disposition", `attachment; filename="workspace.tar"`)
 	w.Header().Set("Cache-Control", "no-store")
-	// The counts are known only at the end: HTTP trailers.
-	w.Header().Set("Trailer", "X-Export-Files, X-Export-Bytes, X-Export-Skipped")
-	sum, err := s.export(r.Context(), w)
+	// The counts are known only at the end: HTTP trailers. X-Export-Error
+	// says why an export stopped at a limit.
+	w.Header().Set("Trailer", "X-Export-Files, X-Export-Bytes, X-Export-Skipped, X-Export-Error")
+	cw := &countWriter{w: w}
+	sum, err := s.export(r.Context(), cw, maxBytes)
+	var refused *refusedError
+	if errors.As(err, &refused) {
+		s.o.Log.Warn().Str("reason", refused.reason).Msg("workspace export refused")
+		if cw.n == 0 {
+			w.Header().Del("Trailer")
+			httpx.WriteErr(w, shared.Errorf(http.StatusRequestEntityTooLarge, shared.CodeTooLarge, "%s", refused.reason))
+			return
+		}
+		// Headers are gone: end the stream without the completion
+		// trailers (the client never takes it for a whole archive) and
+		// with the reason.
+		w.Header().Set("X-Export-Error", refused.reason)
+		return
+	}
 	if err != nil {
 		// Headers are gone: abort the stream so the client sees a broken
 		// transfer, never a short archive that looks whole.
@@ -215,7 +250,7 @@ func (s *Service) handleExport(w http.ResponseWriter, r *http.Request) {
 func (s *Service) handleImport(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	// Headers, PAX records and padding on top of the content cap.
-	limit := s.o.MaxImportBytes + int64(s.o.MaxImportEntries)*4096 + 1<<20
+	limit := shared.WorkspaceWireLimit(s.o.MaxImportBytes, s.o.MaxImportEntries)
 	body := http.MaxBytesReader(w, r.Body, limit)
 	sum, err := s.Import(r.Context(), body)
 	if err != nil {
@@ -231,6 +266,18 @@ func (s *Service) handleImport(w http.ResponseWriter, r *http.Request) {
 	s.o.Log.Info().Int("files", sum.Files).Int64("bytes", sum.Bytes).Int("skipped", sum.Skipped).
 		Int64("elapsed_ms", time.Since(start).Milliseconds()).Msg("workspace imported")
 	httpx.WriteJSON(w, http.StatusOK, sum)
+}
+
+// countWriter counts what reaches the response.
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // openArea opens dir (relative to base) as a root of its own. No component

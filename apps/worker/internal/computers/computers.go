@@ -589,9 +589,41 @@ func (s *Service) Start(ctx context.Context, id string) (View, error) {
 	return ViewOf(c), err
 }
 
-// Destroy removes the machine (an attached botd is only detached) and
-// forgets the capability.
+// DestroyOptions adjusts a destroy.
+type DestroyOptions struct {
+	// KeepHome keeps the computer's checkpoints in the home store
+	// (DELETE /v1/computers/{id}?keepHome=true); by default they go.
+	KeepHome bool
+}
+
+// Destroy removes the machine (an attached botd is only detached), the
+// computer's checkpoints and their metadata in the home store, and forgets
+// the capability.
 func (s *Service) Destroy(ctx context.Context, id string) (View, error) {
+	return s.DestroyWith(ctx, id, DestroyOptions{})
+}
+
+// DestroyWith is Destroy with options. The home store forgets the home
+// first: if it cannot, nothing is destroyed and the error says so (the
+// operator retries, or keeps the home). It forgets again once the machine
+// is gone, in case a checkpoint (a run ending) raced the destroy.
+func (s *Service) DestroyWith(ctx context.Context, id string, o DestroyOptions) (View, error) {
+	return s.destroy(ctx, id, !o.KeepHome)
+}
+
+// forgetHome removes c's checkpoints from the home store.
+func (s *Service) forgetHome(ctx context.Context, c store.Computer) error {
+	if s.o.Homes == nil || c.HomeKey == "" {
+		return nil
+	}
+	return s.o.Homes.Forget(ctx, c.HomeKey)
+}
+
+// destroy destroys computer id; forget removes its home from the home
+// store. A destroy that a crash interrupted is finished by Reconcile
+// without forget: the operator's choice is not recorded, and a home that
+// was to go was forgotten before the destroy began.
+func (s *Service) destroy(ctx context.Context, id string, forget bool) (View, error) {
 	c, err := s.Get(ctx, id)
 	if err != nil {
 		return View{}, err
@@ -599,6 +631,12 @@ func (s *Service) Destroy(ctx context.Context, id string) (View, error) {
 	p, err := s.provider(c)
 	if err != nil {
 		return View{}, err
+	}
+	if forget {
+		if err := s.forgetHome(ctx, c); err != nil {
+			return View{}, shared.Errorf(http.StatusBadGateway, shared.CodeUnavailable,
+				"nothing was destroyed: the home store could not remove this computer's checkpoints (retry, or keepHome=true keeps them): %v", err)
+		}
 	}
 	dl := time.Now().Add(TransitionTimeout)
 	if _, err := s.o.Store.UpdateComputer(ctx, id, store.StateUpdate{Desired: ptr(store.StateDestroyed), Observed: ptr(store.StateDestroying), Deadline: &dl}); err != nil {
@@ -609,6 +647,13 @@ func (s *Service) Destroy(ctx context.Context, id string) (View, error) {
 		s.fail(id, err)
 		c, _ = s.o.Store.GetComputer(ctx, id)
 		return ViewOf(c), nil
+	}
+	if forget {
+		if err := s.forgetHome(context.WithoutCancel(ctx), c); err != nil {
+			msg := fmt.Sprintf("the machine is destroyed but a checkpoint made meanwhile could not be removed from the home store: %v", err)
+			_, _ = s.o.Store.UpdateComputer(context.WithoutCancel(ctx), id, store.StateUpdate{LastError: &msg})
+			s.o.Log.Warn().Str("computer", id).Err(err).Msg("forget the destroyed computer's home")
+		}
 	}
 	zero := time.Time{}
 	c, err = s.o.Store.UpdateComputer(ctx, id, store.StateUpdate{Observed: ptr(store.StateDestroyed), Deadline: &zero})
@@ -632,7 +677,7 @@ func (s *Service) Reconcile(ctx context.Context) error {
 		case c.DesiredState == store.StateDestroyed:
 			// A destroy that a crash interrupted: finish it.
 			wg.Add(1)
-			go func() { defer wg.Done(); _, _ = s.Destroy(ctx, c.ID) }()
+			go func() { defer wg.Done(); _, _ = s.destroy(ctx, c.ID, false) }()
 		case suspended(c):
 			continue // idle-suspended: the next use starts it
 		case c.DesiredState == store.StateRunning:

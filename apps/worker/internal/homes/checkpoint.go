@@ -25,11 +25,40 @@ type Checkpointer struct {
 	// BusyWait bounds how long a transfer waits while botd answers 409
 	// (still finishing a transfer whose client went away); default 30 s.
 	BusyWait time.Duration
+	// MaxBytes caps a checkpoint's tar (COMPUTER_HOME_MAX_BYTES; default
+	// DefaultMaxBytes, at most MaxImportBytes). botd is asked to stop at
+	// it, and the stream is counted as it arrives and cut one byte past
+	// it: a larger checkpoint fails and the previous one is kept.
+	MaxBytes int64
 }
+
+// DefaultMaxBytes is the default checkpoint cap: 10 GiB.
+const DefaultMaxBytes = 10 << 30
+
+// MaxImportBytes is the largest cap allowed: what botd's import accepts
+// (its content cap). A checkpoint above it could be stored but never
+// restored.
+const MaxImportBytes = shared.WorkspaceMaxImportBytes
 
 // NewCheckpointer returns a Checkpointer over store.
 func NewCheckpointer(store Store) *Checkpointer {
-	return &Checkpointer{store: store, BusyWait: 30 * time.Second}
+	return &Checkpointer{store: store, BusyWait: 30 * time.Second, MaxBytes: DefaultMaxBytes}
+}
+
+// ValidMaxBytes checks a checkpoint cap: positive and at most
+// MaxImportBytes.
+func ValidMaxBytes(n int64) error {
+	if n <= 0 || n > MaxImportBytes {
+		return fmt.Errorf("the checkpoint cap must be between 1 and %d bytes (what an import accepts), not %d", int64(MaxImportBytes), n)
+	}
+	return nil
+}
+
+func (c *Checkpointer) maxBytes() int64 {
+	if c.MaxBytes <= 0 || c.MaxBytes > MaxImportBytes {
+		return min(DefaultMaxBytes, MaxImportBytes)
+	}
+	return c.MaxBytes
 }
 
 // whileBusy calls f until it stops failing with botd's 409 conflict (one
@@ -67,23 +96,51 @@ func (c *Checkpointer) Checkpoint(ctx context.Context, homeKey string, m provide
 		return Revision{}, err
 	}
 	defer unlock()
+	max := c.maxBytes()
 	var body io.ReadCloser
 	err = c.whileBusy(ctx, func() (err error) {
-		body, err = m.Botd().ExportWorkspace(ctx)
+		body, err = m.Botd().ExportWorkspaceMax(ctx, max)
 		return err
 	})
+	if client.CodeOf(err) == shared.CodeTooLarge {
+		return Revision{}, fmt.Errorf("checkpoint %s: %w of %d bytes (COMPUTER_HOME_MAX_BYTES), the previous checkpoint is kept: %w", homeKey, ErrTooLarge, max, err)
+	}
 	if err != nil {
 		return Revision{}, fmt.Errorf("checkpoint %s: export (the previous checkpoint is kept): %w", homeKey, err)
 	}
 	defer body.Close()
-	rev, err := c.store.Put(ctx, homeKey, body)
+	rev, err := c.store.Put(ctx, homeKey, &capReader{r: body, max: max})
 	if err != nil {
+		if errors.Is(err, client.ErrExportRefused) {
+			return Revision{}, fmt.Errorf("checkpoint %s: %w of %d bytes (COMPUTER_HOME_MAX_BYTES), the previous checkpoint is kept: %w", homeKey, ErrTooLarge, max, err)
+		}
+		if errors.Is(err, ErrTooLarge) {
+			return Revision{}, fmt.Errorf("checkpoint %s (the previous checkpoint is kept): %w", homeKey, err)
+		}
 		if errors.Is(err, client.ErrExportIncomplete) {
 			return Revision{}, fmt.Errorf("checkpoint %s: the export was cut off (the previous checkpoint is kept): %w", homeKey, err)
 		}
 		return Revision{}, fmt.Errorf("checkpoint %s: %w", homeKey, err)
 	}
 	return rev, nil
+}
+
+// Forget removes homeKey's checkpoint and its metadata from the store
+// (a destroyed computer's home), after any transfer of that key in this
+// process has ended. Forgetting a key with no checkpoint is not an error.
+func (c *Checkpointer) Forget(ctx context.Context, homeKey string) error {
+	if err := ValidKey(homeKey); err != nil {
+		return err
+	}
+	unlock, err := c.locks.lock(ctx, homeKey)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if err := c.store.Delete(ctx, homeKey); err != nil {
+		return fmt.Errorf("forget home %s: %w", homeKey, err)
+	}
+	return nil
 }
 
 // Restored reports a restore.

@@ -14,6 +14,14 @@
 //     recorded revision (ErrCorrupt) before the caller reads a byte, so a
 //     damaged checkpoint is never half-imported into a machine.
 //   - Home keys are validated (ValidKey): no separators, no dot names.
+//
+// Checkpoints are bounded (issue 25): the Checkpointer asks botd to stop at
+// MaxBytes (COMPUTER_HOME_MAX_BYTES, never above what an import accepts)
+// and counts the stream itself, failing with ErrTooLarge one byte past it;
+// Local keeps MinFree (COMPUTER_HOME_MIN_FREE_BYTES) free on its disk,
+// failing with ErrNoSpace. Either way the staged tar never replaces the
+// previous checkpoint. Checkpointer.Forget removes a destroyed computer's
+// checkpoint.
 package homes
 
 import (
@@ -68,7 +76,38 @@ var (
 	ErrNoSpace = errors.New("no space left for the checkpoint")
 	// ErrEmpty: Put was given an empty stream (never a workspace tar).
 	ErrEmpty = errors.New("empty checkpoint")
+	// ErrTooLarge: the export went past the checkpoint cap
+	// (COMPUTER_HOME_MAX_BYTES); the previous checkpoint is kept.
+	ErrTooLarge = errors.New("checkpoint is larger than the cap")
 )
+
+// capReader passes at most max bytes of r and fails with ErrTooLarge when
+// r has more: it never trusts a size it was told, it counts.
+type capReader struct {
+	r   io.Reader
+	n   int64
+	max int64
+}
+
+func (c *capReader) Read(p []byte) (int, error) {
+	if c.n > c.max {
+		return 0, c.err()
+	}
+	// Read one byte past the cap at most, to tell "exactly max" from more.
+	if rest := c.max + 1 - c.n; int64(len(p)) > rest {
+		p = p[:rest]
+	}
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	if c.n > c.max {
+		return n, c.err()
+	}
+	return n, err
+}
+
+func (c *capReader) err() error {
+	return fmt.Errorf("%w of %d bytes (COMPUTER_HOME_MAX_BYTES): the export went on past it", ErrTooLarge, c.max)
+}
 
 var keyRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$`)
 

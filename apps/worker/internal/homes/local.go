@@ -32,6 +32,14 @@ type Local struct {
 	locks       keyLocks
 	now         func() time.Time
 
+	// MinFree is the free space a Put leaves on the disk holding the
+	// store (COMPUTER_HOME_MIN_FREE_BYTES; default DefaultMinFree): it is
+	// checked before the staged file is made and as it grows, and a Put
+	// that would go below it fails with ErrNoSpace, the previous
+	// checkpoint kept. That disk also holds the worker's database and
+	// every team's checkpoints.
+	MinFree int64
+
 	// Test hooks: wrapWriter wraps the staged file's writer (a full-disk
 	// stand-in); crash, when it returns an error at a named step
 	// ("pending", "renamed"), stops the Put there as a kill would.
@@ -54,9 +62,10 @@ func NewLocal(dataDir string) (*Local, error) {
 		return nil, errors.New("home store: empty DATA_DIR")
 	}
 	l := &Local{
-		homes: filepath.Join(dataDir, "homes"),
-		revs:  filepath.Join(dataDir, "home-revisions"),
-		now:   time.Now,
+		homes:   filepath.Join(dataDir, "homes"),
+		revs:    filepath.Join(dataDir, "home-revisions"),
+		now:     time.Now,
+		MinFree: DefaultMinFree,
 	}
 	for _, d := range []string{l.homes, l.revs} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
@@ -94,6 +103,10 @@ func (l *Local) Put(ctx context.Context, key string, r io.Reader) (Revision, err
 		// A corrupt current checkpoint does not stop a new one replacing it.
 		return Revision{}, err
 	}
+	room := &roomWriter{dir: l.homes, minFree: l.MinFree}
+	if err := room.check(0); err != nil {
+		return Revision{}, diskErr("stage checkpoint", err)
+	}
 	f, err := os.CreateTemp(l.homes, "."+key+".staging-*")
 	if err != nil {
 		return Revision{}, diskErr("stage checkpoint", err)
@@ -109,6 +122,8 @@ func (l *Local) Put(ctx context.Context, key string, r io.Reader) (Revision, err
 	if l.wrapWriter != nil {
 		w = l.wrapWriter(f)
 	}
+	room.w = w
+	w = room
 	hr := newHashingReader(ctxReader{ctx, r})
 	_, err = io.Copy(w, hr)
 	if err == nil {
@@ -324,6 +339,53 @@ func syncDir(dir string) error {
 	}
 	defer d.Close()
 	return d.Sync()
+}
+
+// DefaultMinFree is Local's default MinFree: 1 GiB.
+const DefaultMinFree = 1 << 30
+
+// roomWriter stops a staged checkpoint before the disk's free space goes
+// below minFree: it knows how much it may write from the free space it
+// last saw, and looks again (statfs) when it reaches that or every
+// recheck bytes, as other writers share the disk.
+type roomWriter struct {
+	w       io.Writer
+	dir     string
+	minFree int64
+	written int64
+	allowed int64 // written may grow up to this
+	checked int64 // written at the last statfs
+}
+
+const roomRecheck = 64 << 20
+
+func (r *roomWriter) Write(p []byte) (int, error) {
+	next := r.written + int64(len(p))
+	if next > r.allowed || next-r.checked > roomRecheck {
+		if err := r.check(int64(len(p))); err != nil {
+			return 0, err
+		}
+	}
+	n, err := r.w.Write(p)
+	r.written += int64(n)
+	return n, err
+}
+
+// check reads the disk's free space and fails with ErrNoSpace unless need
+// more bytes fit above minFree.
+func (r *roomWriter) check(need int64) error {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(r.dir, &st); err != nil {
+		return err
+	}
+	free := int64(st.Bavail) * int64(st.Bsize)
+	r.checked = r.written
+	r.allowed = r.written + free - r.minFree
+	if free-need < r.minFree {
+		return fmt.Errorf("%w: the disk holding %s has %d bytes free and keeps %d (COMPUTER_HOME_MIN_FREE_BYTES); %d bytes of the checkpoint were written",
+			syscall.ENOSPC, r.dir, free, r.minFree, r.written)
+	}
+	return nil
 }
 
 // diskErr wraps err for step, naming a full disk as ErrNoSpace.

@@ -59,7 +59,7 @@ func Handler(o Options) http.Handler {
 	mux.HandleFunc("POST /v1/computers/{id}/start", a.gate(a.lifecycle(a.o.Computers.Start)))
 	mux.HandleFunc("POST /v1/computers/{id}/recover", a.gate(a.lifecycle(a.o.Computers.Start)))
 	mux.HandleFunc("POST /v1/computers/{id}/stop", a.gate(a.lifecycle(a.o.Computers.Stop)))
-	mux.HandleFunc("DELETE /v1/computers/{id}", a.gate(a.lifecycle(a.o.Computers.Destroy)))
+	mux.HandleFunc("DELETE /v1/computers/{id}", a.gate(a.destroyComputer))
 	mux.HandleFunc("POST /v1/computers/{id}/bots", a.gate(a.addBot))
 	mux.HandleFunc("DELETE /v1/computers/{id}/bots/{bot}", a.gate(a.removeBot))
 

@@ -162,6 +162,26 @@ func (a *api) lifecycle(fn func(context.Context, string) (computers.View, error)
 	}
 }
 
+// destroyComputer is DELETE /v1/computers/{id}: the machine, and the
+// computer's checkpoints in the home store unless ?keepHome=true.
+func (a *api) destroyComputer(w http.ResponseWriter, r *http.Request) {
+	var o computers.DestroyOptions
+	switch r.URL.Query().Get("keepHome") {
+	case "", "false":
+	case "true":
+		o.KeepHome = true
+	default:
+		writeErr(w, http.StatusBadRequest, shared.CodeBadRequest, "keepHome is true or false")
+		return
+	}
+	v, err := a.o.Computers.DestroyWith(r.Context(), r.PathValue("id"), o)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"computer": v})
+}
+
 func (a *api) addBot(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		ID string `json:"id"`
