@@ -87,8 +87,8 @@ func TestLocalUsersTeamsDoNotShare(t *testing.T) {
 		teams = append(teams, team{ref: ref, c: m.Botd(), scr: s, desktop: d, bot: b})
 	}
 	a, b := teams[0], teams[1]
-	require.NotEqual(t, a.desktop, b.desktop, "each computer has its own desktop user")
-	require.NotEqual(t, a.bot, b.bot, "each computer has its own bot user")
+	assert.NotEqual(t, a.desktop, b.desktop, "each computer has its own desktop user")
+	assert.NotEqual(t, a.bot, b.bot, "each computer has its own bot user")
 
 	const secret = "secret-plan: launch on friday"
 	require.NoError(t, a.c.WriteFile(ctx, "bots/alice/secret-plan.txt", []byte(secret)))
