@@ -19,13 +19,14 @@ import (
 )
 
 // Displays 660-679 and ports 17000-17499 are these tests' own (no other
-// test uses them): two slots of 4 displays and 11 ports each per provider.
+// test uses them): 660-667, 670-677 and 678-679; 17000-17021, 17100-17121
+// and 17200-17209.
 const (
 	usersDisplayBase = 660
 	usersPortBase    = 17000
 )
 
-func usersLocal(t *testing.T, name string, displayBase, portBase int) (*Local, LocalOptions) {
+func usersLocal(t *testing.T, name string, displayBase, portBase, maxScreens int) (*Local, LocalOptions) {
 	t.Helper()
 	requireHost(t)
 	for _, tool := range []string{"xdpyinfo", "setpriv", "useradd"} {
@@ -35,7 +36,7 @@ func usersLocal(t *testing.T, name string, displayBase, portBase int) (*Local, L
 	}
 	o := LocalOptions{
 		DataDir: filepath.Join(tmpRoot, name), BotdBin: testBotd(t),
-		DisplayBase: displayBase, PortBase: portBase, Slots: 2, MaxScreens: 4,
+		DisplayBase: displayBase, PortBase: portBase, Slots: 2, MaxScreens: maxScreens,
 		ReadyTimeout: 3 * time.Minute,
 	}
 	l, err := NewLocal(o)
@@ -63,7 +64,7 @@ func asUser(t *testing.T, name string, env []string, argv ...string) (string, er
 // workspace, profiles, X cookie and botd token are unreadable, and A's
 // display does not open. The positions are real: each reads its own.
 func TestLocalUsersTeamsDoNotShare(t *testing.T) {
-	l, _ := usersLocal(t, "data-users-teams", usersDisplayBase, usersPortBase)
+	l, _ := usersLocal(t, "data-users-teams", usersDisplayBase, usersPortBase, 4)
 	ctx := testCtx(t, 6*time.Minute)
 
 	type team struct {
@@ -171,7 +172,7 @@ func TestLocalUsersTeamsDoNotShare(t *testing.T) {
 // ids, botd runs as them again); Destroy removes them, their groups and
 // what they left on the host, and no process of theirs survives.
 func TestLocalUsersReadoptedAndRemoved(t *testing.T) {
-	l, o := usersLocal(t, "data-users-readopt", usersDisplayBase+10, usersPortBase+100)
+	l, o := usersLocal(t, "data-users-readopt", usersDisplayBase+10, usersPortBase+100, 4)
 	ctx := testCtx(t, 6*time.Minute)
 	spec := Spec{ComputerID: "readopt", BotdToken: testToken()}
 	ref, err := l.Provision(ctx, spec)
@@ -238,6 +239,56 @@ func TestLocalUsersReadoptedAndRemoved(t *testing.T) {
 		}
 	}
 	require.NoDirExists(t, l2.dir(ref))
+}
+
+// A computer made before each had its own users (machine.json without
+// them, its home owned by the host's shared desktop, bot and bots) gets
+// users of its own at its next start, and its files are handed over.
+func TestLocalUsersForEarlierComputer(t *testing.T) {
+	l, _ := usersLocal(t, "data-users-earlier", usersDisplayBase+18, usersPortBase+200, 1)
+	ctx := testCtx(t, 5*time.Minute)
+	spec := Spec{ComputerID: "earlier", BotdToken: testToken()}
+	ref, err := l.Provision(ctx, spec)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Destroy(context.Background(), ref) })
+	// Make it what an earlier worker left.
+	meta, err := l.readMeta(ref)
+	require.NoError(t, err)
+	require.NoError(t, meta.Users.remove())
+	meta.Users = nil
+	l.mu.Lock()
+	require.NoError(t, l.writeMetaLocked(ref, meta))
+	l.mu.Unlock()
+	require.NoError(t, os.Chown(l.dir(ref), 0, 0))
+	require.NoError(t, os.Chmod(l.dir(ref), 0o755))
+	hostBot, err := user.Lookup("bot")
+	require.NoError(t, err)
+	hbuid, _ := strconv.Atoi(hostBot.Uid)
+	alice := filepath.Join(l.home(ref), "bot", "bots", "alice")
+	require.NoError(t, os.MkdirAll(alice, 0o775))
+	f := filepath.Join(alice, "notes.txt")
+	require.NoError(t, os.WriteFile(f, []byte("kept"), 0o660))
+	for _, p := range []string{filepath.Join(l.home(ref), "bot"), filepath.Join(l.home(ref), "bot", "bots"), alice, f} {
+		require.NoError(t, os.Chown(p, hbuid, 1100))
+	}
+	require.Empty(t, func() string { d, _ := l.Users(ref); return d }())
+
+	m, err := l.Reconnect(ctx, ref, spec)
+	require.NoError(t, err)
+	desk, bot := l.Users(ref)
+	require.NotEmpty(t, desk)
+	meta, err = l.readMeta(ref)
+	require.NoError(t, err)
+	st, err := os.Stat(f)
+	require.NoError(t, err)
+	require.EqualValues(t, meta.Users.BotUID, st.Sys().(*syscall.Stat_t).Uid, "the file is the computer's own bot's")
+	require.EqualValues(t, meta.Users.GID, st.Sys().(*syscall.Stat_t).Gid, "in the computer's own group")
+	r, err := m.Botd().Exec(ctx, client.ExecRequest{Argv: []string{"sh", "-c", "id -un; cat bots/alice/notes.txt; echo more >> bots/alice/notes.txt && echo wrote"}})
+	require.NoError(t, err)
+	require.Equal(t, bot+"\nkeptwrote\n", r.Stdout, r.Stderr)
+	st, err = os.Stat(l.dir(ref))
+	require.NoError(t, err)
+	require.Equal(t, os.ModeDir|0o710, st.Mode())
 }
 
 // The id range is refused where useradd could hand its ids to a host user.
