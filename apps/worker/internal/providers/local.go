@@ -130,6 +130,9 @@ func NewLocal(o LocalOptions) (*Local, error) {
 		return nil, fmt.Errorf("local provider: another worker holds %s (%w)", l.computers(), err)
 	}
 	l.lock = f
+	l.mu.Lock()
+	l.reclaimLocked()
+	l.mu.Unlock()
 	return l, nil
 }
 
@@ -248,7 +251,15 @@ func (l *Local) Provision(ctx context.Context, spec Spec) (string, error) {
 // claim is written before the users are made, so a crash in between
 // leaves a machine.json that Destroy cleans up after.
 func (l *Local) makeUsersLocked(ref string, m *localMeta) error {
+	l.reclaimLocked()
 	claimed := map[int]bool{}
+	if ents, err := os.ReadDir(l.claims()); err == nil {
+		for _, e := range ents {
+			if i, err := strconv.Atoi(e.Name()); err == nil {
+				claimed[i] = true
+			}
+		}
+	}
 	entries, err := os.ReadDir(l.computers())
 	if err != nil {
 		return err
@@ -267,16 +278,21 @@ func (l *Local) makeUsersLocked(ref string, m *localMeta) error {
 			continue
 		}
 		m.Users = &u
+		if err := l.writeClaimLocked(ref, u); err != nil {
+			return err
+		}
 		if err := l.writeMetaLocked(ref, *m); err != nil {
 			return err
 		}
 		err := u.create(l.home(ref), ref)
-		if errors.Is(err, errIDTaken) {
+		if err != nil {
 			m.Users = nil
+			_ = os.Remove(l.claimFile(i))
+		}
+		if errors.Is(err, errIDTaken) {
 			continue
 		}
 		if err != nil {
-			m.Users = nil
 			return err
 		}
 		return l.secureDirLocked(ref, u)
@@ -323,6 +339,11 @@ func (l *Local) ensureUsersLocked(ref string, m *localMeta) error {
 			return err
 		}
 		l.log.Warn().Str("ref", ref).Str("desktop", u.Desktop).Msg("the computer's users were gone; made again with their ids")
+	}
+	if missing(l.claimFile(u.Index)) {
+		if err := l.writeClaimLocked(ref, u); err != nil {
+			return err
+		}
 	}
 	return l.secureDirLocked(ref, u)
 }
@@ -637,10 +658,11 @@ func (l *Local) Destroy(ctx context.Context, ref string) error {
 	if m, err := l.readMeta(ref); err == nil && m.Users != nil {
 		u := *m.Users
 		killAll(u.uids())
-		err := errors.Join(removeOwned(u.uids(), []int{u.DesktopUID, u.BotUID, u.GID}), u.remove())
+		err := errors.Join(removeOwned(u.uids(), u.gids()), u.remove())
 		if err != nil {
 			return fmt.Errorf("local provider: remove the users of %s: %w", ref, err)
 		}
+		_ = os.Remove(l.claimFile(u.Index))
 	}
 	// RemoveAll unlinks symlinks without following them; a second pass
 	// catches files a dying process wrote meanwhile.

@@ -3,6 +3,7 @@ package providers
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -53,8 +54,26 @@ func (l *Local) usersFor(i int) localUsers {
 
 func (l *Local) maxUsers() int { return LocalIDSpan / 3 }
 
+// comment is the GECOS field of ref's users: with the ref's random suffix,
+// it tells this provider's users from any other's.
+func userComment(ref string) string { return "open-bot local computer " + ref }
+
+// owns says whether u's users are the ones made for ref (their comment).
+func (u localUsers) owns(ref string) bool {
+	for _, n := range []string{u.Desktop, u.Bot} {
+		v, err := user.Lookup(n)
+		if err != nil || v.Name != userComment(ref) {
+			return false
+		}
+	}
+	return true
+}
+
 // uids is every uid of u.
 func (u localUsers) uids() []int { return []int{u.DesktopUID, u.BotUID} }
+
+// gids is every gid of u.
+func (u localUsers) gids() []int { return []int{u.DesktopUID, u.BotUID, u.GID} }
 
 // checkIDRange refuses an id range that useradd or groupadd could hand to
 // a host user or group (login.defs' UID_MIN..UID_MAX, SYS_UID_MIN..
@@ -214,7 +233,7 @@ func (u localUsers) create(home, ref string) (err error) {
 	}{{u.Desktop, filepath.Join(home, "desktop"), u.DesktopUID}, {u.Bot, filepath.Join(home, "bot"), u.BotUID}} {
 		if err := runTool("useradd", "-r", "-M", "-l", "-N",
 			"-u", strconv.Itoa(x.uid), "-g", strconv.Itoa(x.uid), "-G", strconv.Itoa(u.GID),
-			"-d", x.home, "-s", "/bin/bash", "-c", "open-bot local computer "+ref, x.name); err != nil {
+			"-d", x.home, "-s", "/bin/bash", "-c", userComment(ref), x.name); err != nil {
 			return err
 		}
 		users = append(users, x.name)
@@ -399,4 +418,60 @@ func chownTree(dir string, u localUsers) error {
 		}
 		return nil
 	})
+}
+
+// A claim (computers/.users/<index>, root's 0600) records, apart from the
+// computer's own directory, which users this provider made for which ref:
+// users whose computer directory was lost with its machine.json are still
+// found and removed (reclaimLocked).
+type userClaim struct {
+	Ref   string     `json:"ref"`
+	Users localUsers `json:"users"`
+}
+
+func (l *Local) claims() string { return filepath.Join(l.computers(), ".users") }
+func (l *Local) claimFile(i int) string {
+	return filepath.Join(l.claims(), strconv.Itoa(i))
+}
+
+func (l *Local) writeClaimLocked(ref string, u localUsers) error {
+	if err := os.Mkdir(l.claims(), 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	b, _ := json.Marshal(userClaim{Ref: ref, Users: u})
+	return writeSecret(l.claimFile(u.Index), string(b))
+}
+
+// reclaimLocked removes the users of every claim whose computer no longer
+// names them (its directory or machine.json lost), and the claim; users
+// someone else made meanwhile under those names are left alone.
+func (l *Local) reclaimLocked() {
+	ents, err := os.ReadDir(l.claims())
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join(l.claims(), e.Name()))
+		if err != nil {
+			continue
+		}
+		var c userClaim
+		if json.Unmarshal(b, &c) != nil || strconv.Itoa(c.Users.Index) != e.Name() || checkRef(c.Ref) != nil {
+			continue
+		}
+		if m, err := l.readMeta(c.Ref); err == nil && m.Users != nil && m.Users.Index == c.Users.Index {
+			continue
+		} else if err != nil && !errors.Is(err, ErrGone) {
+			continue
+		}
+		if c.Users.owns(c.Ref) {
+			killAll(c.Users.uids())
+			if err := errors.Join(removeOwned(c.Users.uids(), c.Users.gids()), c.Users.remove()); err != nil {
+				l.log.Warn().Err(err).Str("ref", c.Ref).Msg("remove the users of a lost computer")
+				continue
+			}
+			l.log.Info().Str("ref", c.Ref).Str("desktop", c.Users.Desktop).Msg("removed the users of a lost computer")
+		}
+		_ = os.Remove(filepath.Join(l.claims(), e.Name()))
+	}
 }

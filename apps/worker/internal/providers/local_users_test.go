@@ -291,6 +291,33 @@ func TestLocalUsersForEarlierComputer(t *testing.T) {
 	require.Equal(t, os.ModeDir|0o710, st.Mode())
 }
 
+// Users whose computer directory was lost (machine.json with it) are
+// found through the provider's claims and removed when the worker starts.
+func TestLocalUsersOfALostComputerRemoved(t *testing.T) {
+	l, o := usersLocal(t, "data-users-lost", usersDisplayBase+18, usersPortBase+200, 1)
+	ctx := testCtx(t, time.Minute)
+	ref, err := l.Provision(ctx, Spec{ComputerID: "lost", BotdToken: testToken()})
+	require.NoError(t, err)
+	meta, err := l.readMeta(ref)
+	require.NoError(t, err)
+	u := *meta.Users
+	require.True(t, u.present())
+	require.FileExists(t, l.claimFile(u.Index))
+	require.NoError(t, os.RemoveAll(l.dir(ref)))
+	require.NoError(t, l.Close(ctx))
+
+	l2, err := NewLocal(o)
+	require.NoError(t, err)
+	defer l2.Close(context.Background())
+	for _, n := range []string{u.Desktop, u.Bot} {
+		_, err := user.Lookup(n)
+		require.Error(t, err, "user %s of the lost computer is gone", n)
+	}
+	_, err = user.LookupGroup(u.Group)
+	require.Error(t, err)
+	require.NoFileExists(t, l2.claimFile(u.Index))
+}
+
 // The id range is refused where useradd could hand its ids to a host user.
 func TestLocalUsersIDRange(t *testing.T) {
 	defs := map[string]int{"UID_MIN": 1000, "UID_MAX": 60000, "SYS_UID_MIN": 101, "SYS_UID_MAX": 999}
