@@ -226,6 +226,7 @@ func (l *Local) Provision(ctx context.Context, spec Spec) (string, error) {
 	fail := func(err error) (string, error) {
 		if m.Users != nil {
 			_ = m.Users.remove()
+			_ = os.Remove(l.claimFile(m.Users.Index))
 		}
 		_ = os.RemoveAll(l.dir(ref))
 		return "", fmt.Errorf("local provider: %w", err)
@@ -348,7 +349,7 @@ func (l *Local) ensureUsersLocked(ref string, m *localMeta) error {
 	return l.secureDirLocked(ref, u)
 }
 
-// prepareDataDir makes DataDir/computers (0755) and refuses a DATA_DIR that
+// prepareDataDir makes DataDir/computers (0711) and refuses a DATA_DIR that
 // others cannot traverse.
 func (l *Local) prepareDataDir() error {
 	if err := os.MkdirAll(l.computers(), 0o711); err != nil {
