@@ -43,6 +43,11 @@ func TestAgentRelay(t *testing.T) {
 	_, resp, err := websocket.Dial(ctx, "ws://"+d.addr+"/agent", nil)
 	require.Error(t, err, "the relay needs the token")
 	require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+	// Codex itself answers only this boot's capability, which the relay
+	// alone holds: loopback is every local user's (another computer's bot).
+	_, resp, err = websocket.Dial(ctx, "ws://"+d.codex, nil)
+	require.Error(t, err, "Codex's app-server takes a connection without its capability")
+	require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
 
 	// A browser-style client sends Origin; the relay strips it (Codex would 403).
 	c, _, err := websocket.Dial(ctx, "ws://"+d.addr+"/agent?token="+d.token, &websocket.DialOptions{HTTPHeader: http.Header{"Origin": {"http://example.test"}}})

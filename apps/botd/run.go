@@ -39,6 +39,11 @@ func run(ctx context.Context, cfg config.Config) error {
 	log := newLogger(cfg.LogLevel)
 	started := time.Now()
 
+	if cfg.BotsGroup != "" {
+		if err := osuser.UseBotsGroup(cfg.BotsGroup); err != nil {
+			return err
+		}
+	}
 	desktopUser, err := osuser.Lookup(cfg.DesktopUser)
 	if err != nil {
 		return err

@@ -2,6 +2,9 @@ package agent
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"net"
 	"net/http"
@@ -40,6 +43,13 @@ type Options struct {
 type Agent struct {
 	opts Options
 	proc *supervisor.Proc
+	// token is this boot's capability for the app-server's websocket
+	// (--ws-auth capability-token; only its SHA-256 is in Codex's argv).
+	// Loopback is every local user's: without it any process on the host
+	// (another local computer's bot, a desktop terminal) could open a
+	// thread that runs commands as this computer's bot. Only the relay,
+	// behind botd's own token, holds it.
+	token string
 }
 
 // Start writes the managed config and starts `codex app-server` as the bot
@@ -55,6 +65,12 @@ func Start(o Options) (*Agent, error) {
 	if err := WriteConfig(o.CodexHome, o.User, o.Provider, o.ExtraConfig); err != nil {
 		return nil, err
 	}
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return nil, fmt.Errorf("codex capability token: %w", err)
+	}
+	token := hex.EncodeToString(b[:])
+	sum := sha256.Sum256([]byte(token))
 	u := o.User
 	u.Home = o.Home
 	bin, nativeEnv := resolveNative(o.Bin)
@@ -63,7 +79,8 @@ func Start(o Options) (*Agent, error) {
 		Name:    "codex",
 		Restart: supervisor.RestartAlways,
 		Cmd: runner.Spec{
-			Argv: []string{bin, "app-server", "--listen", "ws://" + o.Addr},
+			Argv: []string{bin, "app-server", "--listen", "ws://" + o.Addr,
+				"--ws-auth", "capability-token", "--ws-token-sha256", hex.EncodeToString(sum[:])},
 			User: &u,
 			Env:  env,
 			Dir:  o.Home,
@@ -75,7 +92,7 @@ func Start(o Options) (*Agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start codex: %w", err)
 	}
-	return &Agent{opts: o, proc: p}, nil
+	return &Agent{opts: o, proc: p, token: token}, nil
 }
 
 // State is the app-server's supervisor state.

@@ -16,13 +16,14 @@ import (
 const relayReadLimit = 64 << 20
 
 // Relay serves ws /agent: it relays messages both ways between the client and
-// Codex's app-server, adding nothing. The upstream dial carries no Origin
-// header (the app-server refuses any request that has one). When Codex goes
+// Codex's app-server, adding nothing but the app-server's capability token.
+// The upstream dial carries no Origin header (the app-server refuses any
+// request that has one). When Codex goes
 // away (a crash or restart) the client sees a close and may reconnect.
 func (a *Agent) Relay(log zerolog.Logger) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		dctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
-		up, _, err := websocket.Dial(dctx, "ws://"+a.opts.Addr, &websocket.DialOptions{HTTPHeader: http.Header{}})
+		up, _, err := websocket.Dial(dctx, "ws://"+a.opts.Addr, &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + a.token}}})
 		cancel()
 		if err != nil {
 			log.Warn().Err(err).Msg("agent relay: codex app-server unreachable")

@@ -65,6 +65,9 @@ type Config struct {
 	// DesktopUser and BotUser name the two unprivileged users.
 	DesktopUser string
 	BotUser     string
+	// BotsGroup names their shared group (BOTD_BOTS_GROUP; "" = gid 1100,
+	// bots).
+	BotsGroup string
 	// MaxConns caps each listener's open connections: the API, every
 	// screen's view and control port, the model proxy and the SOCKS proxy
 	// (BOTD_MAX_CONNS, default 512). Past it a connection is refused at once.
@@ -116,6 +119,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		ScreenIdle:        time.Duration(num("SCREEN_IDLE_MINUTES", 20)) * time.Minute,
 		DesktopUser:       str("BOTD_DESKTOP_USER", "desktop"),
 		BotUser:           str("BOTD_BOT_USER", "bot"),
+		BotsGroup:         str("BOTD_BOTS_GROUP", ""),
 		LogLevel:          str("BOTD_LOG_LEVEL", "info"),
 	}
 	c.CodexConfigExtraFile = strings.TrimSpace(getenv("CODEX_CONFIG_EXTRA_FILE"))

@@ -72,7 +72,7 @@ type Service struct {
 // New returns the service with defaults filled in.
 func New(o Options) *Service {
 	if o.GID == 0 {
-		o.GID = osuser.BotsGID
+		o.GID = uint32(osuser.BotsGID)
 	}
 	if o.MaxWriteBytes <= 0 {
 		o.MaxWriteBytes = DefaultMaxWriteBytes

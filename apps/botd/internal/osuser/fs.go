@@ -61,10 +61,10 @@ func PrepareDirs(dirs []Dir) error {
 func Layout(home string, desktop, bot User) []Dir {
 	return []Dir{
 		{Path: home, Owner: Root, Mode: 0o755},
-		{Path: filepath.Join(home, "bot"), Owner: bot, GID: BotsGID, Mode: SetgidDir},
-		{Path: filepath.Join(home, "bot", "bots"), Owner: bot, GID: BotsGID, Mode: SetgidDir},
-		{Path: filepath.Join(home, "bot", "shared"), Owner: bot, GID: BotsGID, Mode: SetgidDir},
-		{Path: filepath.Join(home, "bot", "shared", "downloads"), Owner: bot, GID: BotsGID, Mode: SetgidDir},
+		{Path: filepath.Join(home, "bot"), Owner: bot, GID: uint32(BotsGID), Mode: SetgidDir},
+		{Path: filepath.Join(home, "bot", "bots"), Owner: bot, GID: uint32(BotsGID), Mode: SetgidDir},
+		{Path: filepath.Join(home, "bot", "shared"), Owner: bot, GID: uint32(BotsGID), Mode: SetgidDir},
+		{Path: filepath.Join(home, "bot", "shared", "downloads"), Owner: bot, GID: uint32(BotsGID), Mode: SetgidDir},
 		{Path: filepath.Join(home, "bot", ".codex"), Owner: bot, Mode: 0o700},
 		{Path: filepath.Join(home, "desktop"), Owner: desktop, Mode: 0o755},
 		{Path: filepath.Join(home, "desktop", "screens"), Owner: desktop, Mode: 0o755},
@@ -74,7 +74,7 @@ func Layout(home string, desktop, bot User) []Dir {
 
 // BotDir is a teammate's own folder (bot, setgid 2775).
 func BotDir(home, botID string, bot User) Dir {
-	return Dir{Path: filepath.Join(home, "bot", "bots", botID), Owner: bot, GID: BotsGID, Mode: SetgidDir}
+	return Dir{Path: filepath.Join(home, "bot", "bots", botID), Owner: bot, GID: uint32(BotsGID), Mode: SetgidDir}
 }
 
 // SetgidDir is a shared folder's mode, 2775: group-writable and setgid so

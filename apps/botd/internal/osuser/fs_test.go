@@ -15,7 +15,7 @@ func TestPrepareDirsModesAndNoSymlinkFollow(t *testing.T) {
 	dir := t.TempDir()
 	me := User{UID: 0, GID: 0}
 	shared := filepath.Join(dir, "shared")
-	require.NoError(t, PrepareDirs([]Dir{{Path: shared, Owner: me, GID: BotsGID, Mode: SetgidDir}}))
+	require.NoError(t, PrepareDirs([]Dir{{Path: shared, Owner: me, GID: uint32(BotsGID), Mode: SetgidDir}}))
 	fi, err := os.Stat(shared)
 	require.NoError(t, err)
 	require.Equal(t, os.ModeDir|os.ModeSetgid|0o775, fi.Mode())

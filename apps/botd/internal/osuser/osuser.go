@@ -8,8 +8,25 @@ import (
 	"strconv"
 )
 
-// BotsGID is the gid of the shared group both users belong to.
-const BotsGID = 1100
+// BotsGID is the gid of the shared group both users belong to: bots (1100)
+// unless BOTD_BOTS_GROUP names another (UseBotsGroup, once at start, before
+// anything reads it). The local provider gives each computer a group of its
+// own, so no two computers on one host share one.
+var BotsGID = 1100
+
+// UseBotsGroup makes the group name the computer's shared group.
+func UseBotsGroup(name string) error {
+	g, err := user.LookupGroup(name)
+	if err != nil {
+		return fmt.Errorf("look up group %s: %w", name, err)
+	}
+	gid, err := strconv.ParseUint(g.Gid, 10, 32)
+	if err != nil || gid == 0 {
+		return fmt.Errorf("group %s: gid %q: not a group botd can share", name, g.Gid)
+	}
+	BotsGID = int(gid)
+	return nil
+}
 
 // User is a resolved account: ids plus every supplementary group, so children
 // started as it keep the bots group.

@@ -111,13 +111,13 @@ func (c *computer) link(t testing.TB, rel, target string) {
 // populate fills a realistic portable home plus things that must stay home.
 func (c *computer) populate(t testing.TB) {
 	b, d := c.u.bot, c.u.desktop
-	c.put(t, "bot/shared/notes.txt", "notes", b.UID, osuser.BotsGID, 0o664)
-	c.put(t, "bot/bots/alice/run.sh", "#!/bin/sh\necho hi\n", b.UID, osuser.BotsGID, 0o775)
+	c.put(t, "bot/shared/notes.txt", "notes", b.UID, uint32(osuser.BotsGID), 0o664)
+	c.put(t, "bot/bots/alice/run.sh", "#!/bin/sh\necho hi\n", b.UID, uint32(osuser.BotsGID), 0o775)
 	// Project files named like browser transients stay.
-	c.put(t, "bot/bots/alice/Cache/keep.txt", "project cache", b.UID, osuser.BotsGID, 0o664)
-	c.put(t, "bot/bots/alice/LOCK", "project LOCK", b.UID, osuser.BotsGID, 0o664)
-	c.put(t, "bot/bots/alice/SingletonLock", "project singleton", b.UID, osuser.BotsGID, 0o664)
-	c.put(t, "bot/shared/downloads/report.pdf", "%PDF", d.UID, osuser.BotsGID, 0o664)
+	c.put(t, "bot/bots/alice/Cache/keep.txt", "project cache", b.UID, uint32(osuser.BotsGID), 0o664)
+	c.put(t, "bot/bots/alice/LOCK", "project LOCK", b.UID, uint32(osuser.BotsGID), 0o664)
+	c.put(t, "bot/bots/alice/SingletonLock", "project singleton", b.UID, uint32(osuser.BotsGID), 0o664)
+	c.put(t, "bot/shared/downloads/report.pdf", "%PDF", d.UID, uint32(osuser.BotsGID), 0o664)
 	c.put(t, "bot/.codex/config.toml", "model = \"x\"", b.UID, b.GID, 0o600)
 	c.link(t, "bot/shared/latest", "notes.txt")
 	c.link(t, "bot/abs", "/etc/passwd")              // not portable: left out

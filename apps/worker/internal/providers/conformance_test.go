@@ -153,13 +153,16 @@ type backend struct {
 	beforeDestroy func(t *testing.T, ref string)
 	// gone checks that a destroyed machine left nothing behind.
 	gone func(t *testing.T, ref string)
+	// botUser names the user the shell runs as (nil: bot).
+	botUser func(ref string) string
 }
 
 func TestConformanceLocal(t *testing.T) {
 	l := testLocal(t)
 	conform(t, backend{
 		kind: KindLocal, p: l, multiScreen: true,
-		reopen: func(*testing.T) Provider { return l },
+		reopen:  func(*testing.T) Provider { return l },
+		botUser: func(ref string) string { _, b := l.Users(ref); return b },
 		gone: func(t *testing.T, ref string) {
 			_, err := os.Stat(l.dir(ref))
 			require.True(t, errors.Is(err, os.ErrNotExist), "the computer's directory (home, token) must be removed: %v", err)
@@ -174,6 +177,7 @@ func TestConformanceSingleScreenLocal(t *testing.T) {
 	require.NoError(t, err)
 	conform(t, backend{
 		kind: KindSingleScreen, p: s, multiScreen: false,
+		botUser: func(ref string) string { _, b := l.Users(ref); return b },
 		reopen: func(t *testing.T) Provider {
 			// A restarted worker still knows which screen came first.
 			s2, err := NewSingleScreen(l, state)
@@ -253,7 +257,11 @@ func conform(t *testing.T, b backend) {
 			r, err := m.Botd().Exec(ctx, client.ExecRequest{Argv: []string{"sh", "-c", "echo $((6*7)); id -un"}})
 			require.NoError(t, err)
 			require.Equal(t, 0, r.ExitCode, r.Stderr)
-			require.Equal(t, "42\nbot\n", r.Stdout)
+			bot := "bot"
+			if b.botUser != nil {
+				bot = b.botUser(ref)
+			}
+			require.Equal(t, "42\n"+bot+"\n", r.Stdout)
 		}},
 		{"files", func(t *testing.T) {
 			c := m.Botd()

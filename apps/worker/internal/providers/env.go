@@ -34,6 +34,7 @@ type Setup struct {
 //	WORKER_IMAGE              open-bot/computer:dev
 //	DOCKER_HOST               the engine (Docker's own variable)
 //	WORKER_LOCAL_DISPLAY_BASE 100, WORKER_LOCAL_PORT_BASE 20000, WORKER_LOCAL_SLOTS 32
+//	WORKER_LOCAL_ID_BASE      61000 (each local computer's users: ids 61000-62999)
 //
 // Every machine's botd also gets the model and egress settings the worker
 // has (MachineEnv: MODEL_UPSTREAM_URL, MODEL_API_KEY or the contents of
@@ -66,7 +67,7 @@ func FromEnv(ctx context.Context, getenv func(string) string, log *zerolog.Logge
 	lo := LocalOptions{
 		DataDir: dataDir, BotdBin: str("WORKER_BOTD_BIN", defaultBotdBin()),
 		DisplayBase: num("WORKER_LOCAL_DISPLAY_BASE"), PortBase: num("WORKER_LOCAL_PORT_BASE"),
-		Slots: num("WORKER_LOCAL_SLOTS"), Log: log,
+		Slots: num("WORKER_LOCAL_SLOTS"), IDBase: num("WORKER_LOCAL_ID_BASE"), Log: log,
 	}
 	common, localOnly, err := machineEnv(getenv)
 	if err != nil {

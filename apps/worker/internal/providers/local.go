@@ -41,6 +41,10 @@ type LocalOptions struct {
 	Slots int
 	// MaxScreens is each botd's MAX_SCREENS (default 4).
 	MaxScreens int
+	// IDBase is the first uid and gid of the computers' own users
+	// (default DefaultLocalIDBase); they use LocalIDSpan ids from it, which
+	// must lie outside every range useradd hands out (/etc/login.defs).
+	IDBase int
 	// ReadyTimeout bounds the wait for a started botd's health (default 90 s).
 	ReadyTimeout time.Duration
 	// Env is extra environment for every botd (e.g. CODEX_BIN,
@@ -71,6 +75,9 @@ type Local struct {
 type localMeta struct {
 	ComputerID string `json:"computerId"`
 	Slot       int    `json:"slot"`
+	// Users are the computer's own users (nil: made before computers had
+	// their own; the next start gives it some).
+	Users *localUsers `json:"users,omitempty"`
 }
 
 // NewLocal returns the local provider.
@@ -96,6 +103,12 @@ func NewLocal(o LocalOptions) (*Local, error) {
 	if o.ReadyTimeout <= 0 {
 		o.ReadyTimeout = 90 * time.Second
 	}
+	if o.IDBase <= 0 {
+		o.IDBase = DefaultLocalIDBase
+	}
+	if err := checkIDRange(o.IDBase, loginDefs()); err != nil {
+		return nil, err
+	}
 	if top := o.PortBase + o.Slots*o.PortsPerSlot(); top > 65535 {
 		return nil, fmt.Errorf("local provider: %d slots from port %d end past 65535", o.Slots, o.PortBase)
 	}
@@ -117,6 +130,9 @@ func NewLocal(o LocalOptions) (*Local, error) {
 		return nil, fmt.Errorf("local provider: another worker holds %s (%w)", l.computers(), err)
 	}
 	l.lock = f
+	l.mu.Lock()
+	l.reclaimLocked()
+	l.mu.Unlock()
 	return l, nil
 }
 
@@ -201,32 +217,147 @@ func (l *Local) Provision(ctx context.Context, spec Spec) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if err := os.Mkdir(l.dir(ref), 0o755); err != nil {
+	// Root's, entered only by the computer's own users (its group): no
+	// other computer's users reach its home, token or X cookies.
+	if err := os.Mkdir(l.dir(ref), 0o700); err != nil {
 		return "", fmt.Errorf("local provider: %w", err)
 	}
+	m := localMeta{ComputerID: spec.ComputerID, Slot: slot}
 	fail := func(err error) (string, error) {
+		if m.Users != nil {
+			_ = m.Users.remove()
+			_ = os.Remove(l.claimFile(m.Users.Index))
+		}
 		_ = os.RemoveAll(l.dir(ref))
 		return "", fmt.Errorf("local provider: %w", err)
+	}
+	if err := writeSecret(l.token(ref), spec.BotdToken); err != nil {
+		return fail(err)
+	}
+	if err := l.makeUsersLocked(ref, &m); err != nil {
+		return fail(err)
 	}
 	// The home exists from now on: a machine whose home is missing has
 	// lost it (see Reconnect).
 	if err := os.Mkdir(l.home(ref), 0o755); err != nil {
 		return fail(err)
 	}
-	if err := writeSecret(l.token(ref), spec.BotdToken); err != nil {
-		return fail(err)
-	}
-	if err := l.writeMetaLocked(ref, localMeta{ComputerID: spec.ComputerID, Slot: slot}); err != nil {
-		return fail(err)
-	}
-	l.log.Info().Str("ref", ref).Int("slot", slot).Msg("provisioned")
+	l.log.Info().Str("ref", ref).Int("slot", slot).Str("desktop", m.Users.Desktop).Str("bot", m.Users.Bot).Msg("provisioned")
 	return ref, nil
 }
 
-// prepareDataDir makes DataDir/computers (0755) and refuses a DATA_DIR that
+// makeUsersLocked gives m's computer users of its own: the first number
+// no other computer here claims and whose names and ids nobody on the
+// host has (another worker may take one meanwhile: then the next). The
+// claim is written before the users are made, so a crash in between
+// leaves a machine.json that Destroy cleans up after.
+func (l *Local) makeUsersLocked(ref string, m *localMeta) error {
+	l.reclaimLocked()
+	claimed := map[int]bool{}
+	if ents, err := os.ReadDir(l.claims()); err == nil {
+		for _, e := range ents {
+			if i, err := strconv.Atoi(e.Name()); err == nil {
+				claimed[i] = true
+			}
+		}
+	}
+	entries, err := os.ReadDir(l.computers())
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if e.Name() == ref || !e.IsDir() {
+			continue
+		}
+		if o, err := l.readMeta(e.Name()); err == nil && o.Users != nil {
+			claimed[o.Users.Index] = true
+		}
+	}
+	for i := 0; i < l.maxUsers(); i++ {
+		u := l.usersFor(i)
+		if claimed[i] || !u.free() {
+			continue
+		}
+		m.Users = &u
+		if err := l.writeClaimLocked(ref, u); err != nil {
+			return err
+		}
+		if err := l.writeMetaLocked(ref, *m); err != nil {
+			return err
+		}
+		err := u.create(l.home(ref), ref)
+		if err != nil {
+			m.Users = nil
+			_ = os.Remove(l.claimFile(i))
+		}
+		if errors.Is(err, errIDTaken) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		return l.secureDirLocked(ref, u)
+	}
+	m.Users = nil
+	_ = l.writeMetaLocked(ref, *m)
+	return fmt.Errorf("no free user ids left in %d-%d", l.o.IDBase, l.o.IDBase+LocalIDSpan-1)
+}
+
+// secureDirLocked makes the computer's directory root's, mode 0710, group
+// its users' shared group: they pass through to the home, and nobody
+// else (another computer's users included) enters it.
+func (l *Local) secureDirLocked(ref string, u localUsers) error {
+	fd, err := syscall.Open(l.dir(ref), syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer syscall.Close(fd)
+	if err := syscall.Fchown(fd, 0, u.GID); err != nil {
+		return err
+	}
+	return syscall.Fchmod(fd, 0o710)
+}
+
+// ensureUsersLocked re-adopts the computer's users before botd starts: a
+// restarted worker finds them in machine.json; users lost with the host's
+// passwd file are made again with the same ids; a computer made before
+// each had its own gets some, and what the host's shared desktop and bot
+// owned in its home is handed over to them.
+func (l *Local) ensureUsersLocked(ref string, m *localMeta) error {
+	if m.Users == nil {
+		if err := l.makeUsersLocked(ref, m); err != nil {
+			return err
+		}
+		l.log.Warn().Str("ref", ref).Str("desktop", m.Users.Desktop).Str("bot", m.Users.Bot).Msg("a computer of the shared desktop and bot users: it has users of its own now")
+		return chownTree(l.home(ref), *m.Users)
+	}
+	u := *m.Users
+	if !u.present() {
+		if !u.free() {
+			return fmt.Errorf("the users of %s (%s, %s, %s) are not as made and their names or ids are taken: not starting it as someone else", ref, u.Desktop, u.Bot, u.Group)
+		}
+		if err := u.create(l.home(ref), ref); err != nil {
+			return err
+		}
+		l.log.Warn().Str("ref", ref).Str("desktop", u.Desktop).Msg("the computer's users were gone; made again with their ids")
+	}
+	if missing(l.claimFile(u.Index)) {
+		if err := l.writeClaimLocked(ref, u); err != nil {
+			return err
+		}
+	}
+	return l.secureDirLocked(ref, u)
+}
+
+// prepareDataDir makes DataDir/computers (0711) and refuses a DATA_DIR that
 // others cannot traverse.
 func (l *Local) prepareDataDir() error {
-	if err := os.MkdirAll(l.computers(), 0o755); err != nil {
+	if err := os.MkdirAll(l.computers(), 0o711); err != nil {
+		return fmt.Errorf("local provider: %w", err)
+	}
+	// Others pass through (each computer's users to their own directory)
+	// but do not list the computers.
+	if err := os.Chmod(l.computers(), 0o711); err != nil {
 		return fmt.Errorf("local provider: %w", err)
 	}
 	for p := l.computers(); ; p = filepath.Dir(p) {
@@ -446,6 +577,9 @@ func (l *Local) startLocked(ref string) (*localProc, error) {
 	if err := l.endStale(ref); err != nil {
 		return nil, err
 	}
+	if err := l.ensureUsersLocked(ref, &m); err != nil {
+		return nil, fmt.Errorf("local provider: computer %s: users: %w", ref, err)
+	}
 	if reason := l.busy(m.Slot); reason != "" {
 		slot, err := l.freeSlotLocked(ref)
 		if err != nil {
@@ -469,9 +603,12 @@ func (l *Local) startLocked(ref string) (*localProc, error) {
 		"DISPLAY_BASE=" + strconv.Itoa(s.displayBase),
 		"VIEW_PORT_BASE=" + strconv.Itoa(s.viewBase),
 		"MAX_SCREENS=" + strconv.Itoa(l.o.MaxScreens),
+		"BOTD_DESKTOP_USER=" + m.Users.Desktop,
+		"BOTD_BOT_USER=" + m.Users.Bot,
+		"BOTD_BOTS_GROUP=" + m.Users.Group,
 	}
 	for _, kv := range l.o.Env {
-		if !strings.HasPrefix(kv, "BOTD_TOKEN=") {
+		if !strings.HasPrefix(kv, "BOTD_TOKEN=") && !strings.HasPrefix(kv, "BOTD_DESKTOP_USER=") && !strings.HasPrefix(kv, "BOTD_BOT_USER=") && !strings.HasPrefix(kv, "BOTD_BOTS_GROUP=") {
 			env = append(env, kv)
 		}
 	}
@@ -516,6 +653,18 @@ func (l *Local) Destroy(ctx context.Context, ref string) error {
 	if err := checkRef(ref); err != nil {
 		return nil
 	}
+	// The users go first (with whatever their processes left in /tmp and
+	// the like), so a crash before the directory is gone leaves a
+	// machine.json naming them for the next Destroy.
+	if m, err := l.readMeta(ref); err == nil && m.Users != nil {
+		u := *m.Users
+		killAll(u.uids())
+		err := errors.Join(removeOwned(u.uids(), u.gids()), u.remove())
+		if err != nil {
+			return fmt.Errorf("local provider: remove the users of %s: %w", ref, err)
+		}
+		_ = os.Remove(l.claimFile(u.Index))
+	}
 	// RemoveAll unlinks symlinks without following them; a second pass
 	// catches files a dying process wrote meanwhile.
 	err := os.RemoveAll(l.dir(ref))
@@ -527,6 +676,16 @@ func (l *Local) Destroy(ctx context.Context, ref string) error {
 	}
 	l.log.Info().Str("ref", ref).Msg("destroyed")
 	return nil
+}
+
+// Users names the desktop and bot users of ref's computer ("" when it has
+// none of its own yet).
+func (l *Local) Users(ref string) (desktop, bot string) {
+	m, err := l.readMeta(ref)
+	if err != nil || m.Users == nil {
+		return "", ""
+	}
+	return m.Users.Desktop, m.Users.Bot
 }
 
 // List returns every computer this provider holds on disk.

@@ -184,8 +184,8 @@ func TestLocalStaleBotdOfEarlierWorker(t *testing.T) {
 	require.NoError(t, l2.Destroy(ctx, ref))
 }
 
-// Two local computers at once share the host's desktop and bot users but
-// not their screens, workspaces or APIs: the same screen id runs on each,
+// Two local computers at once, each with users of its own, share neither
+// their screens, workspaces nor APIs: the same screen id runs on each,
 // on its own display, and a file written on one is not in the other.
 func TestLocalTwoComputersAtOnce(t *testing.T) {
 	l := testLocal(t)
