@@ -67,7 +67,7 @@ func (c *computer) exportMax(t testing.TB, max int64) (int, []byte, http.Header)
 func TestExportLeavesOutSparseFiles(t *testing.T) {
 	u := lookupUsers(t)
 	c := newComputer(t, u, workspace.Options{})
-	c.put(t, "bot/bots/bob/notes.txt", "kept", u.bot.UID, osuser.BotsGID, 0o664)
+	c.put(t, "bot/bots/bob/notes.txt", "kept", u.bot.UID, uint32(osuser.BotsGID), 0o664)
 	truncate(t, c.path("bot/bots/bob/sparse.bin"), "3G")
 	mountTmpfs(t, c.path("bot/bots/bob/big"), 16<<20)
 	truncate(t, c.path("bot/bots/bob/big/petabyte.bin"), "1P")
@@ -106,7 +106,7 @@ func TestExportStopsAtLimits(t *testing.T) {
 	c := newComputer(t, u, workspace.Options{MaxImportBytes: 3 << 20, MaxImportEntries: 50})
 	big := make([]byte, 2<<20)
 	_, _ = rand.Read(big)
-	c.put(t, "bot/bots/bob/a.bin", string(big), u.bot.UID, osuser.BotsGID, 0o664)
+	c.put(t, "bot/bots/bob/a.bin", string(big), u.bot.UID, uint32(osuser.BotsGID), 0o664)
 
 	st, whole, tr := c.exportMax(t, 0)
 	require.Equal(t, http.StatusOK, st)
@@ -138,7 +138,7 @@ func TestExportStopsAtLimits(t *testing.T) {
 	require.Contains(t, string(b), "payload_too_large")
 
 	// More content than the import accepts.
-	c.put(t, "bot/bots/bob/b.bin", string(big), u.bot.UID, osuser.BotsGID, 0o664)
+	c.put(t, "bot/bots/bob/b.bin", string(big), u.bot.UID, uint32(osuser.BotsGID), 0o664)
 	st, _, tr = c.exportMax(t, 0)
 	require.Equal(t, http.StatusOK, st)
 	require.Empty(t, tr.Get("X-Export-Files"))
@@ -147,7 +147,7 @@ func TestExportStopsAtLimits(t *testing.T) {
 
 	// More entries than the import accepts.
 	for i := range 60 {
-		c.put(t, "bot/bots/bob/many/"+itoa(int64(i)), "x", u.bot.UID, osuser.BotsGID, 0o664)
+		c.put(t, "bot/bots/bob/many/"+itoa(int64(i)), "x", u.bot.UID, uint32(osuser.BotsGID), 0o664)
 	}
 	st, _, tr = c.exportMax(t, 0)
 	require.Equal(t, http.StatusOK, st)
