@@ -51,6 +51,9 @@ func Handler(o Options) http.Handler {
 	mux.HandleFunc("POST /v1/computers/{id}/stop", a.gate(a.lifecycle(a.o.Computers.Stop)))
 	mux.HandleFunc("DELETE /v1/computers/{id}", a.gate(a.lifecycle(a.o.Computers.Destroy)))
 	mux.HandleFunc("POST /v1/computers/{id}/bots", a.gate(a.addBot))
+	mux.HandleFunc("POST /v1/computers/{id}/secrets", a.gate(a.putSecret))
+	mux.HandleFunc("GET /v1/computers/{id}/secrets", a.gate(a.listSecrets))
+	mux.HandleFunc("DELETE /v1/computers/{id}/secrets/{name}", a.gate(a.deleteSecret))
 
 	mux.HandleFunc("POST /v1/computers/{id}/runs", a.gate(a.startRun))
 	mux.HandleFunc("GET /v1/computers/{id}/runs/{run}", a.gate(a.getRun))
