@@ -308,6 +308,10 @@ func TestVaultTypeSecret(t *testing.T) {
 	e := vaultWorker(t, c, workerLogs, "alice")
 
 	require.Equal(t, http.StatusCreated, e.do(t, "POST", "/secrets", map[string]string{"name": "bank", "origin": bank.url, "value": secret}, nil))
+	// A long one, so that typing it key by key would take long enough for a
+	// navigation that typing starts to commit part way through.
+	long := strings.Repeat(hex.EncodeToString(b), 4096/len(hex.EncodeToString(b)))
+	require.Equal(t, http.StatusCreated, e.do(t, "POST", "/secrets", map[string]string{"name": "long", "origin": bank.url, "value": long}, nil))
 	require.Equal(t, http.StatusCreated, e.do(t, "POST", "/secrets", map[string]string{"name": "gone", "origin": bank.url, "value": secret + "-old"}, nil))
 	require.Equal(t, http.StatusOK, e.do(t, "DELETE", "/secrets/gone", nil, nil))
 
@@ -325,34 +329,34 @@ func TestVaultTypeSecret(t *testing.T) {
 	_ = sleeper.Wait()
 
 	var results []string // every direct tool answer
-	tool := func(name string, args map[string]any) toolResult {
+	tool := func(t *testing.T, name string, args map[string]any) toolResult {
 		t.Helper()
 		_, res := e.tool(t, "alice", name, args)
 		results = append(results, res.text())
 		return res
 	}
-	open := func(s *site, page string) {
+	open := func(t *testing.T, s *site, page string) {
 		t.Helper()
-		r := tool("open_path", map[string]any{"target": s.url + "/" + page})
+		r := tool(t, "open_path", map[string]any{"target": s.url + "/" + page})
 		require.True(t, r.Success, r.text())
 		waitFor(t, page+" loaded", 30*time.Second, func() bool {
-			r := tool("browser_read_page", map[string]any{})
+			r := tool(t, "browser_read_page", map[string]any{})
 			return r.Success && strings.Contains(r.text(), `"title":"`+page+`"`)
 		})
 	}
-	typeText := func(text string) {
+	typeText := func(t *testing.T, text string) {
 		t.Helper()
-		r := tool("computer_act", map[string]any{"actions": []map[string]any{{"type": "type", "text": text}}})
+		r := tool(t, "computer_act", map[string]any{"actions": []map[string]any{{"type": "type", "text": text}}})
 		require.True(t, r.Success, r.text())
 	}
 	// only: every value a page reported is a prefix of want, and every key
 	// it saw is one of want's (nothing else was typed there). The markers
 	// typed share no character with the secret (hex digits, P, w, Z, q, -).
-	only := func(s *site, page, want string) {
+	only := func(t *testing.T, s *site, page, want string) {
 		t.Helper()
 		waitFor(t, page+" reporting "+want, 30*time.Second, func() bool {
 			v := s.of(page)
-			return len(v) > 0 && v[len(v)-1] == want
+			return len(v) > 0 && strings.HasSuffix(v[len(v)-1], want)
 		})
 		for _, v := range s.of(page) {
 			require.True(t, strings.HasPrefix(want, v), "%s got %q: something besides %q was typed there", page, v, want)
@@ -363,11 +367,11 @@ func TestVaultTypeSecret(t *testing.T) {
 	}
 
 	t.Run("unknown name", func(t *testing.T) {
-		r := tool("type_secret", map[string]any{"name": "nope"})
+		r := tool(t, "type_secret", map[string]any{"name": "nope"})
 		require.False(t, r.Success)
 		require.Contains(t, r.text(), `no secret named "nope"`)
 		require.Contains(t, r.text(), "bank")
-		r = tool("type_secret", map[string]any{"name": "bank", "screen": "bob"})
+		r = tool(t, "type_secret", map[string]any{"name": "bank", "screen": "bob"})
 		require.False(t, r.Success)
 		require.Contains(t, r.text(), "is not yours")
 	})
@@ -375,58 +379,58 @@ func TestVaultTypeSecret(t *testing.T) {
 	t.Run("another origin", func(t *testing.T) {
 		bank.reset()
 		evil.reset()
-		open(evil, "login")
-		r := tool("type_secret", map[string]any{"name": "bank"})
+		open(t, evil, "login")
+		r := tool(t, "type_secret", map[string]any{"name": "bank"})
 		require.False(t, r.Success, r.text())
 		require.Contains(t, r.text(), "not on "+bank.url)
 		require.Contains(t, r.text(), "not typed")
-		typeText("mkt")
-		only(evil, "login", "mkt")
+		typeText(t, "mkt")
+		only(t, evil, "login", "mkt")
 	})
 
 	t.Run("cross-origin iframe", func(t *testing.T) {
 		bank.reset()
 		evil.reset()
-		open(bank, "frame")
+		open(t, bank, "frame")
 		// Click into the other origin's frame (it fills the viewport).
-		r := tool("computer_act", map[string]any{"actions": []map[string]any{{"type": "click", "x": 640, "y": 500}}})
+		r := tool(t, "computer_act", map[string]any{"actions": []map[string]any{{"type": "click", "x": 640, "y": 500}}})
 		require.True(t, r.Success, r.text())
-		r = tool("type_secret", map[string]any{"name": "bank"})
+		r = tool(t, "type_secret", map[string]any{"name": "bank"})
 		require.False(t, r.Success, r.text())
 		require.Contains(t, r.text(), "frame of another origin")
-		typeText("jrx")
-		only(evil, "inner", "jrx")
+		typeText(t, "jrx")
+		only(t, evil, "inner", "jrx")
 		require.Empty(t, bank.of("frame"), "nothing was typed in the top page either")
 	})
 
 	t.Run("navigation as typing starts", func(t *testing.T) {
 		bank.reset()
 		evil.reset()
-		open(bank, "hop")
-		r := tool("type_secret", map[string]any{"name": "bank"})
+		open(t, bank, "hop")
+		r := tool(t, "type_secret", map[string]any{"name": "long"})
 		t.Logf("type_secret on a page that navigates away as typing starts: %s", r.text())
 		waitFor(t, "the hop to the other origin", 30*time.Second, func() bool {
-			r := tool("browser_read_page", map[string]any{})
+			r := tool(t, "browser_read_page", map[string]any{})
 			return r.Success && strings.Contains(r.text(), `"title":"catch"`)
 		})
-		typeText("nuv")
-		only(evil, "catch", "nuv")
+		typeText(t, "nuv")
+		only(t, evil, "catch", "nuv")
 		if r.Success {
 			// Typed: all of it on the secret's own page, before it left.
 			waitFor(t, "the hop page's report", 30*time.Second, func() bool { return len(bank.of("hop")) > 0 })
-			require.Equal(t, []string{secret}, bank.of("hop"))
+			require.Equal(t, []string{long}, bank.of("hop"))
 		}
 	})
 
 	t.Run("focus moves into another origin's frame as typing starts", func(t *testing.T) {
 		bank.reset()
 		evil.reset()
-		open(bank, "focushop")
-		r := tool("type_secret", map[string]any{"name": "bank"})
+		open(t, bank, "focushop")
+		r := tool(t, "type_secret", map[string]any{"name": "bank"})
 		t.Logf("type_secret on a page that moves the focus away as typing starts: %s", r.text())
 		// The focus is in the other origin's frame now (or still on the
 		// field, had nothing started): what is typed next shows where.
-		typeText("hsy")
+		typeText(t, "hsy")
 		waitFor(t, "hsy typed somewhere", 30*time.Second, func() bool {
 			return slices.Contains(evil.of("inner-key"), "y") || slices.Contains(bank.of("focushop-key"), "y")
 		})
@@ -476,7 +480,7 @@ func TestVaultTypeSecret(t *testing.T) {
 		Secrets []map[string]string `json:"secrets"`
 	}
 	require.Equal(t, http.StatusOK, e.do(t, "GET", "/secrets", nil, &list))
-	require.Equal(t, []map[string]string{{"name": "bank", "origin": bank.url}}, list.Secrets)
+	require.Equal(t, []map[string]string{{"name": "bank", "origin": bank.url}, {"name": "long", "origin": bank.url}}, list.Secrets)
 	noSecret(t, secret, workerLogs.String(), "the worker's log")
 	require.Contains(t, workerLogs.String(), "/secrets", "the worker's log was captured")
 	noSecret(t, secret, c.logs.String(), "botd's log")
