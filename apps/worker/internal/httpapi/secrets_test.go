@@ -105,7 +105,7 @@ func TestVaultRoutes(t *testing.T) {
 			continue
 		}
 		require.NoError(t, err)
-		require.NotContains(t, string(b), "Vault-Value-7f3c9e1a", "%s holds a value in clear", name)
+		require.False(t, strings.Contains(string(b), "Vault-Value-7f3c9e1a"), "%s holds a value in clear", name)
 	}
 	require.Contains(t, f.logs.String(), `"path":"/v1/computers/`+id+`/secrets"`)
 	require.NotContains(t, f.logs.String(), "Vault-Value-7f3c9e1a")
