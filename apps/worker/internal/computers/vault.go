@@ -196,6 +196,20 @@ func (s *Service) DeleteSecret(ctx context.Context, computerID, name string) err
 	return err
 }
 
+// forgetSecrets removes a computer's vault when it is being destroyed.
+func (s *Service) forgetSecrets(ctx context.Context, computerID string) {
+	list, err := s.o.Store.ListSecrets(ctx, computerID)
+	if err != nil {
+		s.o.Log.Warn().Str("computer", computerID).Err(err).Msg("list the vault of a destroyed computer")
+		return
+	}
+	for _, sec := range list {
+		if err := s.o.Store.DeleteSecret(ctx, computerID, sec.Name); err != nil && !errors.Is(err, store.ErrNotFound) {
+			s.o.Log.Warn().Str("computer", computerID).Err(err).Msg("remove the vault of a destroyed computer")
+		}
+	}
+}
+
 // OpenSecret returns the origin and clear value of the computer's secret
 // name, for the type_secret tool only.
 func (s *Service) OpenSecret(ctx context.Context, computerID, name string) (origin, value string, err error) {

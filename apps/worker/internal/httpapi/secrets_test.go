@@ -109,6 +109,13 @@ func TestVaultRoutes(t *testing.T) {
 	}
 	require.Contains(t, f.logs.String(), `"path":"/v1/computers/`+id+`/secrets"`)
 	require.NotContains(t, f.logs.String(), "Vault-Value-7f3c9e1a")
+
+	// A destroyed computer's vault is gone from the database.
+	st, body = f.req(t, "DELETE", "/v1/computers/"+id, token, capa, nil)
+	require.Equal(t, http.StatusOK, st, body)
+	left, err := f.st.ListSecrets(t.Context(), id)
+	require.NoError(t, err)
+	require.Empty(t, left)
 }
 
 func rawBody(t *testing.T, f *fixture, method, path, capa, body string) (int, string) {
