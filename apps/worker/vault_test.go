@@ -103,6 +103,7 @@ function report(what, v) { navigator.sendBeacon("/typed?page=" + encodeURICompon
 const page = document.title;
 document.addEventListener("input", e => report(page, e.target.value), true);
 document.addEventListener("keydown", e => report(page + "-key", e.key), true);
+window.addEventListener("load", () => report(page + "-loaded", "1"));
 </script>`
 
 func (s *site) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -392,6 +393,7 @@ func TestVaultTypeSecret(t *testing.T) {
 		bank.reset()
 		evil.reset()
 		open(t, bank, "frame")
+		waitFor(t, "the other origin's frame", 30*time.Second, func() bool { return len(evil.of("inner-loaded")) > 0 })
 		// Click into the other origin's frame (it fills the viewport).
 		r := tool(t, "computer_act", map[string]any{"actions": []map[string]any{{"type": "click", "x": 640, "y": 500}}})
 		require.True(t, r.Success, r.text())
@@ -426,6 +428,7 @@ func TestVaultTypeSecret(t *testing.T) {
 		bank.reset()
 		evil.reset()
 		open(t, bank, "focushop")
+		waitFor(t, "the other origin's frame", 30*time.Second, func() bool { return len(evil.of("inner-loaded")) > 0 })
 		r := tool(t, "type_secret", map[string]any{"name": "bank"})
 		t.Logf("type_secret on a page that moves the focus away as typing starts: %s", r.text())
 		// The focus is in the other origin's frame now (or still on the
