@@ -199,6 +199,13 @@ func (c *Client) Launch(ctx context.Context, id, leaseID, app string) (json.RawM
 	return r, c.Do(ctx, http.MethodPost, "/screens/"+esc(id)+"/launch", map[string]string{"leaseId": leaseID, "app": app}, &r)
 }
 
+// TypeSecret is POST /screens/{id}/type-secret: botd types secret into the
+// focused field of the screen's front page only when that page (and every
+// frame down to the field) is on origin. The secret is in the body only.
+func (c *Client) TypeSecret(ctx context.Context, id, leaseID, origin, secret string) error {
+	return c.Do(ctx, http.MethodPost, "/screens/"+esc(id)+"/type-secret", map[string]string{"leaseId": leaseID, "origin": origin, "secret": secret}, nil)
+}
+
 // Page is the front page as botd reads it.
 type Page struct {
 	URL   string          `json:"url"`

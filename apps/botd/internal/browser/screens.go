@@ -629,11 +629,6 @@ type typeSecretRequest struct {
 	Origin string `json:"origin"`
 }
 
-// secretTyper is the desktop driver's secret typing.
-type secretTyper interface {
-	TypeSecret(ctx context.Context, secret string) error
-}
-
 func (bs *Screens) handleTypeSecret(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	var req typeSecretRequest
@@ -662,18 +657,17 @@ func (bs *Screens) handleTypeSecret(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return err
 		}
-		got, err := b.FrontOrigin(ctx)
-		if err != nil {
+		// The origin check and the typing are one step in the page: a
+		// navigation or a focus moving into a frame of another origin in
+		// between types nothing (InsertSecret).
+		switch err := b.InsertSecret(ctx, want, req.Secret); {
+		case errors.Is(err, ErrSecretOrigin):
+			return shared.Errorf(http.StatusConflict, shared.CodeConflict, "the page in front is not on %s; the secret was not typed", want)
+		case errors.Is(err, ErrSecretFrame), errors.Is(err, ErrSecretNoField), errors.Is(err, ErrSecretNoFocus), errors.Is(err, ErrSecretChanged):
+			return shared.Errorf(http.StatusConflict, shared.CodeConflict, "%s; the secret was not typed", err.Error())
+		default:
 			return err
 		}
-		if got != want {
-			return shared.Errorf(http.StatusConflict, shared.CodeConflict, "the page in front is not on %s; the secret was not typed", want)
-		}
-		d, ok := s.Driver().(secretTyper)
-		if !ok || d == nil {
-			return shared.Errorf(http.StatusServiceUnavailable, shared.CodeScreenUnavailable, "screen %s cannot type", id)
-		}
-		return d.TypeSecret(ctx, req.Secret)
 	})
 	if err != nil {
 		bs.fail(w, r, err)

@@ -643,6 +643,7 @@ func (s *Service) destroy(ctx context.Context, id string, forget bool) (View, er
 		return View{}, err
 	}
 	s.drop(id)
+	s.forgetSecrets(ctx, id)
 	if err := p.Destroy(ctx, c.ProviderRef); err != nil && !errors.Is(err, providers.ErrUnsupported) {
 		s.fail(id, err)
 		c, _ = s.o.Store.GetComputer(ctx, id)

@@ -62,6 +62,9 @@ func Handler(o Options) http.Handler {
 	mux.HandleFunc("DELETE /v1/computers/{id}", a.gate(a.destroyComputer))
 	mux.HandleFunc("POST /v1/computers/{id}/bots", a.gate(a.addBot))
 	mux.HandleFunc("DELETE /v1/computers/{id}/bots/{bot}", a.gate(a.removeBot))
+	mux.HandleFunc("POST /v1/computers/{id}/secrets", a.gate(a.putSecret))
+	mux.HandleFunc("GET /v1/computers/{id}/secrets", a.gate(a.listSecrets))
+	mux.HandleFunc("DELETE /v1/computers/{id}/secrets/{name}", a.gate(a.deleteSecret))
 
 	mux.HandleFunc("POST /v1/computers/{id}/runs", a.gate(a.startRun))
 	mux.HandleFunc("GET /v1/computers/{id}/runs/{run}", a.gate(a.getRun))

@@ -59,6 +59,7 @@ func (a *api) callTool(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sess.CheckScreen = machine.CheckScreen
+	sess.Secret, sess.SecretNames = a.o.Computers.SecretOpener(cid)
 	res := tools.Call(r.Context(), sess, name, req.Args)
 	sess.Release(r.Context())
 	writeJSON(w, res.Status, res)

@@ -256,6 +256,7 @@ func (m *Manager) Start(ctx context.Context, computerID string, req StartRequest
 		return nil, err
 	}
 	sess.CheckScreen = machine.CheckScreen
+	sess.Secret, sess.SecretNames = m.o.Computers.SecretOpener(c.ID)
 	tctx, cancel := context.WithTimeout(context.Background(), m.o.TurnTimeout)
 	rctx, abort := context.WithCancelCause(tctx)
 	r := &Run{m: m, id: id, botID: req.BotID, computerID: c.ID, botd: botd, leaseKey: key, epoch: lease.Epoch,
@@ -438,6 +439,7 @@ func (m *Manager) resume(sr store.Run, lease store.Lease) {
 			return err
 		}
 		sess.CheckScreen = machine.CheckScreen
+		sess.Secret, sess.SecretNames = m.o.Computers.SecretOpener(sr.ComputerID)
 		sess.Takeover = r.waitTakeover
 		r.mu.Lock()
 		r.botd, r.session = botd, sess

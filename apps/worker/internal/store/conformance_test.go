@@ -352,3 +352,47 @@ func TestSQLiteBadFiles(t *testing.T) {
 	require.ErrorContains(t, err, "locked by another process")
 	_, _ = conn.ExecContext(t.Context(), "ROLLBACK")
 }
+
+func TestConformanceSecrets(t *testing.T) {
+	eachEngine(t, func(t *testing.T, s Store) {
+		ctx := t.Context()
+		require.NoError(t, s.CreateComputer(ctx, computer("c1")))
+		require.NoError(t, s.CreateComputer(ctx, computer("c2")))
+		_, err := s.PutSecret(ctx, Secret{ComputerID: "nope", Name: "a", Origin: "https://a.test", Value: []byte{1}})
+		require.ErrorIs(t, err, ErrNotFound)
+
+		replaced, err := s.PutSecret(ctx, Secret{ComputerID: "c1", Name: "bank", Origin: "https://bank.test", Value: []byte{1, 2, 3}})
+		require.NoError(t, err)
+		require.False(t, replaced)
+		replaced, err = s.PutSecret(ctx, Secret{ComputerID: "c1", Name: "mail", Origin: "https://mail.test", Value: []byte{4}})
+		require.NoError(t, err)
+		require.False(t, replaced)
+		replaced, err = s.PutSecret(ctx, Secret{ComputerID: "c1", Name: "bank", Origin: "https://bank2.test", Value: []byte{9, 9}})
+		require.NoError(t, err)
+		require.True(t, replaced)
+
+		got, err := s.GetSecret(ctx, "c1", "bank")
+		require.NoError(t, err)
+		require.Equal(t, "https://bank2.test", got.Origin)
+		require.Equal(t, []byte{9, 9}, got.Value)
+		_, err = s.GetSecret(ctx, "c2", "bank")
+		require.ErrorIs(t, err, ErrNotFound, "a secret belongs to one computer")
+
+		list, err := s.ListSecrets(ctx, "c1")
+		require.NoError(t, err)
+		require.Len(t, list, 2)
+		require.Equal(t, "bank", list[0].Name)
+		require.Equal(t, "mail", list[1].Name)
+		list, err = s.ListSecrets(ctx, "c2")
+		require.NoError(t, err)
+		require.Empty(t, list)
+
+		require.NoError(t, s.DeleteSecret(ctx, "c1", "bank"))
+		require.ErrorIs(t, s.DeleteSecret(ctx, "c1", "bank"), ErrNotFound)
+		_, err = s.GetSecret(ctx, "c1", "bank")
+		require.ErrorIs(t, err, ErrNotFound)
+		list, err = s.ListSecrets(ctx, "c1")
+		require.NoError(t, err)
+		require.Len(t, list, 1)
+	})
+}

@@ -467,3 +467,74 @@ func (s *sqlStore) LatestCheckpoint(ctx context.Context, computerID string) (Che
 	c.At = fromMs(at)
 	return c, s.wrap(err)
 }
+
+func (s *sqlStore) PutSecret(ctx context.Context, sec Secret) (bool, error) {
+	if _, err := s.GetComputer(ctx, sec.ComputerID); err != nil {
+		return false, err
+	}
+	now := ms(time.Now())
+	res, err := s.db.ExecContext(ctx, s.q(`UPDATE secrets SET origin=?, value=?, updated_at=? WHERE computer_id=? AND name=?`),
+		sec.Origin, sec.Value, now, sec.ComputerID, sec.Name)
+	if err != nil {
+		return false, s.wrap(err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return false, s.wrap(err)
+	} else if n > 0 {
+		return true, nil
+	}
+	_, err = s.db.ExecContext(ctx, s.q(`INSERT INTO secrets (computer_id, name, origin, value, created_at, updated_at) VALUES (?,?,?,?,?,?)`),
+		sec.ComputerID, sec.Name, sec.Origin, sec.Value, now, now)
+	if errors.Is(s.wrap(err), ErrExists) {
+		// A concurrent put made it first: replace it.
+		_, err = s.db.ExecContext(ctx, s.q(`UPDATE secrets SET origin=?, value=?, updated_at=? WHERE computer_id=? AND name=?`),
+			sec.Origin, sec.Value, now, sec.ComputerID, sec.Name)
+		return true, s.wrap(err)
+	}
+	return false, s.wrap(err)
+}
+
+const secretCols = `computer_id, name, origin, value, created_at, updated_at`
+
+func scanSecret(sc interface{ Scan(...any) error }) (Secret, error) {
+	var sec Secret
+	var created, updated int64
+	err := sc.Scan(&sec.ComputerID, &sec.Name, &sec.Origin, &sec.Value, &created, &updated)
+	sec.CreatedAt, sec.UpdatedAt = fromMs(created), fromMs(updated)
+	return sec, err
+}
+
+func (s *sqlStore) GetSecret(ctx context.Context, computerID, name string) (Secret, error) {
+	sec, err := scanSecret(s.db.QueryRowContext(ctx, s.q(`SELECT `+secretCols+` FROM secrets WHERE computer_id=? AND name=?`), computerID, name))
+	return sec, s.wrap(err)
+}
+
+func (s *sqlStore) ListSecrets(ctx context.Context, computerID string) ([]Secret, error) {
+	rows, err := s.db.QueryContext(ctx, s.q(`SELECT `+secretCols+` FROM secrets WHERE computer_id=? ORDER BY name`), computerID)
+	if err != nil {
+		return nil, s.wrap(err)
+	}
+	defer rows.Close()
+	out := []Secret{}
+	for rows.Next() {
+		sec, err := scanSecret(rows)
+		if err != nil {
+			return nil, s.wrap(err)
+		}
+		out = append(out, sec)
+	}
+	return out, s.wrap(rows.Err())
+}
+
+func (s *sqlStore) DeleteSecret(ctx context.Context, computerID, name string) error {
+	res, err := s.db.ExecContext(ctx, s.q(`DELETE FROM secrets WHERE computer_id=? AND name=?`), computerID, name)
+	if err != nil {
+		return s.wrap(err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return s.wrap(err)
+	} else if n == 0 {
+		return ErrNotFound
+	}
+	return nil
+}

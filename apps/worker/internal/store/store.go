@@ -160,6 +160,17 @@ type Checkpoint struct {
 	Epoch    int64
 }
 
+// Secret is one vault entry of a computer: Value is sealed (AES-GCM) by
+// the caller; the store never sees it in clear.
+type Secret struct {
+	ComputerID string
+	Name       string
+	Origin     string
+	Value      []byte
+	CreatedAt  time.Time
+	UpdatedAt  time.Time
+}
+
 // Store is the worker's state. Every method is safe for concurrent use.
 type Store interface {
 	// Engine names the engine ("sqlite" or "postgres").
@@ -209,4 +220,15 @@ type Store interface {
 
 	PutCheckpoint(ctx context.Context, c Checkpoint) error
 	LatestCheckpoint(ctx context.Context, computerID string) (Checkpoint, error)
+
+	// PutSecret adds the computer's secret, or replaces the one of that
+	// name (its origin and value); it reports whether it replaced one.
+	PutSecret(ctx context.Context, sec Secret) (replaced bool, err error)
+	// GetSecret returns one secret; ErrNotFound if there is none.
+	GetSecret(ctx context.Context, computerID, name string) (Secret, error)
+	// ListSecrets lists the computer's secrets by name (values included:
+	// callers show names and origins only).
+	ListSecrets(ctx context.Context, computerID string) ([]Secret, error)
+	// DeleteSecret removes one secret; ErrNotFound if there is none.
+	DeleteSecret(ctx context.Context, computerID, name string) error
 }

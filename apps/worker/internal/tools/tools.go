@@ -69,6 +69,10 @@ var All = []Tool{
 		Description: "Read the page in front of your screen's browser: its URL, title, text and links.",
 		Schema:      `{"type":"object","properties":{` + screenProp + `},"additionalProperties":false}`,
 		run:         readPage},
+	{Name: "type_secret", Graphical: true,
+		Description: "Type a secret from the computer's vault (a password, by its name) into the focused field of your screen's browser. You never see the value. It is typed only while the page in front, and every frame down to the focused field, is on the secret's own site; otherwise nothing is typed and you get an error. Click into the field first.",
+		Schema:      `{"type":"object","properties":{"name":{"type":"string","description":"The secret's name in the vault."},` + screenProp + `},"required":["name"],"additionalProperties":false}`,
+		run:         typeSecret},
 	{Name: "shell",
 		Description: "Run a command (an argv array, no shell unless you ask for one: [\"bash\",\"-lc\",\"...\"]) in the workspace as the bot user. cwd is workspace-relative (e.g. bots/<your-id>).",
 		Schema:      `{"type":"object","properties":{"argv":{"type":"array","items":{"type":"string"},"minItems":1},"cwd":{"type":"string"},"timeoutMs":{"type":"integer","minimum":1,"maximum":600000}},"required":["argv"],"additionalProperties":false}`,
@@ -286,6 +290,50 @@ func readPage(ctx context.Context, s *Session, raw json.RawMessage) ([]Content, 
 		return nil, err
 	}
 	return []Content{jsonText(p)}, nil
+}
+
+// typeSecret has botd type a vault secret into the focused field, only on
+// the secret's origin (botd checks, in the page, in the same step as the
+// typing). The value appears in no result or error: botd never echoes it,
+// and any text that would carry it is replaced.
+func typeSecret(ctx context.Context, s *Session, raw json.RawMessage) ([]Content, error) {
+	var a struct {
+		screenArg
+		Name string `json:"name"`
+	}
+	var origin, value string
+	check := func() error {
+		if strings.TrimSpace(a.Name) == "" {
+			return &ToolError{Code: shared.CodeBadRequest, Msg: "name is required"}
+		}
+		if s.Secret == nil {
+			return &ToolError{Code: shared.CodeConflict, Msg: "this session has no vault"}
+		}
+		var err error
+		origin, value, err = s.Secret(ctx, a.Name)
+		var ae *shared.APIError
+		if errors.As(err, &ae) && ae.Code == shared.CodeNotFound {
+			names := []string{}
+			if s.SecretNames != nil {
+				names = s.SecretNames(ctx)
+			}
+			return &ToolError{Code: shared.CodeNotFound, Msg: fmt.Sprintf("no secret named %q in this computer's vault (it holds: %s)", a.Name, strings.Join(names, ", "))}
+		}
+		if err != nil {
+			return &ToolError{Code: shared.CodeUnavailable, Msg: "the vault could not be read; try again"}
+		}
+		return nil
+	}
+	err := leased(ctx, s, raw, &a, check, func(screen, l string) error {
+		return s.Botd.TypeSecret(ctx, screen, l, origin, value)
+	})
+	if err != nil {
+		if value != "" && strings.Contains(describe(err), value) {
+			return nil, &ToolError{Code: shared.CodeInternal, Msg: "typing the secret failed"}
+		}
+		return nil, err
+	}
+	return []Content{text(fmt.Sprintf("typed the secret %q into the focused field on %s", a.Name, origin))}, nil
 }
 
 func shell(ctx context.Context, s *Session, raw json.RawMessage) ([]Content, error) {
