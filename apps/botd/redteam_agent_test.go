@@ -4,9 +4,10 @@ package main
 // user kills the Codex app-server botd started for it and races, in a loop,
 // for every port and unix socket path that app-server listened on (and the
 // old default 127.0.0.1:4500) with a program that answers like Codex; it
-// also tries to reopen the app-server's stdin/stdout through /proc (which
-// works for pipes). No /agent session may ever reach it. Display 540 and
-// view ports 14000+ (no screen is started).
+// also goes for the app-server's own stdin/stdout (reopened through /proc,
+// taken with pidfd_getfd) and its memory, as the process's owner may. No
+// /agent session may ever reach it. Display 540 and view ports 14000+ (no
+// screen is started).
 
 import (
 	"bufio"
@@ -30,8 +31,9 @@ import (
 // (only botd's own children are attacked, so tests running beside this one
 // keep their Codex). It prints one event per line.
 const racerScript = `
-import base64, hashlib, json, os, socket, struct, sys, threading, time
+import base64, ctypes, hashlib, json, os, socket, struct, sys, threading, time
 me, kill_for, botd = os.getuid(), float(sys.argv[1]), sys.argv[2]
+libc = ctypes.CDLL(None, use_errno=True)
 
 def out(*a):
     sys.stdout.write(" ".join(str(x) for x in a) + "\n"); sys.stdout.flush()
@@ -111,6 +113,35 @@ def inject(pid):
             out("reopened-but-write-failed", pid, fd, l, e.errno)
         finally:
             os.close(f)
+
+def steal(pid):
+    # As the process's owner: take a copy of its stdout/stdin (pidfd_getfd)
+    # and write a forged answer there, or open its memory. Both need the
+    # right to ptrace it, which a non-dumpable process does not give.
+    pfd = libc.syscall(434, pid, 0)  # pidfd_open
+    if pfd < 0:
+        out("pidfd-refused", pid, ctypes.get_errno())
+        return
+    try:
+        for target in (1, 0):
+            fd = libc.syscall(438, pfd, target, 0)  # pidfd_getfd
+            if fd < 0:
+                out("getfd-refused", pid, target, ctypes.get_errno())
+                continue
+            try:
+                os.write(fd, b'{"id":1,"result":{"userAgent":"racer/0 (stolen)","codexHome":"forged"}}\n')
+                out("STOLEN", pid, target)
+            except OSError as e:
+                out("stolen-but-write-failed", pid, target, e.errno)
+            finally:
+                os.close(fd)
+        try:
+            os.close(os.open("/proc/%d/mem" % pid, os.O_RDWR))
+            out("MEM-OPENED", pid)
+        except OSError as e:
+            out("mem-refused", pid, e.errno)
+    finally:
+        os.close(pfd)
 
 def serve(conn, where):
     out("ACCEPTED", where)
@@ -201,6 +232,7 @@ while True:
             ports |= p
             paths |= u
             inject(pid)
+            steal(pid)
             try:
                 os.kill(pid, 9)
                 kills += 1
@@ -348,6 +380,8 @@ func TestRedTeamCodexImpersonation(t *testing.T) {
 	for _, e := range ev {
 		require.False(t, strings.HasPrefix(e, "ACCEPTED") || strings.HasPrefix(e, "FORGED"), "botd connected to the bot's program: %s", e)
 		require.False(t, strings.HasPrefix(e, "INJECTED"), "the bot wrote into Codex's stdio through /proc: %s", e)
+		require.False(t, strings.HasPrefix(e, "STOLEN"), "the bot took Codex's stdio (pidfd_getfd) and wrote into it: %s", e)
+		require.False(t, strings.HasPrefix(e, "MEM-OPENED"), "the bot opened Codex's memory: %s", e)
 		require.False(t, strings.HasPrefix(e, "codex-listens"), "Codex listens where the bot can take over: %s", e)
 		if strings.HasPrefix(e, "killed ") {
 			kills++

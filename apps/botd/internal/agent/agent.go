@@ -50,13 +50,15 @@ type Options struct {
 // as JSON lines). Nothing listens on a port or a path, so nothing the bot
 // user binds can stand in for Codex (it may kill its Codex; it cannot
 // replace it). The pair is root's and a socket cannot be reopened through
-// /proc/<pid>/fd (ENXIO), so the bot cannot open a way into it either.
+// /proc/<pid>/fd (ENXIO); the app-server runs from an exec-only binary, so
+// it is not dumpable and the bot cannot take its end of the pair either
+// (execOnly).
 type Agent struct {
 	opts Options
 	bin  string
 	env  []string
 
-	cfgMu sync.Mutex // cfgMu serializes config.toml rewrites (one temp name)
+	cfgMu sync.Mutex // cfgMu serializes the binary's check and config.toml rewrites (one temp name)
 	seq   atomic.Int64
 
 	// mu guards state, lastErr, changed and probing.
@@ -226,13 +228,19 @@ type Session struct {
 	once  sync.Once
 }
 
-// open rewrites the managed config and starts an app-server as bot with a
-// fresh socket pair as its stdin and stdout; it returns once the app-server
-// has answered botd's probe. Failures (other than ctx ending) mark the agent
-// crashed.
+// open checks the binary (execOnly), rewrites the managed config and starts
+// an app-server as bot with a fresh socket pair as its stdin and stdout; it
+// returns once the app-server has answered botd's probe. Failures (other
+// than ctx ending) mark the agent crashed.
 func (a *Agent) open(ctx context.Context, name string) (*Session, error) {
 	a.cfgMu.Lock()
-	err := WriteConfig(a.opts.CodexHome, a.opts.User, a.opts.Provider, a.opts.ExtraConfig)
+	changed, err := execOnly(a.bin)
+	if err == nil && changed {
+		a.opts.Log.Info().Str("bin", a.bin).Msg("made the Codex binary exec-only (its processes are not dumpable, so bot cannot take them over)")
+	}
+	if err == nil {
+		err = WriteConfig(a.opts.CodexHome, a.opts.User, a.opts.Provider, a.opts.ExtraConfig)
+	}
 	a.cfgMu.Unlock()
 	if err != nil {
 		a.failed(err)
