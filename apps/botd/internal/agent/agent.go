@@ -205,7 +205,10 @@ func (a *Agent) probeLoop() {
 		s, err := a.open(ctx, "codex:check")
 		cancel()
 		if err == nil {
+			// Running once the check's process is gone: a client that saw
+			// health ok finds only its own app-server.
 			s.Close()
+			a.setState(shared.StateRunning, "")
 			return
 		}
 		a.opts.Log.Warn().Err(err).Dur("retry_in", delay).Msg("codex app-server did not start")
@@ -231,7 +234,7 @@ type Session struct {
 // open checks the binary (execOnly), rewrites the managed config and starts
 // an app-server as bot with a fresh socket pair as its stdin and stdout; it
 // returns once the app-server has answered botd's probe. Failures (other
-// than ctx ending) mark the agent crashed.
+// than ctx ending) mark the agent crashed; the caller marks it running.
 func (a *Agent) open(ctx context.Context, name string) (*Session, error) {
 	a.cfgMu.Lock()
 	changed, err := execOnly(a.bin)
@@ -318,7 +321,6 @@ func (a *Agent) open(ctx context.Context, name string) (*Session, error) {
 		a.failed(err)
 		return nil, err
 	}
-	a.setState(shared.StateRunning, "")
 	return s, nil
 }
 

@@ -47,6 +47,7 @@ func (a *Agent) Relay(log zerolog.Logger) http.HandlerFunc {
 			return
 		}
 		defer s.Close()
+		a.setState(shared.StateRunning, "")
 		down, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
 		if err != nil {
 			return
