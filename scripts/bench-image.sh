@@ -121,7 +121,7 @@ if [ "$(id -u)" = 0 ] && command -v codex >/dev/null && command -v Xvfb >/dev/nu
   make -s build >/dev/null
   mkdir -p "$work/home"
   BOTD_TOKEN_FILE="$token" BOTD_HOME="$work/home" BOTD_LISTEN="127.0.0.1:$HOST_PORT" \
-    CODEX_LISTEN=127.0.0.1:36021 SOCKS_LISTEN=127.0.0.1:36022 DISPLAY_BASE=530 \
+    SOCKS_LISTEN=127.0.0.1:36022 DISPLAY_BASE=530 \
     VIEW_PORT_BASE=36200 ./bin/botd >"$work/host.log" 2>&1 &
   host_pid=$!
   observe_p "http://127.0.0.1:$HOST_PORT" "$work/host.txt"

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"net/http"
 	"os"
 	"sort"
@@ -10,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/coder/websocket"
 )
 
 const benchToken = "bench-token-0123456789"
@@ -100,4 +103,30 @@ func rssMB(pid int) float64 {
 		}
 	}
 	return 0
+}
+
+// BenchmarkAgentConnectToInitialize: dial ws /agent → initialize answered,
+// p50 over 10 sequential connections (each gets an app-server of its own,
+// so this includes Codex's start).
+func BenchmarkAgentConnectToInitialize(b *testing.B) {
+	d := startDaemon(b, tempHome(b), benchToken)
+	d.waitHealthy(60 * time.Second)
+	var ms []float64
+	for i := range 10 {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		start := time.Now()
+		c, _, err := websocket.Dial(ctx, "ws://"+d.addr+"/agent?token="+d.token, nil)
+		if err != nil {
+			b.Fatalf("dial: %v", err)
+		}
+		c.SetReadLimit(1 << 24)
+		if _, rpcErr, err := tryInitialize(ctx, c, "bench-"+strconv.Itoa(i)); err != nil || rpcErr != nil {
+			b.Fatalf("initialize: %v %v", err, rpcErr)
+		}
+		ms = append(ms, float64(time.Since(start).Microseconds())/1000)
+		c.Close(websocket.StatusNormalClosure, "")
+		cancel()
+	}
+	b.ReportMetric(pct(ms, 50), "p50_ms")
+	b.ReportMetric(pct(ms, 100), "max_ms")
 }

@@ -81,7 +81,6 @@ type daemon struct {
 	addr  string
 	token string
 	home  string
-	codex string
 	logMu sync.Mutex
 	log   bytes.Buffer
 	done  chan error
@@ -101,25 +100,26 @@ func (w lockedWriter) Write(b []byte) (int, error) {
 	return w.d.log.Write(b)
 }
 
-func testEnv(t testing.TB, home, token string) (env []string, addr, codex string) {
-	addr, codex = freePort(t), freePort(t)
+func testEnv(t testing.TB, home, token string) (env []string, addr string) {
+	addr = freePort(t)
 	env = append(os.Environ(),
-		"BOTD_TOKEN="+token, "BOTD_HOME="+home, "BOTD_LISTEN="+addr, "CODEX_LISTEN="+codex,
+		"BOTD_TOKEN="+token, "BOTD_HOME="+home, "BOTD_LISTEN="+addr,
 		"SOCKS_LISTEN="+freePort(t), "DISPLAY_BASE=300", "VIEW_PORT_BASE=28080",
 		"BOTD_LOG_LEVEL=debug",
 	)
-	return env, addr, codex
+	return env, addr
 }
 
-func startDaemon(t testing.TB, home, token string) *daemon {
+// startDaemon starts botd; extra environment entries win over testEnv's.
+func startDaemon(t testing.TB, home, token string, extra ...string) *daemon {
 	t.Helper()
 	testenv.RequireRoot(t)
 	testenv.RequireUsers(t)
 	testenv.RequireTools(t, "codex")
-	env, addr, codex := testEnv(t, home, token)
-	d := &daemon{t: t, addr: addr, token: token, home: home, codex: codex, done: make(chan error, 1)}
+	env, addr := testEnv(t, home, token)
+	d := &daemon{t: t, addr: addr, token: token, home: home, done: make(chan error, 1)}
 	d.cmd = exec.Command(botdBin)
-	d.cmd.Env = env
+	d.cmd.Env = append(env, extra...)
 	d.cmd.Stdout = lockedWriter{d}
 	d.cmd.Stderr = lockedWriter{d}
 	require.NoError(t, d.cmd.Start())
@@ -189,7 +189,7 @@ func tempHome(t testing.TB) string {
 
 func TestShortTokenRefusedAndNothingCreated(t *testing.T) {
 	home := tempHome(t)
-	env, _, _ := testEnv(t, home, "short-token")
+	env, _ := testEnv(t, home, "short-token")
 	cmd := exec.Command(botdBin)
 	cmd.Env = env
 	var stderr bytes.Buffer
@@ -239,7 +239,10 @@ func TestStartupLayoutHealthEventsAndShutdown(t *testing.T) {
 	require.True(t, strings.HasPrefix(string(cfg), "# Managed by botd. Edits are overwritten on start.\n"))
 	require.Contains(t, string(cfg), `approval_policy = "never"`)
 
-	// /events: kill Codex; the stream shows crashed → starting → running.
+	// /events: Codex cannot start (bot made its config.toml a directory,
+	// so botd cannot rewrite it): an /agent connection is refused and the
+	// stream shows crashed; once the path is clear again, botd's background
+	// check starts Codex and the stream shows running.
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	c, _, err := websocket.Dial(ctx, "ws://"+d.addr+"/events?token="+token, nil)
@@ -261,28 +264,46 @@ func TestStartupLayoutHealthEventsAndShutdown(t *testing.T) {
 		return ev
 	}
 	// The greeting first: once it is here the stream is live, so every event
-	// the kill causes reaches us.
+	// the refusal causes reaches us.
 	greeting := read(nil)
 	require.Equal(t, shared.EventHealth, greeting.Type)
 	require.Equal(t, "running", greeting.Data.Agent)
-	codexPid := pidListening(t, d.codex)
-	require.NotZero(t, codexPid)
-	require.NoError(t, syscall.Kill(codexPid, syscall.SIGKILL))
+	cfgPath := filepath.Join(home, "bot/.codex/config.toml")
+	require.NoError(t, os.Remove(cfgPath))
+	code, out := asUser(t, "bot", "mkdir", cfgPath)
+	require.Equal(t, 0, code, out)
+	_, resp, err := websocket.Dial(ctx, "ws://"+d.addr+"/agent?token="+token, nil)
+	require.Error(t, err, "an /agent connection was accepted though Codex cannot start")
+	require.NotNil(t, resp, "%v", err)
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
 	var seen []string
-	for len(seen) == 0 || seen[len(seen)-1] != "running" {
+	for len(seen) == 0 || seen[len(seen)-1] != "crashed" {
 		ev := read(seen)
 		if ev.Type != shared.EventHealth {
 			continue
 		}
 		if len(seen) == 0 && ev.Data.Agent == "running" {
-			continue // another component's health change, before the kill was noticed
+			continue // another component's health change
 		}
-		if len(seen) == 0 || seen[len(seen)-1] != ev.Data.Agent {
-			seen = append(seen, ev.Data.Agent)
-		}
+		seen = append(seen, ev.Data.Agent)
 		require.Equal(t, ev.Data.Agent == "running", ev.Data.OK)
 	}
-	require.Equal(t, []string{"crashed", "starting", "running"}, seen)
+	require.Equal(t, []string{"crashed"}, seen)
+	require.NoError(t, os.Remove(cfgPath))
+	for seen[len(seen)-1] != "running" {
+		ev := read(seen)
+		if ev.Type == shared.EventHealth && ev.Data.Agent != seen[len(seen)-1] {
+			seen = append(seen, ev.Data.Agent)
+			require.Equal(t, ev.Data.Agent == "running", ev.Data.OK)
+		}
+	}
+	require.Equal(t, []string{"crashed", "running"}, seen)
+
+	// A session's Codex is botd's child: it dies with botd below.
+	ac := dialAgent(ctx, t, d)
+	defer ac.CloseNow()
+	require.NotEmpty(t, initialize(ctx, t, ac))
+	require.NotEmpty(t, codexPids(d))
 
 	// The config is rewritten on every start: scribble on it, restart.
 	require.NoError(t, os.WriteFile(filepath.Join(home, "bot/.codex/config.toml"), []byte("model = \"hacked\"\n"), 0o600))
@@ -304,22 +325,6 @@ func TestStartupLayoutHealthEventsAndShutdown(t *testing.T) {
 	require.Contains(t, string(cfg), "# Managed by botd.")
 	d2.stop()
 	require.NotContains(t, d2.logs(), token)
-}
-
-// pidListening finds the pid of the process listening on addr (host:port).
-func pidListening(t *testing.T, addr string) int {
-	t.Helper()
-	out, err := exec.Command("ss", "-Hltnp", "src", addr).Output()
-	require.NoError(t, err)
-	s := string(out)
-	i := strings.Index(s, "pid=")
-	if i < 0 {
-		return 0
-	}
-	s = s[i+4:]
-	j := strings.IndexAny(s, ",)")
-	n, _ := strconv.Atoi(s[:j])
-	return n
 }
 
 // descendants lists every process below pid.
@@ -357,13 +362,19 @@ func descendants(pid int) []int {
 }
 
 // TestHardKilledBotdLeavesNoCodex: even a botd killed with SIGKILL (no
-// chance to stop anything) takes Codex with it, so the next botd can bind
-// Codex's port.
+// chance to stop anything) takes a session's Codex with it (no orphan app-
+// server, with its tools' processes, outlives the botd that held its pipe).
 func TestHardKilledBotdLeavesNoCodex(t *testing.T) {
 	d := startDaemon(t, tempHome(t), "hard-kill-token-0123456789")
 	d.waitHealthy(60 * time.Second)
-	codexPid := pidListening(t, d.codex)
-	require.NotZero(t, codexPid)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c := dialAgent(ctx, t, d) // a session: its Codex runs until the connection ends
+	defer c.CloseNow()
+	require.NotEmpty(t, initialize(ctx, t, c))
+	pids := codexPids(d)
+	require.Len(t, pids, 1)
+	codexPid := pids[0]
 	require.NoError(t, d.cmd.Process.Signal(syscall.SIGKILL))
 	<-d.done
 	deadline := time.Now().Add(5 * time.Second)

@@ -92,13 +92,13 @@ func startRedTeam(t *testing.T) *redTeam {
 	t.Cleanup(rt.page.Close)
 
 	home := tempHome(t)
-	addr, codex := freePort(t), freePort(t)
+	addr := freePort(t)
 	rt.socks = freePort(t)
 	token := randomKey("redteam-token-")
-	d := &daemon{t: t, addr: addr, token: token, home: home, codex: codex, done: make(chan error, 1)}
+	d := &daemon{t: t, addr: addr, token: token, home: home, done: make(chan error, 1)}
 	d.cmd = exec.Command(botdBin)
 	d.cmd.Env = append(os.Environ(),
-		"BOTD_TOKEN="+token, "BOTD_HOME="+home, "BOTD_LISTEN="+addr, "CODEX_LISTEN="+codex,
+		"BOTD_TOKEN="+token, "BOTD_HOME="+home, "BOTD_LISTEN="+addr,
 		"SOCKS_LISTEN="+rt.socks, "DISPLAY_BASE="+strconv.Itoa(rtDisplayBase), "VIEW_PORT_BASE="+strconv.Itoa(rtViewPortBase),
 		"MODEL_UPSTREAM_URL="+model.URL+"/v1", "MODEL_API_KEY="+rt.key,
 		"EGRESS_ALLOW="+strings.TrimPrefix(rt.page.URL, "http://"), "MAX_SCREENS=4",
@@ -641,10 +641,14 @@ func TestRedTeam(t *testing.T) {
 			rt.call("POST", "/screens/rt-fifo/stop", nil)
 		}},
 		{"the model key is in no bot or desktop process, nor in bot's files", "bot", func(t *testing.T) {
-			// Codex itself: botd's child, as bot, listening on CODEX_LISTEN.
-			codexPid := pidListening(t, rt.d.codex)
-			require.NotZero(t, codexPid, "no process listens on Codex's address")
-			require.Contains(t, descendants(rt.d.cmd.Process.Pid), codexPid, "the Codex listener is not botd's child")
+			// Codex itself: a session's app-server, botd's child, as bot.
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			ac := dialAgent(ctx, t, rt.d)
+			defer ac.CloseNow()
+			pids := codexPids(rt.d)
+			require.Len(t, pids, 1, "the session's Codex")
+			codexPid := pids[0]
 			st, err := os.Stat(fmt.Sprintf("/proc/%d", codexPid))
 			require.NoError(t, err)
 			require.EqualValues(t, 60101, st.Sys().(*syscall.Stat_t).Uid, "Codex does not run as bot")
@@ -731,7 +735,7 @@ func TestRedTeam(t *testing.T) {
 				defer cancel()
 				cmd := exec.CommandContext(ctx, botdBin)
 				cmd.Env = append(os.Environ(), "BOTD_TOKEN=", "BOTD_TOKEN_FILE="+f, "BOTD_HOME="+filepath.Join(dir, "home"),
-					"BOTD_LISTEN="+freePort(t), "CODEX_LISTEN="+freePort(t), "SOCKS_LISTEN="+freePort(t))
+					"BOTD_LISTEN="+freePort(t), "SOCKS_LISTEN="+freePort(t))
 				return cmd.CombinedOutput()
 			}
 			out, err := run()

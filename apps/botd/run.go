@@ -76,8 +76,10 @@ func run(ctx context.Context, cfg config.Config) error {
 	// Whatever happens below, every child is stopped before run returns.
 	defer sup.StopAll(context.Background())
 
-	// Codex's app-server as bot, restart=always; wait for /readyz (bounded,
-	// so a broken Codex leaves botd reachable with health ok:false).
+	// Codex's app-server as bot, one per /agent connection over a socket
+	// pair only botd holds; a first one is started now to prove Codex
+	// answers. Wait for it (bounded, so a broken Codex leaves botd
+	// reachable with health ok:false).
 	extra, err := readOptionalFile(cfg.CodexConfigExtraFile)
 	if err != nil {
 		return err
@@ -96,12 +98,14 @@ func run(ctx context.Context, cfg config.Config) error {
 		codexEnv = []string{modelproxy.TokenEnv + "=" + mp.Token()}
 	}
 	codex, err := agent.Start(agent.Options{
-		Bin: cfg.CodexBin, Addr: cfg.CodexAddr, CodexHome: cfg.CodexHome(), Home: cfg.Workspace(),
+		Bin: cfg.CodexBin, CodexHome: cfg.CodexHome(), Home: cfg.Workspace(),
 		User: botUser, ExtraConfig: extra, Env: codexEnv, Provider: prov, Sup: sup,
+		Changed: model.Changed, Log: log.With().Str("component", "agent").Logger(),
 	})
 	if err != nil {
 		return err
 	}
+	defer codex.Stop()
 	sources.Agent = codex.State
 	model.SetSources(sources)
 	rctx, rcancel := context.WithTimeout(ctx, cfg.CodexReadyTimeout)

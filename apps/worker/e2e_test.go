@@ -23,6 +23,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -84,9 +85,36 @@ var freeAddrNext atomic.Int32
 // computer is a real botd (with Codex) for a test.
 type computer struct {
 	url, token, home string
-	codexAddr        string
 	cmd              *exec.Cmd
 	logs             *syncBuffer
+}
+
+// codexPid is the one Codex app-server botd runs (one per /agent session).
+func (c *computer) codexPid(t testing.TB) int {
+	t.Helper()
+	children := map[int][]int{}
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, d := range procs {
+		b, err := os.ReadFile(d + "/stat")
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(f) > 2 {
+			pid, _ := strconv.Atoi(filepath.Base(d))
+			ppid, _ := strconv.Atoi(f[1])
+			children[ppid] = append(children[ppid], pid)
+		}
+	}
+	var found []int
+	for _, pid := range children[c.cmd.Process.Pid] {
+		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil && strings.Contains(string(b), "\x00app-server\x00") {
+			found = append(found, pid)
+		}
+	}
+	require.Len(t, found, 1, "botd's Codex app-servers")
+	return found[0]
 }
 
 type syncBuffer struct {
@@ -157,10 +185,9 @@ func startComputerWith(t testing.TB, prov provider, displayBase int, env ...stri
 	c := &computer{token: "e2e-token-0123456789abcdef", home: filepath.Join(dir, "home"), logs: &syncBuffer{}}
 	addr := freeAddr(t)
 	c.url = "http://" + addr
-	c.codexAddr = freeAddr(t)
 	c.cmd = exec.Command(bin)
 	c.cmd.Env = append(os.Environ(),
-		"BOTD_TOKEN="+c.token, "BOTD_HOME="+c.home, "BOTD_LISTEN="+addr, "CODEX_LISTEN="+c.codexAddr,
+		"BOTD_TOKEN="+c.token, "BOTD_HOME="+c.home, "BOTD_LISTEN="+addr,
 		"SOCKS_LISTEN="+freeAddr(t), fmt.Sprintf("DISPLAY_BASE=%d", displayBase),
 		fmt.Sprintf("VIEW_PORT_BASE=%d", 21000+displayBase*10),
 		"MODEL_UPSTREAM_URL="+prov.BaseURL, "MODEL_API_KEY="+prov.Key,
@@ -608,12 +635,8 @@ func TestEndToEndBadInput(t *testing.T) {
 	}
 	require.NotNil(t, screenOf(bot).Lease, "the run holds an agent lease")
 
-	out, err := exec.Command("ss", "-Hltnp", "src", c.codexAddr).Output()
-	require.NoError(t, err)
-	i := strings.Index(string(out), "pid=")
-	require.Positive(t, i, "codex not found listening: %s", out)
-	var pid int
-	fmt.Sscanf(string(out)[i+4:], "%d", &pid)
+	// The run's Codex: the app-server botd started for its /agent session.
+	pid := c.codexPid(t)
 	require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
 
 	final, _ := waitRun(t, env, runID, time.Minute)

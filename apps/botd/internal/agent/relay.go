@@ -1,9 +1,14 @@
 package agent
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
 	"net/http"
-	"time"
 
 	"github.com/coder/websocket"
 	"github.com/rs/zerolog"
@@ -12,32 +17,43 @@ import (
 	"github.com/open-bot/computer/pkg/shared"
 )
 
-// relayReadLimit bounds one JSON-RPC message (screenshots travel as base64).
-const relayReadLimit = 64 << 20
+// MaxMessage bounds one JSON-RPC message either way (screenshots travel as
+// base64).
+const MaxMessage = 64 << 20
 
-// Relay serves ws /agent: it relays messages both ways between the client and
-// Codex's app-server, adding nothing but the app-server's capability token.
-// The upstream dial carries no Origin header (the app-server refuses any
-// request that has one). When Codex goes
-// away (a crash or restart) the client sees a close and may reconnect.
+// closeError ends a relay with a close status of its own.
+type closeError struct {
+	code   websocket.StatusCode
+	reason string
+}
+
+func (e *closeError) Error() string { return e.reason }
+
+// Relay serves ws /agent: each connection gets an app-server of its own,
+// started for it and stopped when it ends. Each text message from the client
+// goes to Codex's stdin as one line, each line Codex writes goes to the
+// client as one text message; botd adds nothing (its readiness check is
+// answered before the client is accepted). When Codex goes away the client
+// sees a close (1001) and may reconnect; when Codex cannot start the upgrade
+// is answered 503.
 func (a *Agent) Relay(log zerolog.Logger) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		dctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
-		up, _, err := websocket.Dial(dctx, "ws://"+a.opts.Addr, &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + a.token}}})
-		cancel()
+		s, err := a.open(r.Context(), fmt.Sprintf("codex:%d", a.seq.Add(1)))
 		if err != nil {
-			log.Warn().Err(err).Msg("agent relay: codex app-server unreachable")
-			httpx.WriteError(w, http.StatusServiceUnavailable, shared.CodeUnavailable, "the Codex app-server is not reachable (it may be restarting); retry")
+			if r.Context().Err() == nil {
+				log.Warn().Err(err).Msg("agent relay: codex app-server did not start")
+				httpx.WriteError(w, http.StatusServiceUnavailable, shared.CodeUnavailable, "the Codex app-server did not start; retry")
+			}
 			return
 		}
-		defer up.CloseNow()
-		up.SetReadLimit(relayReadLimit)
+		defer s.Close()
+		a.setState(shared.StateRunning, "")
 		down, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
 		if err != nil {
 			return
 		}
 		defer down.CloseNow()
-		down.SetReadLimit(relayReadLimit)
+		down.SetReadLimit(MaxMessage)
 
 		ctx, stop := context.WithCancel(context.Background())
 		defer stop()
@@ -46,31 +62,71 @@ func (a *Agent) Relay(log zerolog.Logger) http.HandlerFunc {
 			err      error
 		}
 		ends := make(chan end, 2)
-		go func() { ends <- end{upstream: false, err: pipe(ctx, up, down)} }()
-		go func() { ends <- end{upstream: true, err: pipe(ctx, down, up)} }()
+		go func() { ends <- end{upstream: true, err: s.toClient(ctx, down)} }()
+		go func() { ends <- end{upstream: false, err: s.fromClient(ctx, down)} }()
 		e := <-ends
 		// Close before cancelling ctx: cancelling a pending Read makes
 		// coder/websocket drop the connection without a close frame.
-		if e.upstream {
-			// Codex went away (crash or restart): tell the client so it can
-			// reconnect once the supervisor has it running again.
+		var ce *closeError
+		switch {
+		case errors.As(e.err, &ce):
+			_ = down.Close(ce.code, ce.reason)
+		case e.upstream:
+			// Codex went away (it crashed or was killed): tell the client
+			// so it can reconnect (to a new app-server).
 			_ = down.Close(websocket.StatusGoingAway, "codex app-server went away")
-		} else {
-			_ = up.Close(websocket.StatusNormalClosure, "")
 		}
+		s.Close()
 		stop()
 		log.Debug().Bool("upstream_ended", e.upstream).Msg("agent relay closed")
 	}
 }
 
-// pipe copies messages from src to dst until either side fails.
-func pipe(ctx context.Context, dst, src *websocket.Conn) error {
+// toClient sends each line the app-server writes as one text message.
+func (s *Session) toClient(ctx context.Context, down *websocket.Conn) error {
+	for s.lines.Scan() {
+		b := s.lines.Bytes()
+		if len(bytes.TrimSpace(b)) == 0 {
+			continue
+		}
+		if err := down.Write(ctx, websocket.MessageText, b); err != nil {
+			return err
+		}
+	}
+	if errors.Is(s.lines.Err(), bufio.ErrTooLong) {
+		return &closeError{websocket.StatusMessageTooBig, "a Codex message exceeds 64 MiB"}
+	}
+	if err := s.lines.Err(); err != nil {
+		return err
+	}
+	return errors.New("codex app-server closed its output")
+}
+
+// fromClient writes each text message to the app-server as one line: a
+// message with a line break in it is compacted first (JSON allows breaks
+// only between tokens); one that is not JSON then is refused.
+func (s *Session) fromClient(ctx context.Context, down *websocket.Conn) error {
+	nl := []byte{'\n'}
 	for {
-		typ, b, err := src.Read(ctx)
+		typ, b, err := down.Read(ctx)
 		if err != nil {
 			return err
 		}
-		if err := dst.Write(ctx, typ, b); err != nil {
+		if typ != websocket.MessageText {
+			return &closeError{websocket.StatusUnsupportedData, "JSON-RPC travels as text messages"}
+		}
+		if bytes.ContainsAny(b, "\r\n") {
+			var c bytes.Buffer
+			if err := json.Compact(&c, b); err != nil {
+				return &closeError{websocket.StatusInvalidFramePayloadData, "a message with a line break must be one JSON value"}
+			}
+			b = c.Bytes()
+		}
+		if len(bytes.TrimSpace(b)) == 0 {
+			continue
+		}
+		bufs := net.Buffers{b, nl}
+		if _, err := bufs.WriteTo(s.conn); err != nil {
 			return err
 		}
 	}

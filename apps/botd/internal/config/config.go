@@ -29,9 +29,7 @@ type Config struct {
 	Home string
 	// CodexBin is the codex executable (CODEX_BIN, default "codex").
 	CodexBin string
-	// CodexAddr is where Codex's app-server listens (CODEX_LISTEN, default 127.0.0.1:4500).
-	CodexAddr string
-	// CodexReadyTimeout bounds the wait for /readyz at start-up.
+	// CodexReadyTimeout bounds the wait for the first app-server to answer at start-up.
 	CodexReadyTimeout time.Duration
 	// CodexConfigExtraFile is TOML appended to the managed config.toml
 	// (CODEX_CONFIG_EXTRA_FILE), e.g. a model provider table.
@@ -108,7 +106,6 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		Listen:            str("BOTD_LISTEN", ":7000"),
 		Home:              str("BOTD_HOME", "/home"),
 		CodexBin:          str("CODEX_BIN", "codex"),
-		CodexAddr:         str("CODEX_LISTEN", "127.0.0.1:4500"),
 		CodexReadyTimeout: time.Duration(num("CODEX_READY_TIMEOUT_SECONDS", 60)) * time.Second,
 		SocksAddr:         str("SOCKS_LISTEN", "127.0.0.1:1080"),
 		EgressMode:        str("EGRESS_MODE", "direct"),

@@ -16,7 +16,6 @@ func TestDefaults(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, ":7000", c.Listen)
 	require.Equal(t, "/home", c.Home)
-	require.Equal(t, "127.0.0.1:4500", c.CodexAddr)
 	require.Equal(t, "127.0.0.1:1080", c.SocksAddr)
 	require.Equal(t, "direct", c.EgressMode)
 	require.Equal(t, 10, c.DisplayBase)

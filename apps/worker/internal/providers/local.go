@@ -34,7 +34,7 @@ type LocalOptions struct {
 	// uses DisplayBase + k*MaxScreens onwards.
 	DisplayBase int
 	// PortBase is the first loopback port of slot 0 (default 20000); slot k
-	// uses PortBase + k*PortsPerSlot onwards (API, Codex, SOCKS, VNC, view).
+	// uses PortBase + k*PortsPerSlot onwards (API, SOCKS, view and control).
 	PortBase int
 	// Slots caps the local computers on this host (default 32); a stopped
 	// computer keeps its slot.
@@ -54,9 +54,10 @@ type LocalOptions struct {
 	Log *zerolog.Logger
 }
 
-// PortsPerSlot is the number of ports one local computer holds: API, Codex,
-// SOCKS, and a view and a control port per screen (x11vnc has no TCP port).
-func (o LocalOptions) PortsPerSlot() int { return 3 + 2*o.MaxScreens }
+// PortsPerSlot is the number of ports one local computer holds: API, SOCKS,
+// and a view and a control port per screen (x11vnc has no TCP port, nor
+// Codex: botd talks to it over a pipe).
+func (o LocalOptions) PortsPerSlot() int { return 2 + 2*o.MaxScreens }
 
 // Local is the local provider. Its refs are the names of directories under
 // DataDir/computers.
@@ -417,16 +418,16 @@ func (l *Local) writeMetaLocked(ref string, m localMeta) error {
 
 // slotLayout is where slot k's botd listens and draws.
 type slotLayout struct {
-	api, codex, socks int
-	viewBase          int
-	displayBase       int
+	api, socks  int
+	viewBase    int
+	displayBase int
 }
 
 func (l *Local) layout(slot int) slotLayout {
 	p := l.o.PortBase + slot*l.o.PortsPerSlot()
 	return slotLayout{
-		api: p, codex: p + 1, socks: p + 2,
-		viewBase:    p + 3,
+		api: p, socks: p + 1,
+		viewBase:    p + 2,
 		displayBase: l.o.DisplayBase + slot*l.o.MaxScreens,
 	}
 }
@@ -598,7 +599,6 @@ func (l *Local) startLocked(ref string) (*localProc, error) {
 		"BOTD_HOME=" + l.home(ref),
 		"BOTD_TOKEN_FILE=" + l.token(ref),
 		"BOTD_LISTEN=127.0.0.1:" + strconv.Itoa(s.api),
-		"CODEX_LISTEN=127.0.0.1:" + strconv.Itoa(s.codex),
 		"SOCKS_LISTEN=127.0.0.1:" + strconv.Itoa(s.socks),
 		"DISPLAY_BASE=" + strconv.Itoa(s.displayBase),
 		"VIEW_PORT_BASE=" + strconv.Itoa(s.viewBase),

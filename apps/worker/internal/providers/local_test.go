@@ -40,8 +40,8 @@ func TestLocalPortTaken(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEqual(t, k, meta.Slot, "provision must not pick a slot whose port is taken")
 
-	// Now someone takes the provisioned slot's Codex port before the start.
-	squat2, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(l.layout(meta.Slot).codex))
+	// Now someone takes the provisioned slot's SOCKS port before the start.
+	squat2, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(l.layout(meta.Slot).socks))
 	require.NoError(t, err)
 	defer squat2.Close()
 	m, err := l.Reconnect(ctx, ref, spec)

@@ -2,7 +2,6 @@ package providers
 
 import (
 	"context"
-	"net/http"
 	"os"
 	"os/exec"
 	"os/user"
@@ -139,18 +138,6 @@ func TestLocalUsersTeamsDoNotShare(t *testing.T) {
 	own, err := asUser(t, a.desktop, nil, "cat", aCookie)
 	require.NoError(t, err, "A's desktop reads A's cookie: %s", own)
 
-	// A's Codex app-server: live on loopback (its /readyz answers anyone).
-	aMeta, err := l.readMeta(a.ref)
-	require.NoError(t, err)
-	aCodex := "127.0.0.1:" + strconv.Itoa(l.layout(aMeta.Slot).codex)
-	resp, err := http.Get("http://" + aCodex + "/readyz")
-	require.NoError(t, err)
-	resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode, "A's Codex listens at %s", aCodex)
-	// A websocket the app-server accepts (101) would run threads and
-	// commands as A's bot in A's workspace.
-	codexUpgrade := `[ "$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 -H 'Connection: Upgrade' -H 'Upgrade: websocket' -H 'Sec-WebSocket-Version: 13' -H 'Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==' http://` + aCodex + `/)" = 101 ]`
-
 	rows := []struct {
 		name string
 		env  map[string]string
@@ -165,7 +152,6 @@ func TestLocalUsersTeamsDoNotShare(t *testing.T) {
 		{"A's display with A's cookie", map[string]string{"XAUTHORITY": aCookie}, []string{"xdpyinfo", "-display", a.scr.Display}},
 		{"A's display with B's own cookie", nil, []string{"xdpyinfo", "-display", a.scr.Display}},
 		{"A's display through xdotool", map[string]string{"XAUTHORITY": aCookie, "DISPLAY": a.scr.Display}, []string{"xdotool", "getmouselocation"}},
-		{"A's Codex app-server", nil, []string{"sh", "-c", codexUpgrade}},
 	}
 	for _, pos := range []struct {
 		name string

@@ -119,7 +119,7 @@ func Start(t testing.TB, o Options) *Botd {
 	d := &Botd{URL: "http://" + addr, Token: "testbotd-token-0123456789", Home: filepath.Join(dir, "home"), logs: &syncBuffer{}, done: make(chan struct{})}
 	d.cmd = exec.Command(b)
 	d.cmd.Env = append(os.Environ(),
-		"BOTD_TOKEN="+d.Token, "BOTD_HOME="+d.Home, "BOTD_LISTEN="+addr, "CODEX_LISTEN="+FreeAddr(t),
+		"BOTD_TOKEN="+d.Token, "BOTD_HOME="+d.Home, "BOTD_LISTEN="+addr,
 		"SOCKS_LISTEN="+FreeAddr(t), fmt.Sprintf("DISPLAY_BASE=%d", o.DisplayBase),
 		fmt.Sprintf("VIEW_PORT_BASE=%d", o.PortBase+50),
 		fmt.Sprintf("MAX_SCREENS=%d", o.MaxScreens),
