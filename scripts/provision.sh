@@ -93,6 +93,14 @@ if [ "$have_codex" != "$CODEX_VERSION" ]; then
   log "installing @openai/codex@$CODEX_VERSION"
   npm install -g --no-fund --no-audit "@openai/codex@$CODEX_VERSION" >/dev/null
 fi
+# Codex's native binary exec-only (group and others lose read): a process
+# its user cannot read is not dumpable, so the bot can kill its Codex but never
+# take its stdin/stdout (pidfd_getfd) or memory. botd makes it so too, but
+# here the image gets it in its package layer (in a container botd's chmod
+# would copy the binary into every container's writable layer).
+while IFS= read -r -d '' native; do
+  chmod go-r "$native"
+done < <(find "$(npm root -g)/@openai/codex" -path '*/bin/codex' -type f -print0 2>/dev/null)
 
 # Group and users, with fixed ids. A user or group made earlier with other
 # ids is migrated (usermod/groupmod), and what it owned under BOTD_HOME is
