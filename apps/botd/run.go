@@ -142,11 +142,13 @@ func run(ctx context.Context, cfg config.Config) error {
 		Desktop: desktopUser, Workspace: cfg.Workspace(), Cookies: jar, Events: hub, Changed: model.Changed, Log: log,
 	})
 	// Export/import of the portable home: browsers are closed (tabs saved,
-	// profile databases flushed) and kept from starting meanwhile; an
-	// imported cookie jar replaces the one in memory.
+	// profile databases flushed) and kept from starting meanwhile — an
+	// export closes each browser alone, only while its own profile is
+	// copied, and requests meeting it wait for it; an import closes them
+	// all. An imported cookie jar replaces the one in memory.
 	workspace.New(workspace.Options{
 		Home: cfg.Home, Bot: botUser, Desktop: desktopUser, Log: log.With().Str("component", "workspace").Logger(),
-		Quiesce: browsers.Quiesce,
+		Quiesce: browsers.Quiesce, QuiesceScreen: browsers.QuiesceScreen,
 		AfterImport: func(context.Context) {
 			if err := jar.Reload(); err != nil {
 				log.Error().Str("component", "cookies").Err(err).Msg("reload the imported cookie jar")

@@ -70,7 +70,8 @@ type Screens struct {
 	o   ScreensOptions
 	log zerolog.Logger
 
-	// mu guards sm, browsers, starting, states and paused.
+	// mu guards sm, browsers, starting, states, paused, pausedOne, inUse
+	// and changed.
 	mu       sync.Mutex
 	sm       *screen.Manager
 	browsers map[string]*Browser
@@ -78,6 +79,35 @@ type Screens struct {
 	states   map[string]shared.ProcessState
 	// paused counts Quiesce calls not yet resumed; no browser starts then.
 	paused int
+	// pausedOne counts QuiesceScreen calls per screen not yet resumed; that
+	// screen's browser does not start then.
+	pausedOne map[string]int
+	// inUse counts the requests using each screen's browser (use): a
+	// quiesce waits for them to finish before it closes the browser.
+	inUse map[string]int
+	// changed is closed (and replaced) whenever a pause ends or a use
+	// ends: waiters look again.
+	changed chan struct{}
+}
+
+// PauseWait bounds how long a browser request waits for its quiesced
+// browser to come back (a workspace export copying its profile) before it
+// answers 503.
+const PauseWait = 60 * time.Second
+
+// DrainWait bounds how long a quiesce waits for the requests already
+// using a browser to finish before it closes the browser anyway.
+const DrainWait = 30 * time.Second
+
+// wakeLocked tells every waiter to look again; bs.mu is held.
+func (bs *Screens) wakeLocked() {
+	close(bs.changed)
+	bs.changed = make(chan struct{})
+}
+
+// pausedLocked reports whether screen id's browser may not run now.
+func (bs *Screens) pausedLocked(id string) bool {
+	return bs.paused > 0 || bs.pausedOne[id] > 0
 }
 
 type startOp struct {
@@ -92,7 +122,8 @@ func NewScreens(o ScreensOptions) *Screens {
 	if o.Runner == nil {
 		o.Runner = runner.Exec{}
 	}
-	return &Screens{o: o, log: o.Log.With().Str("component", "browser").Logger(), browsers: map[string]*Browser{}, starting: map[string]*startOp{}, states: map[string]shared.ProcessState{}}
+	return &Screens{o: o, log: o.Log.With().Str("component", "browser").Logger(), browsers: map[string]*Browser{}, starting: map[string]*startOp{}, states: map[string]shared.ProcessState{},
+		pausedOne: map[string]int{}, inUse: map[string]int{}, changed: make(chan struct{})}
 }
 
 // Attach connects Screens to the screen manager: the browser stops first
@@ -185,8 +216,11 @@ func (bs *Screens) setState(id string, st shared.ProcessState) {
 var errNotAttached = errors.New("browser: screens not attached")
 
 // Browser returns screen id's browser, starting it when it is not running
-// (concurrent callers share one start). The screen must be running.
+// (concurrent callers share one start). The screen must be running. While
+// the browser is quiesced (a workspace export copies its profile) it waits
+// for it to come back, up to PauseWait, then answers 503.
 func (bs *Screens) Browser(ctx context.Context, id string) (*Browser, error) {
+	var waitUntil time.Time
 	for {
 		bs.mu.Lock()
 		sm := bs.sm
@@ -203,9 +237,23 @@ func (bs *Screens) Browser(ctx context.Context, id string) (*Browser, error) {
 				return b, nil
 			}
 		}
-		if bs.paused > 0 {
+		if bs.pausedLocked(id) {
+			ch := bs.changed
 			bs.mu.Unlock()
-			return nil, errPaused
+			if waitUntil.IsZero() {
+				waitUntil = time.Now().Add(PauseWait)
+			}
+			t := time.NewTimer(time.Until(waitUntil))
+			select {
+			case <-ch:
+				t.Stop()
+				continue
+			case <-t.C:
+				return nil, errPaused
+			case <-ctx.Done():
+				t.Stop()
+				return nil, ctx.Err()
+			}
 		}
 		if op := bs.starting[id]; op != nil {
 			bs.mu.Unlock()
@@ -386,12 +434,14 @@ func (bs *Screens) Quiesce(ctx context.Context) (resume func(), err error) {
 	bs.mu.Lock()
 	bs.paused++
 	bs.mu.Unlock()
+	bs.drain(ctx, "")
 	bs.Close(ctx)
 	var once sync.Once
 	resume = func() {
 		once.Do(func() {
 			bs.mu.Lock()
 			bs.paused--
+			bs.wakeLocked()
 			bs.mu.Unlock()
 		})
 	}
@@ -400,6 +450,118 @@ func (bs *Screens) Quiesce(ctx context.Context) (resume func(), err error) {
 		return nil, err
 	}
 	return resume, nil
+}
+
+// QuiesceScreen is Quiesce for screen id's browser alone: the requests
+// using it finish first (up to DrainWait), it is closed gracefully (tabs
+// saved, profile databases flushed) and kept from starting until resume;
+// requests that meet it meanwhile wait for it (Browser). The other
+// screens' browsers are untouched. A browser that was running is started
+// again on resume, its tabs back.
+func (bs *Screens) QuiesceScreen(ctx context.Context, id string) (resume func(), err error) {
+	bs.mu.Lock()
+	bs.pausedOne[id]++
+	bs.mu.Unlock()
+	start := time.Now()
+	bs.drain(ctx, id)
+	bs.mu.Lock()
+	wasRunning := bs.browsers[id] != nil || bs.starting[id] != nil
+	sm := bs.sm
+	bs.mu.Unlock()
+	bs.stop(ctx, id)
+	bs.log.Info().Str("screen", id).Bool("was_running", wasRunning).
+		Int64("elapsed_ms", time.Since(start).Milliseconds()).Msg("browser quiesced")
+	var once sync.Once
+	resume = func() {
+		once.Do(func() {
+			bs.mu.Lock()
+			bs.pausedOne[id]--
+			if bs.pausedOne[id] <= 0 {
+				delete(bs.pausedOne, id)
+			}
+			bs.wakeLocked()
+			bs.mu.Unlock()
+			bs.log.Info().Str("screen", id).Int64("paused_ms", time.Since(start).Milliseconds()).Msg("browser resumed")
+			if wasRunning && sm != nil {
+				if _, ok := sm.Target(id); ok {
+					// Back on the bot's screen without waiting for its next
+					// request; the start belongs to botd.
+					go func() {
+						if _, err := bs.Browser(context.Background(), id); err != nil {
+							bs.log.Warn().Str("screen", id).Err(err).Msg("browser restart after quiesce")
+						}
+					}()
+				}
+			}
+		})
+	}
+	if err := ctx.Err(); err != nil {
+		resume()
+		return nil, err
+	}
+	return resume, nil
+}
+
+// drain waits, up to DrainWait or ctx, until no request uses screen id's
+// browser ("": any browser).
+func (bs *Screens) drain(ctx context.Context, id string) {
+	t := time.NewTimer(DrainWait)
+	defer t.Stop()
+	for {
+		bs.mu.Lock()
+		busy := 0
+		if id == "" {
+			for _, n := range bs.inUse {
+				busy += n
+			}
+		} else {
+			busy = bs.inUse[id]
+		}
+		ch := bs.changed
+		bs.mu.Unlock()
+		if busy == 0 {
+			return
+		}
+		select {
+		case <-ch:
+		case <-t.C:
+			bs.log.Warn().Str("screen", id).Int("requests", busy).Msg("quiesce: requests still using the browser; closing it anyway")
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// use returns screen id's browser for one request, waiting while it is
+// quiesced (Browser); release must be called when the request is done
+// with it, and a quiesce waits for that.
+func (bs *Screens) use(ctx context.Context, id string) (*Browser, func(), error) {
+	for {
+		b, err := bs.Browser(ctx, id)
+		if err != nil {
+			return nil, nil, err
+		}
+		bs.mu.Lock()
+		if !bs.pausedLocked(id) && bs.browsers[id] == b {
+			bs.inUse[id]++
+			bs.mu.Unlock()
+			var once sync.Once
+			return b, func() {
+				once.Do(func() {
+					bs.mu.Lock()
+					bs.inUse[id]--
+					if bs.inUse[id] <= 0 {
+						delete(bs.inUse, id)
+					}
+					bs.wakeLocked()
+					bs.mu.Unlock()
+				})
+			}, nil
+		}
+		bs.mu.Unlock()
+		// Quiesced or replaced between Browser and here: look again.
+	}
 }
 
 // Close stops every browser, including one still starting (botd's
@@ -458,31 +620,33 @@ func (bs *Screens) fail(w http.ResponseWriter, r *http.Request, err error) {
 
 // running returns the running browser of a running screen for a read,
 // starting the browser if the screen runs without one.
-func (bs *Screens) running(ctx context.Context, id string) (*Browser, error) {
+// The caller releases it (use).
+func (bs *Screens) running(ctx context.Context, id string) (*Browser, func(), error) {
 	if err := screen.ValidID(id); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	bs.mu.Lock()
 	sm := bs.sm
 	bs.mu.Unlock()
 	if sm == nil {
-		return nil, errNotAttached
+		return nil, nil, errNotAttached
 	}
 	if sm.Get(id) == nil {
-		return nil, shared.Errorf(http.StatusNotFound, shared.CodeNotFound, "no screen %s", id)
+		return nil, nil, shared.Errorf(http.StatusNotFound, shared.CodeNotFound, "no screen %s", id)
 	}
 	if _, ok := sm.Target(id); !ok {
-		return nil, shared.Errorf(http.StatusConflict, shared.CodeScreenUnavailable, "screen %s is not running", id)
+		return nil, nil, shared.Errorf(http.StatusConflict, shared.CodeScreenUnavailable, "screen %s is not running", id)
 	}
-	return bs.Browser(ctx, id)
+	return bs.use(ctx, id)
 }
 
 func (bs *Screens) handlePage(w http.ResponseWriter, r *http.Request) {
-	b, err := bs.running(r.Context(), r.PathValue("id"))
+	b, release, err := bs.running(r.Context(), r.PathValue("id"))
 	if err != nil {
 		bs.fail(w, r, err)
 		return
 	}
+	defer release()
 	p, err := b.ReadPage(r.Context())
 	if err != nil {
 		bs.fail(w, r, err)
@@ -492,11 +656,12 @@ func (bs *Screens) handlePage(w http.ResponseWriter, r *http.Request) {
 }
 
 func (bs *Screens) handlePages(w http.ResponseWriter, r *http.Request) {
-	b, err := bs.running(r.Context(), r.PathValue("id"))
+	b, release, err := bs.running(r.Context(), r.PathValue("id"))
 	if err != nil {
 		bs.fail(w, r, err)
 		return
 	}
+	defer release()
 	urls, err := b.Pages(r.Context())
 	if err != nil {
 		bs.fail(w, r, err)
@@ -545,10 +710,11 @@ func (bs *Screens) handleOpen(w http.ResponseWriter, r *http.Request) {
 		if _, err := NormalizeURL(req.Target); err != nil {
 			return err
 		}
-		b, err := bs.Browser(ctx, id)
+		b, release, err := bs.use(ctx, id)
 		if err != nil {
 			return err
 		}
+		defer release()
 		res, err := b.Open(ctx, req.Target, req.NewTab)
 		if err != nil {
 			return err
@@ -653,10 +819,11 @@ func (bs *Screens) handleTypeSecret(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	err := sm.WithLease(r.Context(), id, req.LeaseID, func(ctx context.Context, s *screen.Screen) error {
-		b, err := bs.Browser(ctx, id)
+		b, release, err := bs.use(ctx, id)
 		if err != nil {
 			return err
 		}
+		defer release()
 		// The origin check and the typing are one step in the page: a
 		// navigation or a focus moving into a frame of another origin in
 		// between types nothing (InsertSecret).

@@ -32,7 +32,10 @@ type exporter struct {
 	maxContent int64
 	maxEntries int
 	entries    int
-	log        zerolog.Logger
+	// quiesce, when set, quiesces one screen's browser while its profile
+	// is copied (Options.QuiesceScreen).
+	quiesce func(ctx context.Context, id string) (resume func(), err error)
+	log     zerolog.Logger
 }
 
 // refusedError stops an export whose archive would exceed a limit: the
@@ -62,7 +65,8 @@ func (c *capWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// export writes the archive; the caller holds the lock and has quiesced.
+// export writes the archive; the caller holds the lock and has quiesced
+// (or the exporter quiesces each browser as it copies its profile).
 // maxBytes (when positive and below what an import reads) caps the
 // archive's bytes: the export stops with a refusedError rather than go
 // beyond it.
@@ -78,7 +82,7 @@ func (s *Service) export(ctx context.Context, w io.Writer, maxBytes int64) (Summ
 	}
 	cw := &capWriter{w: w, limit: limit}
 	e := &exporter{ctx: ctx, tw: tar.NewWriter(cw), cw: cw, buf: make([]byte, 1<<20),
-		maxContent: s.o.MaxImportBytes, maxEntries: s.o.MaxImportEntries, log: s.o.Log}
+		maxContent: s.o.MaxImportBytes, maxEntries: s.o.MaxImportEntries, quiesce: s.o.QuiesceScreen, log: s.o.Log}
 	if err := e.area(home, wsDir, "bot", false); err != nil {
 		return e.sum, err
 	}
@@ -134,7 +138,7 @@ func (e *exporter) profiles(home *os.Root) error {
 			continue
 		}
 		rel := id + "/chromium"
-		err := e.area(root, rel, screensDir+"/"+rel, true)
+		err := e.profile(root, id, rel)
 		if errors.Is(err, errNotArea) {
 			e.sum.Skipped++ // a link or file where a profile should be
 			continue
@@ -145,6 +149,32 @@ func (e *exporter) profiles(home *os.Root) error {
 	}
 	return nil
 }
+
+// profile archives one screen's profile, its browser quiesced (alone)
+// meanwhile when the export quiesces per screen.
+func (e *exporter) profile(root *os.Root, id, rel string) error {
+	if e.quiesce != nil {
+		resume, err := e.quiesce(e.ctx, id)
+		if err != nil {
+			return &quiesceError{id: id, err: err}
+		}
+		defer resume()
+	}
+	return e.area(root, rel, screensDir+"/"+rel, true)
+}
+
+// quiesceError is a browser that could not be quiesced for its profile's
+// copy: the export stops rather than carry an inconsistent profile.
+type quiesceError struct {
+	id  string
+	err error
+}
+
+func (q *quiesceError) Error() string {
+	return fmt.Sprintf("quiesce the browser of screen %s: %v", q.id, q.err)
+}
+
+func (q *quiesceError) Unwrap() error { return q.err }
 
 // cookies archives .botd/cookies.json when it exists.
 func (e *exporter) cookies(home *os.Root) error {

@@ -21,6 +21,9 @@
 // swap screens/) is never entered. Before an export or import,
 // Options.Quiesce is called (browsers flush and pause their profile
 // databases) and its resume func after; one transfer runs at a time (409).
+// With Options.QuiesceScreen an export instead copies the workspace and the
+// jar with the browsers running and quiesces each browser alone, only while
+// its own profile is copied.
 //
 // Export is bounded. A sparse file (more than 1 MiB of holes, found with
 // SEEK_DATA/SEEK_HOLE) is left out and counted as skipped: its apparent
@@ -84,6 +87,13 @@ type Options struct {
 	// profiles consistent; resume is called when the transfer ends. Nil means
 	// nothing to quiesce.
 	Quiesce func(ctx context.Context) (resume func(), err error)
+	// QuiesceScreen, when set, is what an export uses instead of Quiesce:
+	// the workspace and the cookie jar are copied with every browser
+	// running, and each screen's browser is quiesced alone, only while its
+	// own profile is copied (resume is called right after), so an export
+	// never stops another bot's browser for longer than its own profile's
+	// copy. Imports still use Quiesce.
+	QuiesceScreen func(ctx context.Context, id string) (resume func(), err error)
 	// AfterImport runs after a successful import (e.g. to reload the cookie
 	// jar so the restored sign-ins take effect). Nil means nothing.
 	AfterImport func(ctx context.Context)
@@ -144,10 +154,15 @@ const (
 
 var errBusy = shared.Errorf(http.StatusConflict, shared.CodeConflict, "an export or import is already running")
 
-// begin takes the transfer lock and quiesces the browsers.
-func (s *Service) begin(ctx context.Context) (end func(), err error) {
+// begin takes the transfer lock and quiesces the browsers (an export with
+// QuiesceScreen quiesces each browser in turn instead, as it copies its
+// profile).
+func (s *Service) begin(ctx context.Context, export bool) (end func(), err error) {
 	if !s.mu.TryLock() {
 		return nil, errBusy
+	}
+	if export && s.o.QuiesceScreen != nil {
+		return s.mu.Unlock, nil
 	}
 	resume, err := s.o.Quiesce(ctx)
 	if err != nil {
@@ -165,7 +180,7 @@ func (s *Service) begin(ctx context.Context) (end func(), err error) {
 
 // Export writes the portable home to w as a tar stream.
 func (s *Service) Export(ctx context.Context, w io.Writer) (Summary, error) {
-	end, err := s.begin(ctx)
+	end, err := s.begin(ctx, true)
 	if err != nil {
 		return Summary{}, err
 	}
@@ -175,7 +190,7 @@ func (s *Service) Export(ctx context.Context, w io.Writer) (Summary, error) {
 
 // Import restores the portable home from a tar stream.
 func (s *Service) Import(ctx context.Context, r io.Reader) (Summary, error) {
-	end, err := s.begin(ctx)
+	end, err := s.begin(ctx, false)
 	if err != nil {
 		return Summary{}, err
 	}
@@ -201,7 +216,7 @@ func (s *Service) handleExport(w http.ResponseWriter, r *http.Request) {
 		}
 		maxBytes = n
 	}
-	end, err := s.begin(r.Context())
+	end, err := s.begin(r.Context(), true)
 	if err != nil {
 		httpx.WriteErr(w, err)
 		return
