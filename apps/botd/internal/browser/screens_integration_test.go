@@ -173,10 +173,27 @@ func TestScreensRoutes(t *testing.T) {
 	if st := bs.State("bt1"); st == shared.StateRunning {
 		t.Fatalf("browser still %s after quiesce", st)
 	}
-	if code := call(t, srv, "GET", "/screens/bt1/browser/page", nil, nil); code != http.StatusServiceUnavailable {
-		t.Fatalf("read while quiesced: %d, want 503", code)
+	// A read that meets the quiesced browser waits for it (up to
+	// browser.PauseWait) instead of failing, and gets the page after resume.
+	readDone := make(chan int, 1)
+	go func() {
+		resp, err := http.Get(srv.URL + "/screens/bt1/browser/page")
+		if err != nil {
+			readDone <- 0
+			return
+		}
+		resp.Body.Close()
+		readDone <- resp.StatusCode
+	}()
+	select {
+	case code := <-readDone:
+		t.Fatalf("read while quiesced answered %d before resume; want it to wait", code)
+	case <-time.After(time.Second):
 	}
 	resume()
+	if code := <-readDone; code != 200 {
+		t.Fatalf("read that waited for the quiesced browser: %d, want 200", code)
+	}
 	waitFor(t, 60*time.Second, "the tab back after resume", func() bool {
 		return call(t, srv, "GET", "/screens/bt1/browser/page", nil, &page) == 200 && page.Title == "/first"
 	})

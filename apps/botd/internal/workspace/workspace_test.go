@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -551,4 +552,46 @@ func TestTamperedProfileDirs(t *testing.T) {
 	ents, err := os.ReadDir(secret)
 	require.NoError(t, err)
 	assert.Len(t, ents, 1, "nothing written outside")
+}
+
+// With QuiesceScreen an export quiesces no browser for the whole transfer:
+// each screen's browser alone, only around its own profile's copy, one
+// after the other; a failure to quiesce one stops the export.
+func TestExportQuiescesEachScreenAlone(t *testing.T) {
+	u := lookupUsers(t)
+	var mu sync.Mutex
+	var events []string
+	c := newComputer(t, u, workspace.Options{QuiesceScreen: func(ctx context.Context, id string) (func(), error) {
+		mu.Lock()
+		events = append(events, "quiesce "+id)
+		mu.Unlock()
+		return func() {
+			mu.Lock()
+			events = append(events, "resume "+id)
+			mu.Unlock()
+		}, nil
+	}})
+	c.populate(t)
+	p := "desktop/screens/bob/chromium/"
+	c.put(t, p+"Local State", "{}", u.desktop.UID, u.desktop.GID, 0o600)
+	st, arch := c.export(t, true)
+	require.Equal(t, 200, st, string(arch))
+	assert.EqualValues(t, 0, c.quiesced.Load(), "no browser is quiesced for the whole export")
+	assert.Equal(t, []string{"quiesce alice", "resume alice", "quiesce bob", "resume bob"}, events)
+	got := readTar(t, arch)
+	assert.Contains(t, got, p+"Local State")
+
+	// A browser that cannot be quiesced: no whole archive.
+	c2 := newComputer(t, u, workspace.Options{QuiesceScreen: func(ctx context.Context, id string) (func(), error) {
+		return nil, fmt.Errorf("browser stuck")
+	}})
+	c2.populate(t)
+	req, _ := http.NewRequest("GET", c2.url+"/workspace/export", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := c2.client.Do(req)
+	require.NoError(t, err)
+	_, err = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.Error(t, err, "an export whose browser could not be quiesced is a broken transfer, never a whole archive")
+	assert.Empty(t, resp.Trailer.Get("X-Export-Files"))
 }
