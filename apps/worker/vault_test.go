@@ -250,15 +250,14 @@ func (p *procScan) end() map[string]string {
 // vaultWorker serves the worker in-process with its log captured.
 func vaultWorker(t testing.TB, c *computer, logs io.Writer, bots ...string) *workerEnv {
 	t.Helper()
-	e := &workerEnv{token: "worker-token-0123456789", dataDir: t.TempDir()}
-	cfg := serveConfig{DataDir: e.dataDir, Provider: "attach", Token: e.token, Model: "scripted-model",
+	e := &workerEnv{token: "worker-token-0123456789", op: "operator-token-0123456789", dataDir: t.TempDir()}
+	cfg := serveConfig{DataDir: e.dataDir, Provider: "attach", Token: e.token, OperatorToken: e.op, Model: "scripted-model",
 		ModelProvider: "botd", Approvals: "decline"}
 	w, err := newWorker(t.Context(), cfg, zerolog.New(logs))
 	require.NoError(t, err)
 	srv := httptest.NewServer(w.Handler)
 	t.Cleanup(func() { srv.Close(); w.Close() })
 	e.url, e.w = srv.URL, w
-	require.NoError(t, os.WriteFile(filepath.Join(e.dataDir, "botd-token"), []byte(c.token+"\n"), 0o600))
 	return e.addComputer(t, c, map[string]any{"team": "t1"}, bots...)
 }
 
