@@ -391,27 +391,21 @@ func (s *sqlStore) AppendEvent(ctx context.Context, runID string, epoch int64, t
 }
 
 func (s *sqlStore) Events(ctx context.Context, runID string, afterSeq int64) ([]Event, error) {
-	rows, err := s.db.QueryContext(ctx, s.q(`SELECT seq, at, type, data FROM run_events WHERE run_id=? AND seq>? ORDER BY seq`), runID, afterSeq)
-	if err != nil {
-		return nil, s.wrap(err)
-	}
-	defer rows.Close()
-	var out []Event
-	for rows.Next() {
-		var e Event
-		var at int64
-		var data string
-		if err := rows.Scan(&e.Seq, &at, &e.Type, &data); err != nil {
-			return nil, s.wrap(err)
-		}
-		e.At, e.Data = fromMs(at), []byte(data)
-		out = append(out, e)
-	}
-	return out, s.wrap(rows.Err())
+	return s.queryEvents(ctx, `SELECT seq, at, type, data FROM run_events WHERE run_id=? AND seq>? ORDER BY seq`, runID, afterSeq)
 }
 
 func (s *sqlStore) RecentEvents(ctx context.Context, runID string, n int, skipType string) ([]Event, error) {
-	rows, err := s.db.QueryContext(ctx, s.q(`SELECT seq, at, type, data FROM run_events WHERE run_id=? AND type<>? ORDER BY seq DESC LIMIT ?`), runID, skipType, n)
+	out, err := s.queryEvents(ctx, `SELECT seq, at, type, data FROM run_events WHERE run_id=? AND type<>? ORDER BY seq DESC LIMIT ?`, runID, skipType, n)
+	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
+		out[i], out[j] = out[j], out[i]
+	}
+	return out, err
+}
+
+// queryEvents runs a query that selects seq, at, type and data of run
+// events, and scans its rows in order.
+func (s *sqlStore) queryEvents(ctx context.Context, query string, args ...any) ([]Event, error) {
+	rows, err := s.db.QueryContext(ctx, s.q(query), args...)
 	if err != nil {
 		return nil, s.wrap(err)
 	}
@@ -426,9 +420,6 @@ func (s *sqlStore) RecentEvents(ctx context.Context, runID string, n int, skipTy
 		}
 		e.At, e.Data = fromMs(at), []byte(data)
 		out = append(out, e)
-	}
-	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
-		out[i], out[j] = out[j], out[i]
 	}
 	return out, s.wrap(rows.Err())
 }
