@@ -143,7 +143,10 @@ textarea{width:100%;height:100%;box-sizing:border-box}</style><textarea id=t></t
 function hop() { if (!gone) { gone = true; setTimeout(() => location.replace("`+s.other+`/catch"), 0); } }
 document.addEventListener("keydown", hop); document.addEventListener("input", hop);</script>`)
 	case "GET /catch":
-		fmt.Fprint(w, `<title>catch</title>`+reporter+`<textarea id=t autofocus></textarea>`)
+		// The text area fills the viewport, so a click anywhere puts the
+		// focus in it.
+		fmt.Fprint(w, `<title>catch</title>`+reporter+`<style>html,body{margin:0;height:100%}
+textarea{position:fixed;left:0;top:0;width:100%;height:100%;border:0}</style><textarea id=t autofocus></textarea>`)
 	case "GET /focushop":
 		// Moves the focus into the other origin's frame as soon as typing
 		// starts.
@@ -354,10 +357,13 @@ func TestVaultTypeSecret(t *testing.T) {
 	// typed share no character with the secret (hex digits, P, w, Z, q, -).
 	only := func(t *testing.T, s *site, page, want string) {
 		t.Helper()
-		waitFor(t, page+" reporting "+want, 30*time.Second, func() bool {
-			v := s.of(page)
-			return len(v) > 0 && strings.HasSuffix(v[len(v)-1], want)
-		})
+		// Beacons may arrive out of order: wait for any report of the
+		// whole marker, not for the last one to be it.
+		deadline := time.Now().Add(30 * time.Second)
+		for !slices.ContainsFunc(s.of(page), func(v string) bool { return strings.HasSuffix(v, want) }) {
+			require.True(t, time.Now().Before(deadline), "timed out waiting for %s reporting %s; it reported %q and keys %q", page, want, s.of(page), s.of(page+"-key"))
+			time.Sleep(100 * time.Millisecond)
+		}
 		for _, v := range s.of(page) {
 			require.True(t, strings.HasPrefix(want, v), "%s got %q: something besides %q was typed there", page, v, want)
 		}
@@ -414,6 +420,10 @@ func TestVaultTypeSecret(t *testing.T) {
 			r := tool(t, "browser_read_page", map[string]any{})
 			return r.Success && strings.Contains(r.text(), `"title":"catch"`)
 		})
+		// Autofocus alone is not always honoured after the hop (seen in CI:
+		// the marker reached no field): click into the text area first.
+		r2 := tool(t, "computer_act", map[string]any{"actions": []map[string]any{{"type": "click", "x": 640, "y": 500}}})
+		require.True(t, r2.Success, r2.text())
 		typeText(t, "nuv")
 		only(t, evil, "catch", "nuv")
 		if r.Success {
