@@ -10,12 +10,10 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"net/http"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/coder/websocket"
 	"github.com/rs/zerolog"
 
 	"github.com/open-bot/computer/apps/worker/internal/codexrpc"
@@ -139,13 +137,12 @@ func (f *eventFollower) follow(ctx context.Context, id string) {
 }
 
 func (f *eventFollower) once(ctx context.Context, id string, egressUp *bool) error {
-	botd, _, err := f.comps.Botd(ctx, id)
+	m, err := f.comps.Machine(ctx, id)
 	if err != nil {
 		return err
 	}
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	c, _, err := websocket.Dial(dctx, "ws"+strings.TrimPrefix(botd.BaseURL(), "http")+"/events",
-		&websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + botd.Token()}}})
+	c, err := m.DialEvents(dctx)
 	cancel()
 	if err != nil {
 		return err

@@ -15,10 +15,10 @@ import (
 
 	"github.com/open-bot/computer/apps/worker/internal/computers"
 	"github.com/open-bot/computer/apps/worker/internal/dashboard"
+	"github.com/open-bot/computer/apps/worker/internal/machines"
 	"github.com/open-bot/computer/apps/worker/internal/runs"
 	"github.com/open-bot/computer/apps/worker/internal/store"
 	"github.com/open-bot/computer/apps/worker/internal/takeover"
-	"github.com/open-bot/computer/pkg/shared/client"
 )
 
 // people is what the worker serves to people rather than to API callers:
@@ -111,8 +111,8 @@ func (l *dashLister) Bots(ctx context.Context, computerID string) ([]dashboard.B
 		return nil, err
 	}
 	states := map[string]string{}
-	if botd, _, err := l.comps.Botd(ctx, computerID); err == nil {
-		if scs, err := botd.Screens(ctx); err == nil {
+	if m, err := l.comps.Machine(ctx, computerID); err == nil {
+		if scs, err := m.Screens(ctx); err == nil {
 			for _, s := range scs {
 				states[s.ID] = s.State
 			}
@@ -206,9 +206,8 @@ func (c *dashController) ReleaseControl(ctx context.Context, computerID, botID s
 
 type dashScreens struct{ comps *computers.Service }
 
-func (s dashScreens) Botd(ctx context.Context, computerID string) (*client.Client, error) {
-	c, _, err := s.comps.Botd(ctx, computerID)
-	return c, err
+func (s dashScreens) Machine(ctx context.Context, computerID string) (machines.Machine, error) {
+	return s.comps.Machine(ctx, computerID)
 }
 
 // CheckScreen is the machine's screen limit (dashboard.ScreenChecker): a
