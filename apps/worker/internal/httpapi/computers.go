@@ -112,8 +112,8 @@ func (a *api) getComputer(w http.ResponseWriter, r *http.Request) {
 // ScreenView is one of the machine's screens as botd reports it (never a
 // lease id).
 type ScreenView struct {
-	ID    string `json:"id"`
-	State string `json:"state"`
+	ID    string       `json:"id"`
+	State string       `json:"state"`
 	Lease *ScreenLease `json:"lease,omitempty"`
 }
 
