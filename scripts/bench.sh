@@ -81,7 +81,7 @@ BENCHES=(
   # plain loopback, `socat -b 262144` (the naive relay), the proxy in direct
   # mode (server allowed by EGRESS_ALLOW) and in tunnel mode; rate, ratio to
   # socat (goal direct >= 1.0) and the relay's CPU per byte, with a bare
-  # splice relay as the control (direct mode relays with the same splice).
+  # splice relay beside them (what direct mode relayed with before).
   # The server is a process of its own. Printed again as the egress table.
   "./apps/botd/internal/egress|^BenchmarkEgressCurl$|1x"
   # issue 8: viewer link to the first full frame (through the relay), relay

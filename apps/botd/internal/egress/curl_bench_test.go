@@ -266,9 +266,8 @@ func BenchmarkEgressCurl(b *testing.B) {
 		{"tunnel", serverURL, []string{"--socks5", tunnel}},
 		// The control: BenchmarkRelayCeiling's bare splice relay (accept,
 		// dial, splice both ways; no SOCKS, no policy), in this process as
-		// the proxy is. Direct mode's relay is the same splice, so a gap
-		// between the two is the proxy's own doing, and a gap both share
-		// is splice's (or the machine's) against socat's copies.
+		// the proxy is: what direct mode's relay was until it measured
+		// slower than socat here (it copies now, see copyTCP).
 		{"splice", "http://" + spliceRelay(b, server) + "/payload", nil},
 	}
 	// EGRESS_BENCH_PATHS (names, comma-separated) keeps only those paths
