@@ -21,11 +21,14 @@ import (
 const (
 	smallBufSize = 32 * 1024
 	bigBufSize   = 256 * 1024
+	// hugeBufSize is direct mode's bulk buffer (copyTCP).
+	hugeBufSize = 1 << 20
 )
 
 var (
 	smallBufs = sync.Pool{New: func() any { b := make([]byte, smallBufSize); return &b }}
 	bigBufs   = sync.Pool{New: func() any { b := make([]byte, bigBufSize); return &b }}
+	hugeBufs  = sync.Pool{New: func() any { b := make([]byte, hugeBufSize); return &b }}
 )
 
 // epoch makes activity stamps monotonic (time.Since keeps the monotonic clock).
@@ -123,8 +126,8 @@ func (pc *proxyConn) dial(_ context.Context, network, addr string) (net.Conn, er
 func (pc *proxyConn) touch() { pc.last.Store(int64(time.Since(epoch))) }
 
 // checkIdle ends the connection after IdleTimeout without a byte either way.
-// Spliced bytes (direct mode) never pass through our hands, so the kernel's
-// own account of the client socket counts too.
+// Direct mode's copies stamp nothing per read, so the kernel's own account
+// of the client socket counts too.
 func (pc *proxyConn) checkIdle() {
 	quiet := time.Since(epoch) - time.Duration(pc.last.Load())
 	if kq, ok := kernelQuiet(pc.client); ok && kq < quiet {
@@ -172,15 +175,16 @@ func (pc *proxyConn) finish() {
 	_ = (&clientConn{Conn: pc.client, pc: pc}).Close()
 }
 
-// relay moves src to dst until EOF: spliced in the kernel when both are TCP
-// (direct mode), pumped through a buffer otherwise. A clean EOF returns nil;
-// any other failure marks the connection aborted so both ends get a reset
-// rather than a FIN that would pass a cut-off transfer for a complete one.
+// relay moves src to dst until EOF: between two TCP sockets (direct mode)
+// with copyTCP, otherwise pumped through a buffer. A clean EOF returns
+// nil; any other failure marks the connection aborted so both ends get a
+// reset rather than a FIN that would pass a cut-off transfer for a
+// complete one.
 func (pc *proxyConn) relay(dst, src net.Conn, lost func() bool) (int64, error) {
 	if d, ok := dst.(*net.TCPConn); ok {
 		if s, ok := src.(*net.TCPConn); ok {
 			pc.touch()
-			n, err := d.ReadFrom(s) // splice(2)
+			n, err := copyTCP(d, s)
 			pc.touch()
 			if err != nil {
 				pc.aborted.Store(true)
@@ -189,6 +193,56 @@ func (pc *proxyConn) relay(dst, src net.Conn, lost func() bool) (int64, error) {
 		}
 	}
 	return pc.pump(dst, src, lost)
+}
+
+// copyTCP is direct mode's relay: plain reads and writes, with nothing
+// done per read beyond choosing the buffer (idleness is the kernel's own
+// account, kernelQuiet; the count is the copy's). A connection starts
+// with a small buffer and takes a 1 MiB one while reads fill what they
+// are given (a bulk transfer: each read then drains all the socket holds,
+// each write hands it all on), and gives it back once the flow slows to
+// a trickle, so an idle or chatty connection holds 32 KiB a direction.
+//
+// Not splice(2): measured with curl through a real web server
+// (BenchmarkEgressCurl), a splice relay moved uploads at 0.88x
+// `socat -b 262144` and downloads at 0.66-1.3x on this kind of machine
+// (2 vCPUs, paravirtualised), for all its saved copies; 1 MiB copies kept
+// up with socat both ways for about the same CPU per byte.
+func copyTCP(dst, src *net.TCPConn) (int64, error) {
+	small := smallBufs.Get().(*[]byte)
+	defer smallBufs.Put(small)
+	var big *[]byte
+	defer func() {
+		if big != nil {
+			hugeBufs.Put(big)
+		}
+	}()
+	buf := *small
+	var n int64
+	for {
+		nr, er := src.Read(buf)
+		if nr > 0 {
+			nw, ew := dst.Write(buf[:nr])
+			n += int64(nw)
+			if ew != nil {
+				return n, ew
+			}
+		}
+		if er != nil {
+			if er == io.EOF {
+				return n, nil
+			}
+			return n, er
+		}
+		switch {
+		case big == nil && nr == len(buf):
+			big = hugeBufs.Get().(*[]byte)
+			buf = *big
+		case big != nil && nr < smallBufSize/2:
+			hugeBufs.Put(big)
+			big, buf = nil, *small
+		}
+	}
 }
 
 // pump is relay's user-space path, stamping activity as bytes move.
