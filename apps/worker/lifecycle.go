@@ -33,6 +33,21 @@ func defaultMachinesDir(dataDir string) string {
 	return filepath.Join(dataDir, "machines")
 }
 
+// liveHomes is where the worker keeps the homes its local and docker
+// machines mount directly: beside the machines (see defaultMachinesDir:
+// their users must traverse to them, which a 0700 DATA_DIR forbids), ""
+// when this worker runs no local or docker provider.
+func liveHomes(c serveConfig, setup *providers.Setup) string {
+	if setup == nil {
+		return ""
+	}
+	machines := c.MachinesDir
+	if machines == "" {
+		machines = defaultMachinesDir(c.DataDir)
+	}
+	return filepath.Join(machines, "homes")
+}
+
 // idleMinutes reads COMPUTER_IDLE_MINUTES (default 30; 0 never suspends).
 func idleMinutes(getenv func(string) string) (time.Duration, error) {
 	v := strings.TrimSpace(getenv("COMPUTER_IDLE_MINUTES"))

@@ -272,7 +272,7 @@ func newWorker(ctx context.Context, c serveConfig, log zerolog.Logger) (*worker,
 	}
 	comps, err := computers.New(computers.Options{Store: st, Providers: reg, DefaultProvider: def, Sealer: sealer,
 		Caps: capability.NewSet(), Log: log.With().Str("sub", "computers").Logger(),
-		Homes: checkpointer, IdleAfter: c.IdleAfter})
+		Homes: checkpointer, IdleAfter: c.IdleAfter, LiveHomes: liveHomes(c, setup)})
 	if err != nil {
 		closeAll()
 		return nil, err

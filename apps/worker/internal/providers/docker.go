@@ -75,7 +75,8 @@ type DockerOptions struct {
 }
 
 // Docker is the docker provider: a container of the computer image per
-// machine, /home on a named volume, ports published on 127.0.0.1 only.
+// machine, /home on the worker-owned home (Spec.HomeDir, bind-mounted) or
+// else a named volume, ports published on 127.0.0.1 only.
 // Its refs are container ids.
 type Docker struct {
 	o   DockerOptions
@@ -169,6 +170,9 @@ func (d *Docker) Provision(ctx context.Context, spec Spec) (string, error) {
 	if len(spec.BotdToken) < 16 {
 		return "", errors.New("docker provider: botd token must be at least 16 characters")
 	}
+	if err := checkHomeDir(spec.HomeDir); err != nil {
+		return "", fmt.Errorf("docker provider: %w", err)
+	}
 	if err := d.Ping(ctx); err != nil {
 		return "", err
 	}
@@ -204,7 +208,11 @@ func (d *Docker) Provision(ctx context.Context, spec Spec) (string, error) {
 	if err := writeSecret(tokenFile, spec.BotdToken); err != nil {
 		return undo(fmt.Errorf("docker provider: %w", err))
 	}
-	if err := d.call(ctx, "create volume", func(ctx context.Context) error {
+	home := mount.Mount{Type: mount.TypeVolume, Source: volumeName(machine), Target: "/home"}
+	if spec.HomeDir != "" {
+		// The worker's home, mounted directly: it outlives the container.
+		home = mount.Mount{Type: mount.TypeBind, Source: spec.HomeDir, Target: "/home"}
+	} else if err := d.call(ctx, "create volume", func(ctx context.Context) error {
 		_, err := d.cli.VolumeCreate(ctx, dockerclient.VolumeCreateOptions{Name: volumeName(machine), Labels: labels})
 		return err
 	}); err != nil {
@@ -230,7 +238,7 @@ func (d *Docker) Provision(ctx context.Context, spec Spec) (string, error) {
 		"MAX_SCREENS=" + strconv.Itoa(d.o.MaxScreens),
 	}
 	mounts := []mount.Mount{
-		{Type: mount.TypeVolume, Source: volumeName(machine), Target: "/home"},
+		home,
 		{Type: mount.TypeBind, Source: tokenFile, Target: containerTokenPath, ReadOnly: true},
 	}
 	for _, kv := range d.o.Env {
