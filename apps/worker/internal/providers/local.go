@@ -145,9 +145,9 @@ func (l *Local) Describe() Description {
 	return Description{Kind: KindLocal, Capabilities: Capabilities{MultiScreen: true, Stop: true, Persistent: true}}
 }
 
-func (l *Local) computers() string       { return filepath.Join(l.o.DataDir, "computers") }
-func (l *Local) dir(ref string) string   { return filepath.Join(l.computers(), ref) }
-func (l *Local) home(ref string) string  { return filepath.Join(l.dir(ref), "home") }
+func (l *Local) computers() string      { return filepath.Join(l.o.DataDir, "computers") }
+func (l *Local) dir(ref string) string  { return filepath.Join(l.computers(), ref) }
+func (l *Local) home(ref string) string { return filepath.Join(l.dir(ref), "home") }
 
 // homeOf is the home ref's botd uses: the worker-owned one machine.json
 // names, else the machine's own.
