@@ -51,7 +51,14 @@ const restorePending = "restore-pending"
 
 // direct reports whether machines of kind use a worker-owned home.
 func (s *Service) direct(kind string) bool {
-	return s.o.LiveHomes != "" && (kind == providers.KindLocal || kind == providers.KindDocker)
+	if s.o.LiveHomes == "" || (kind != providers.KindLocal && kind != providers.KindDocker) {
+		return false
+	}
+	// A remote engine cannot mount this host's directories.
+	if h, ok := s.o.Providers[kind].(interface{ MountsHostDirs() bool }); ok && !h.MountsHostDirs() {
+		return false
+	}
+	return true
 }
 
 // homeParent is the directory holding c's worker-owned home for kind.

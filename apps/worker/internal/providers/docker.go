@@ -119,6 +119,13 @@ func NewDocker(o DockerOptions) (*Docker, error) {
 	return d, nil
 }
 
+// MountsHostDirs reports whether the engine runs on this host (a unix
+// socket), so a host directory (a worker-owned home) can be bind-mounted;
+// a remote engine gets volumes.
+func (d *Docker) MountsHostDirs() bool {
+	return strings.HasPrefix(d.cli.DaemonHost(), "unix://")
+}
+
 // Close releases the engine client.
 func (d *Docker) Close() error { return d.cli.Close() }
 
