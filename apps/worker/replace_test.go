@@ -124,6 +124,9 @@ func botdOn(home string) int {
 		if err != nil {
 			continue
 		}
+		if comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); err != nil || strings.TrimSpace(string(comm)) != "botd" {
+			continue
+		}
 		env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
 		if err == nil && strings.Contains("\x00"+string(env), "\x00BOTD_HOME="+home+"\x00") {
 			if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil && !strings.Contains(string(st), ") Z ") {
