@@ -365,7 +365,7 @@ func TestRunEndLeavesOtherBotS3(t *testing.T) {
 		"WORKER_PROVIDER": providers.KindLocal, "WORKER_BOTD_BIN": buildBotd(t, dir),
 		"WORKER_LOCAL_DISPLAY_BASE": fmt.Sprint(hdS3DisplayBase), "WORKER_LOCAL_PORT_BASE": fmt.Sprint(hdS3PortBase), "WORKER_LOCAL_SLOTS": "2",
 		"MODEL_UPSTREAM_URL": modelSrv.URL + "/v1", "MODEL_API_KEY": scriptedKey,
-		"EGRESS_ALLOW": strings.TrimPrefix(pageSrv.URL, "http://"),
+		"EGRESS_ALLOW":             strings.TrimPrefix(pageSrv.URL, "http://"),
 		"WORKER_HOMES_S3_ENDPOINT": l.Addr().String(), "WORKER_HOMES_S3_BUCKET": "homes",
 		"WORKER_HOMES_S3_ACCESS_KEY_FILE": filepath.Join(keys, "ak"), "WORKER_HOMES_S3_SECRET_KEY_FILE": filepath.Join(keys, "sk"),
 		"WORKER_HOMES_S3_REGION": "us-east-1", "WORKER_HOMES_S3_INSECURE": "true",
