@@ -259,14 +259,14 @@ func TestRunEndLeavesOtherBotLocal(t *testing.T) {
 	b := randomBot("bob_")
 	events, seen := browseWhileRunEnds(t, e, a, b, pageSrv.URL+"/", filepath.Join(home, "desktop", "screens", b, "chromium"), acceptancePrompt(pageSrv.URL+"/", a))
 	require.Contains(t, events, "checkpoint", "bot %s's run ended with a checkpoint", a)
+	require.Empty(t, seen.fails, "bot %s's calls failed", b)
+	require.Positive(t, seen.during, "bot %s made no call while the run went and ended", b)
+	require.Len(t, seen.pids, 1, "bot %s's Chromium was restarted (pids %v)", b, seen.pids)
 	require.Positive(t, lastCheckpoint(t, e))
 	noTar(t, e)
 	res, err := os.ReadFile(filepath.Join(home, "bot", "bots", a, "result.txt"))
 	require.NoError(t, err, "the run's file is in the worker-owned home")
 	require.Equal(t, "the button was pressed\n", string(res))
-	require.Empty(t, seen.fails, "bot %s's calls failed", b)
-	require.Positive(t, seen.during, "bot %s made no call while the run went and ended", b)
-	require.Len(t, seen.pids, 1, "bot %s's Chromium was restarted (pids %v)", b, seen.pids)
 }
 
 // TestRunEndLeavesOtherBotDocker: docker provider (the computer image on
@@ -312,14 +312,14 @@ func TestRunEndLeavesOtherBotDocker(t *testing.T) {
 	const pageURL = "http://127.0.0.1:18081/"
 	events, seen := browseWhileRunEnds(t, e, a, b, pageURL, "/home/desktop/screens/"+b+"/chromium", acceptancePrompt(pageURL, a))
 	require.Contains(t, events, "checkpoint", "bot %s's run ended with a checkpoint", a)
+	require.Empty(t, seen.fails, "bot %s's calls failed", b)
+	require.Positive(t, seen.during, "bot %s made no call while the run went and ended", b)
+	require.Len(t, seen.pids, 1, "bot %s's Chromium was restarted (pids %v)", b, seen.pids)
 	require.Positive(t, lastCheckpoint(t, e))
 	noTar(t, e)
 	res, err := os.ReadFile(filepath.Join(home, "bot", "bots", a, "result.txt"))
 	require.NoError(t, err, "the run's file is in the worker-owned home")
 	require.Equal(t, "the button was pressed\n", string(res))
-	require.Empty(t, seen.fails, "bot %s's calls failed", b)
-	require.Positive(t, seen.during, "bot %s made no call while the run went and ended", b)
-	require.Len(t, seen.pids, 1, "bot %s's Chromium was restarted (pids %v)", b, seen.pids)
 }
 
 // dockerHomeMount is the host directory bind-mounted on the container's
