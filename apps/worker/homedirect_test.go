@@ -37,8 +37,9 @@ import (
 	"github.com/open-bot/computer/apps/worker/internal/providers"
 )
 
-// Displays 720-737 and loopback ports 25000-25019 (local), 25100-25119
-// (local, S3 homes) and 25200-25299 (the S3 server) are this file's alone.
+// Displays 720-747 and loopback ports 25000-25019 (local), 25100-25119
+// (local, S3 homes), 25200-25299 (the S3 server) and 25300-25319 (local, a
+// machine with its own home) are this file's alone.
 const (
 	hdDisplayBase   = 720
 	hdPortBase      = 25000
@@ -391,4 +392,61 @@ func TestRunEndLeavesOtherBotS3(t *testing.T) {
 	require.Empty(t, seen.fails, "bot %s's calls failed", b)
 	require.Positive(t, seen.during, "bot %s made no call while the run went and ended", b)
 	t.Logf("S3 homes: the longest browser_read_page of bot %s while bot %s's run ended (a full export) took %v", b, a, seen.longest.Round(time.Millisecond))
+}
+
+// TestOwnHomeMachineMovesToWorkerHome: a local machine made before homes
+// were the worker's keeps its home in computers/<ref>/home and has no
+// worker-owned home. Its next start exports that home, destroys the
+// machine, and a new machine on a new worker-owned home imports the
+// export: the file written on the old machine is there.
+func TestOwnHomeMachineMovesToWorkerHome(t *testing.T) {
+	requireIntegration(t, "codex", "Xvfb", "chromium", "x11vnc", "xfwm4")
+	dir := openDir(t, "wire-hd-own-")
+	machines := filepath.Join(dir, "machines")
+	env := map[string]string{
+		"WORKER_PROVIDER": providers.KindLocal, "WORKER_BOTD_BIN": buildBotd(t, dir),
+		"WORKER_LOCAL_DISPLAY_BASE": "740", "WORKER_LOCAL_PORT_BASE": "25300", "WORKER_LOCAL_SLOTS": "2",
+	}
+	const bot = "carol"
+	e := providerWorker(t, env, machines, bot)
+	ctx := t.Context()
+	st, res := e.tool(t, bot, "file_write", map[string]any{"path": "bots/" + bot + "/own.txt", "content": "in the machine's own home\n"})
+	require.Equal(t, http.StatusOK, st, res.text())
+	before, err := e.w.Store.GetComputer(ctx, e.computer)
+	require.NoError(t, err)
+	home := e.w.Computers.HomeDir(before, providers.KindLocal)
+	start := lastCheckpoint(t, e)
+
+	// Make the machine one of before: stopped, its home moved into its own
+	// directory, machine.json naming no worker-owned home, and none made.
+	require.NoError(t, e.w.setup.Local.Stop(ctx, before.ProviderRef))
+	mdir := filepath.Join(machines, "computers", before.ProviderRef)
+	require.NoError(t, os.Rename(home, filepath.Join(mdir, "home")))
+	require.NoError(t, os.RemoveAll(filepath.Dir(home)))
+	b, err := os.ReadFile(filepath.Join(mdir, "machine.json"))
+	require.NoError(t, err)
+	var meta map[string]any
+	require.NoError(t, json.Unmarshal(b, &meta))
+	require.Contains(t, meta, "home")
+	delete(meta, "home")
+	b, _ = json.Marshal(meta)
+	require.NoError(t, os.WriteFile(filepath.Join(mdir, "machine.json"), b, 0o600))
+
+	var rec struct {
+		Computer struct{ State, LastError string } `json:"computer"`
+	}
+	require.Equal(t, http.StatusOK, e.do(t, "POST", "/recover", nil, &rec))
+	require.Equal(t, "running", rec.Computer.State, rec.Computer.LastError)
+	after, err := e.w.Store.GetComputer(ctx, e.computer)
+	require.NoError(t, err)
+	require.NotEqual(t, before.ProviderRef, after.ProviderRef, "a new machine")
+	require.NoDirExists(t, mdir, "the machine with a home of its own was destroyed once exported")
+	require.Greater(t, lastCheckpoint(t, e), start, "its home was exported")
+	st, res = e.tool(t, bot, "file_read", map[string]any{"path": "bots/" + bot + "/own.txt"})
+	require.Equal(t, http.StatusOK, st, res.text())
+	require.Contains(t, res.text(), "in the machine's own home")
+	got, err := os.ReadFile(filepath.Join(home, "bot", "bots", bot, "own.txt"))
+	require.NoError(t, err, "the file is in the new worker-owned home")
+	require.Equal(t, "in the machine's own home\n", string(got))
+	require.NoFileExists(t, filepath.Join(filepath.Dir(home), "restore-pending"))
 }

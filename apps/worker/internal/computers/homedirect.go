@@ -269,3 +269,43 @@ func (s *Service) Export(ctx context.Context, id string) (store.Checkpoint, erro
 	}
 	return s.export(ctx, c, m, nil)
 }
+
+// leaveOldMachine ends the machine of c (c.ProviderRef) before a new one
+// starts on c's new, empty worker-owned home. A machine that used a
+// worker-owned home lost it: it is destroyed, so no botd runs on the home
+// being restored. A machine with a home of its own (made before homes were
+// the worker's) is exported into the home store first, then destroyed;
+// when it does not answer or its export fails it is left as it is (its
+// home is newer than the home store's copy: the operator can still reach
+// it), and the new machine gets the latest checkpoint there is.
+func (s *Service) leaveOldMachine(ctx context.Context, c store.Computer, spec providers.Spec) error {
+	p := s.o.Providers[c.Provider]
+	if p == nil {
+		return nil
+	}
+	if o, ok := p.(interface {
+		OwnHome(ctx context.Context, ref string) (bool, error)
+	}); ok {
+		own, err := o.OwnHome(ctx, c.ProviderRef)
+		if err == nil && own {
+			var m providers.Machine
+			m, err = p.Reconnect(ctx, c.ProviderRef, spec)
+			if err == nil && s.o.Homes != nil {
+				var cp store.Checkpoint
+				if cp, err = s.export(ctx, c, m, nil); err == nil {
+					s.o.Log.Info().Str("computer", c.ID).Int64("revision", cp.Revision).Msg("a machine with a home of its own: exported it, a new machine on a worker-owned home takes it over")
+				}
+			}
+			if err != nil {
+				s.o.Log.Warn().Str("computer", c.ID).Str("ref", c.ProviderRef).Err(err).
+					Msg("a machine with a home of its own could not be exported: left as it is; a new machine on a worker-owned home starts from the latest checkpoint")
+				return nil
+			}
+		}
+	}
+	if err := p.Destroy(ctx, c.ProviderRef); err != nil {
+		return fmt.Errorf("the worker-owned home is new: destroy the machine that used the old one: %w", err)
+	}
+	s.o.Log.Warn().Str("computer", c.ID).Msg("the worker-owned home was missing: a new machine restores it from the latest checkpoint")
+	return nil
+}

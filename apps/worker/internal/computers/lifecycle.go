@@ -40,14 +40,9 @@ func (s *Service) ensure(ctx context.Context, c store.Computer, spec providers.S
 		}
 		spec.HomeDir, fresh = dir, f
 		if fresh && prevRef != "" {
-			// The home was lost (or never made): the machine that used it
-			// goes first, so no botd runs on the home being restored.
-			if p := s.o.Providers[c.Provider]; p != nil {
-				if err := p.Destroy(ctx, prevRef); err != nil {
-					return nil, fmt.Errorf("the worker-owned home is new: destroy the machine that used the lost one: %w", err)
-				}
+			if err := s.leaveOldMachine(ctx, c, spec); err != nil {
+				return nil, err
 			}
-			s.o.Log.Warn().Str("computer", c.ID).Msg("the worker-owned home was missing: a new machine restores it from the latest checkpoint")
 			prevRef = ""
 		}
 	}

@@ -1,6 +1,7 @@
 package providers
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -8,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+
+	"github.com/moby/moby/api/types/mount"
 )
 
 // A worker-owned home (Spec.HomeDir) outlives the machines that use it:
@@ -107,4 +110,32 @@ func adoptHome(home string, u localUsers) error {
 	}
 	nb, _ := json.Marshal(want)
 	return writeSecret(ownersFile, string(nb))
+}
+
+// OwnHome reports whether ref's machine keeps a home of its own (it was
+// made without a Spec.HomeDir): its computers/<ref>/home.
+func (l *Local) OwnHome(_ context.Context, ref string) (bool, error) {
+	if err := checkRef(ref); err != nil {
+		return false, err
+	}
+	m, err := l.readMeta(ref)
+	if err != nil {
+		return false, err
+	}
+	return m.Home == "", nil
+}
+
+// OwnHome reports whether ref's container keeps /home on a volume of its
+// own (it was made without a Spec.HomeDir).
+func (d *Docker) OwnHome(ctx context.Context, ref string) (bool, error) {
+	c, err := d.inspect(ctx, ref)
+	if err != nil {
+		return false, err
+	}
+	for _, m := range c.Mounts {
+		if m.Destination == "/home" {
+			return m.Type == mount.TypeVolume, nil
+		}
+	}
+	return false, nil
 }
