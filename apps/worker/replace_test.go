@@ -323,20 +323,17 @@ func acceptanceReplace(t *testing.T, e *workerEnv, page pageProbe, pageURL, bot 
 	// quiesces the browser for its profile's copy, which flushes both to
 	// the home too).
 	noTar(t, e)
-	botd, _, err := e.w.Computers.Botd(ctx, e.computer)
+	botd, err := e.w.Computers.Machine(ctx, e.computer)
 	require.NoError(t, err)
 	waitTab := func(what string) {
 		t.Helper()
 		deadline := time.Now().Add(90 * time.Second)
 		for {
-			var tabs struct {
-				Pages []string `json:"pages"`
-			}
-			err := botd.Do(ctx, http.MethodGet, "/screens/"+bot+"/browser/pages", nil, &tabs)
-			if err == nil && slices.Contains(tabs.Pages, pageURL) {
+			pages, err := botd.BrowserPages(ctx, bot)
+			if err == nil && slices.Contains(pages, pageURL) {
 				return
 			}
-			require.True(t, time.Now().Before(deadline), "%s: tabs %v, err %v", what, tabs.Pages, err)
+			require.True(t, time.Now().Before(deadline), "%s: tabs %v, err %v", what, pages, err)
 			time.Sleep(300 * time.Millisecond)
 		}
 	}
@@ -390,7 +387,7 @@ func replaceAndCheck(t *testing.T, e *workerEnv, page pageProbe, pageURL, bot st
 	}
 	require.Equal(t, home, e.w.Computers.HomeDir(after, after.Provider), "the replacement uses the same worker-owned home")
 
-	botd, _, err := e.w.Computers.Botd(ctx, e.computer)
+	botd, err := e.w.Computers.Machine(ctx, e.computer)
 	require.NoError(t, err)
 	res, err := botd.ReadFile(ctx, "bots/"+bot+"/result.txt", 1<<20)
 	require.NoError(t, err, "the model-created file came back")
@@ -407,14 +404,11 @@ func replaceAndCheck(t *testing.T, e *workerEnv, page pageProbe, pageURL, bot st
 	require.Equal(t, http.StatusOK, e.do(t, "POST", "/tools/computer_observe", map[string]any{"botId": bot, "args": map[string]any{}}, &obs))
 	deadline := time.Now().Add(90 * time.Second)
 	for {
-		var tabs struct {
-			Pages []string `json:"pages"`
-		}
-		err := botd.Do(ctx, http.MethodGet, "/screens/"+bot+"/browser/pages", nil, &tabs)
-		if err == nil && slices.Contains(tabs.Pages, pageURL) {
+		pages, err := botd.BrowserPages(ctx, bot)
+		if err == nil && slices.Contains(pages, pageURL) {
 			break
 		}
-		require.True(t, time.Now().Before(deadline), "the tab on the replacement (home lost too: %v): tabs %v, err %v", homeToo, tabs.Pages, err)
+		require.True(t, time.Now().Before(deadline), "the tab on the replacement (home lost too: %v): tabs %v, err %v", homeToo, pages, err)
 		time.Sleep(300 * time.Millisecond)
 	}
 	deadline = time.Now().Add(60 * time.Second)
