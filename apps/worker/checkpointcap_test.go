@@ -26,9 +26,10 @@ const (
 // TestRunCheckpointOverTheCap (issue 25, red team): a home larger than
 // COMPUTER_HOME_MAX_BYTES used to be checkpointed whole (and one over what
 // an import accepts replaced the last good checkpoint for good). Now the
-// run's end checkpoint fails with checkpoint_failed and the reason, POST
-// …/checkpoint answers 502, and the previous checkpoint stays the latest
-// with its content.
+// run's end checkpoint (the worker-owned home's revision marker, which
+// measures the home) fails with checkpoint_failed and the reason, POST
+// …/checkpoint (an export) answers 502, and the previous checkpoint stays
+// the latest with its content.
 func TestRunCheckpointOverTheCap(t *testing.T) {
 	requireIntegration(t, "codex", "Xvfb", "chromium", "x11vnc", "xfwm4")
 	const bot = "bob"
@@ -55,7 +56,9 @@ func TestRunCheckpointOverTheCap(t *testing.T) {
 	require.NoError(t, err)
 	big := make([]byte, 48<<20)
 	_, _ = rand.Read(big)
-	require.NoError(t, os.WriteFile(filepath.Join(machines, "computers", c.ProviderRef, "home", "bot", "bots", bot, "big.bin"), big, 0o644))
+	home := e.w.Computers.HomeDir(c, c.Provider)
+	require.Equal(t, filepath.Join(machines, "homes", c.HomeKey+".local", "home"), home)
+	require.NoError(t, os.WriteFile(filepath.Join(home, "bot", "bots", bot, "big.bin"), big, 0o644))
 
 	// The run's end: checkpoint_failed, with the reason.
 	id := e.startRun(t, bot, "Write the file.")

@@ -74,7 +74,8 @@ func TestDestroyForgetsHome(t *testing.T) {
 
 // testDestroyForgetsHome makes two computers on the local provider with a
 // checkpoint each, destroys one plainly and one with keepHome=true, and
-// checks the home store through stored (what it holds of a computer).
+// checks the home store through stored (what it holds of a computer) and
+// the worker-owned homes the machines used.
 func testDestroyForgetsHome(t *testing.T, env map[string]string, stored func(e *workerEnv, id string) []string) {
 	const bot = "bob"
 	dir := openDir(t, "wire-destroyhome-")
@@ -101,6 +102,13 @@ func testDestroyForgetsHome(t *testing.T, env map[string]string, stored func(e *
 	})
 	require.Equal(t, http.StatusCreated, b.do(t, "POST", "/bots", map[string]string{"id": bot}, nil))
 
+	// Each machine uses a worker-owned home (with the sign-in in it too).
+	liveHome := func(e *workerEnv) string {
+		c, err := e.w.Store.GetComputer(t.Context(), e.computer)
+		require.NoError(t, err)
+		return e.w.Computers.HomeDir(c, providers.KindLocal)
+	}
+	homeA, homeB := liveHome(a), liveHome(b)
 	for _, e := range []*workerEnv{a, b} {
 		require.Equal(t, http.StatusOK, e.do(t, "POST", "/tools/file_write", map[string]any{"botId": bot,
 			"args": map[string]string{"path": "bots/" + bot + "/signed-in.txt", "content": "a sign-in of " + e.computer + "\n"}}, nil))
@@ -121,11 +129,13 @@ func testDestroyForgetsHome(t *testing.T, env map[string]string, stored func(e *
 	require.Equal(t, http.StatusOK, a.do(t, "DELETE", "", nil, &out))
 	require.Equal(t, store.StateDestroyed, out.Computer.State, out.Computer.LastError)
 	require.Empty(t, stored(a, a.computer), "the destroyed computer's home is gone from the store")
+	require.NoDirExists(t, filepath.Dir(homeA), "the destroyed computer's worker-owned home is gone")
 	a.computer = ""
 
 	// keepHome=true: kept.
 	require.Equal(t, http.StatusOK, b.do(t, "DELETE", "?keepHome=true", nil, &out))
 	require.Equal(t, store.StateDestroyed, out.Computer.State, out.Computer.LastError)
 	require.NotEmpty(t, stored(b, b.computer), "keepHome=true keeps the home")
+	require.FileExists(t, filepath.Join(homeB, "bot", "bots", bot, "signed-in.txt"), "keepHome=true keeps the worker-owned home")
 	b.computer = ""
 }

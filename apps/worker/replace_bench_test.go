@@ -31,7 +31,13 @@ func BenchmarkReplacement(b *testing.B) {
 			"WORKER_LOCAL_DISPLAY_BASE": fmt.Sprint(replDisplayBase), "WORKER_LOCAL_PORT_BASE": fmt.Sprint(replPortBase), "WORKER_LOCAL_SLOTS": replSlots,
 		}
 		e := providerWorker(b, env, filepath.Join(dir, "machines"), "alice")
-		benchReplacement(b, e, func(ref string) { loseLocal(b, filepath.Join(dir, "machines"), ref) })
+		// The machine and its worker-owned home are lost: the replacement
+		// imports the checkpoint.
+		benchReplacement(b, e, func(ref string) {
+			home := benchHome(b, e)
+			loseLocal(b, filepath.Join(dir, "machines"), ref, home)
+			loseHome(b, home)
+		})
 	})
 	b.Run("docker", func(b *testing.B) {
 		image := os.Getenv("WORKER_IMAGE")
@@ -44,8 +50,19 @@ func BenchmarkReplacement(b *testing.B) {
 		dir := openDir(b, "wire-bench-docker-")
 		env := map[string]string{"WORKER_PROVIDER": providers.KindDocker, "WORKER_IMAGE": image}
 		e := providerWorker(b, env, filepath.Join(dir, "machines"), "alice")
-		benchReplacement(b, e, func(ref string) { loseDocker(b, ref) })
+		benchReplacement(b, e, func(ref string) {
+			home := benchHome(b, e)
+			loseDocker(b, ref, home)
+			loseHome(b, home)
+		})
 	})
+}
+
+// benchHome is e's computer's worker-owned home.
+func benchHome(b *testing.B, e *workerEnv) string {
+	c, err := e.w.Store.GetComputer(b.Context(), e.computer)
+	require.NoError(b, err)
+	return e.w.Computers.HomeDir(c, c.Provider)
 }
 
 func benchReplacement(b *testing.B, e *workerEnv, lose func(ref string)) {

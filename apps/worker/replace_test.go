@@ -3,12 +3,17 @@ package main
 // Seed 000's acceptance flow through the worker's own providers: a computer
 // made by the worker (local, then docker), the scripted model finds a
 // page's button in its screenshot and presses it, and uses the shell and
-// file tools; the run's end writes a checkpoint; then the machine is lost
-// behind the worker's back as a failure would lose it (its process killed,
-// its home removed, never through the provider), and `recover` boots a
-// replacement through the stale providerRef, into which the worker imports
-// the latest checkpoint before first use: the model-created file, the
-// page's sign-in cookie and its tab come back.
+// file tools; the run's end records a checkpoint (the revision marker of
+// the worker-owned home: nothing exported, the browser untouched), and an
+// explicit checkpoint exports the home into the home store. Then the
+// machine is lost behind the worker's back as a failure would lose it (its
+// process killed, its machine directory or container removed, never
+// through the provider), and `recover` boots a replacement through the
+// stale providerRef that mounts the same worker-owned home: the
+// model-created file, the page's sign-in cookie and its tab are there.
+// Then the machine and the worker-owned home itself are lost: the
+// replacement gets a new home into which the worker imports the exported
+// checkpoint before first use, and the file, cookie and tab come back.
 
 import (
 	"context"
@@ -70,25 +75,26 @@ func (p localProbe) Report() mockmodel.AcceptanceReport {
 	return p.flow.Report()
 }
 
-// loseLocal loses a local machine behind the worker's back, as a crash and
-// a lost disk would: its botd (the pid its supervisor recorded) gets
-// SIGKILL and its home directory is removed; the machine's token and
-// metadata beside the home stay. Nothing goes through the provider.
-func loseLocal(t testing.TB, machines, ref string) {
+// loseLocal loses a local machine behind the worker's back, as a crash
+// and a lost machine directory would: its botd (the pid its supervisor
+// recorded) gets SIGKILL and the machine's directory (token, metadata) is
+// removed. The worker-owned home (home, whose BOTD_HOME it was) is not the
+// machine's: it stays, unless loseHome removes it too. Nothing goes
+// through the provider.
+func loseLocal(t testing.TB, machines, ref, home string) {
 	t.Helper()
 	dir := filepath.Join(machines, "computers", ref)
-	home := filepath.Join(dir, "home")
 	b, err := os.ReadFile(filepath.Join(dir, "botd.pid"))
 	require.NoError(t, err, "the machine's botd.pid")
 	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
 	require.NoError(t, err)
 	env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
 	require.NoError(t, err, "botd %d runs", pid)
-	require.Contains(t, "\x00"+string(env), "\x00BOTD_HOME="+home+"\x00", "pid %d is this machine's botd", pid)
+	require.Contains(t, "\x00"+string(env), "\x00BOTD_HOME="+home+"\x00", "pid %d is this machine's botd, on the worker-owned home", pid)
 	require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
 	// Gone at once (a rename), then removed at leisure.
 	lost := filepath.Join(machines, "lost-"+ref)
-	require.NoError(t, os.Rename(home, lost))
+	require.NoError(t, os.Rename(dir, lost))
 	require.NoError(t, os.RemoveAll(lost))
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -100,31 +106,56 @@ func loseLocal(t testing.TB, machines, ref string) {
 		require.True(t, time.Now().Before(deadline), "botd %d outlived SIGKILL", pid)
 		time.Sleep(100 * time.Millisecond)
 	}
-	require.FileExists(t, filepath.Join(dir, "token"), "only the home is lost")
-	// Nothing starts botd on the lost home again: its supervisor would do
-	// so 500 ms after the crash, botd would make an empty home, and the
-	// worker would take that for the machine. Watched for 3 s.
+	require.DirExists(t, home, "the worker-owned home is not the machine's")
+	// Nothing starts the lost machine's botd again (its supervisor would
+	// 500 ms after the crash): two botds would share the home. Watched
+	// for 3 s.
 	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
-		require.NoDirExists(t, home, "botd was started again on the lost home")
+		require.NoDirExists(t, dir, "the lost machine's directory came back")
+		require.Zero(t, botdOn(home), "a botd was started again on the home")
 	}
 }
 
-// loseDocker loses a docker machine behind the worker's back, with the
-// engine's CLI, never the provider: `docker rm -f` of the container, then
-// `docker volume rm` of the volume mounted on its /home (read from the
-// container before).
-func loseDocker(t testing.TB, ref string) {
+// botdOn is the pid of a botd whose BOTD_HOME is home (0: none).
+func botdOn(home string) int {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); err != nil || strings.TrimSpace(string(comm)) != "botd" {
+			continue
+		}
+		env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+		if err == nil && strings.Contains("\x00"+string(env), "\x00BOTD_HOME="+home+"\x00") {
+			if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil && !strings.Contains(string(st), ") Z ") {
+				return pid
+			}
+		}
+	}
+	return 0
+}
+
+// loseHome removes the worker-owned home itself (its disk lost), after
+// its machine was lost.
+func loseHome(t testing.TB, home string) {
 	t.Helper()
-	out, err := exec.Command("docker", "inspect", "--format", `{{range .Mounts}}{{if eq .Destination "/home"}}{{.Name}}{{end}}{{end}}`, ref).CombinedOutput()
-	require.NoError(t, err, "docker inspect: %s", out)
-	volume := strings.TrimSpace(string(out))
-	require.NotEmpty(t, volume, "the container's /home volume")
-	out, err = exec.Command("docker", "rm", "-f", ref).CombinedOutput()
+	lost := home + ".lost"
+	require.NoError(t, os.Rename(home, lost))
+	require.NoError(t, os.RemoveAll(lost))
+}
+
+// loseDocker loses a docker machine behind the worker's back, with the
+// engine's CLI, never the provider: `docker rm -f` of the container. Its
+// /home is the worker-owned home (home), bind-mounted: it stays.
+func loseDocker(t testing.TB, ref, home string) {
+	t.Helper()
+	require.Equal(t, home, dockerHomeMount(t, ref), "the container's /home is the worker-owned home")
+	out, err := exec.Command("docker", "rm", "-f", ref).CombinedOutput()
 	require.NoError(t, err, "docker rm -f: %s", out)
-	out, err = exec.Command("docker", "volume", "rm", volume).CombinedOutput()
-	require.NoError(t, err, "docker volume rm: %s", out)
 	require.Error(t, exec.Command("docker", "inspect", ref).Run(), "the container is gone")
-	require.Error(t, exec.Command("docker", "volume", "inspect", volume).Run(), "the volume is gone")
+	require.DirExists(t, home, "the worker-owned home is not the machine's")
 }
 
 // openDir makes a directory others can traverse (botd's users must reach
@@ -220,7 +251,7 @@ func TestAcceptanceReplaceLocal(t *testing.T) {
 		"EGRESS_ALLOW": strings.TrimPrefix(pageSrv.URL, "http://"),
 	}
 	e := providerWorker(t, env, filepath.Join(dir, "machines"), bot)
-	lose := func(ref string) { loseLocal(t, filepath.Join(dir, "machines"), ref) }
+	lose := func(ref, home string) { loseLocal(t, filepath.Join(dir, "machines"), ref, home) }
 	final := acceptanceReplace(t, e, localProbe{page, flow}, pageSrv.URL+"/", bot, lose, nil, false)
 	require.Equal(t, len(final.ToolCalls)+1, model.Requests())
 }
@@ -245,20 +276,19 @@ func TestLiveModelReplace(t *testing.T) {
 		"MODEL_UPSTREAM_URL": base, "MODEL_API_KEY": key, "EGRESS_ALLOW": strings.TrimPrefix(pageSrv.URL, "http://"),
 	}
 	e := providerWorkerModel(t, env, filepath.Join(dir, "machines"), "alice", name)
-	lose := func(ref string) { loseLocal(t, filepath.Join(dir, "machines"), ref) }
+	lose := func(ref, home string) { loseLocal(t, filepath.Join(dir, "machines"), ref, home) }
 	acceptanceReplace(t, e, localProbe{page, nil}, pageSrv.URL+"/", "alice", lose, nil, true)
 }
 
 // acceptanceReplace runs the flow on e's computer and returns the run's
-// final snapshot; lose removes the machine behind ref without the worker
-// knowing. afterReplace, when set, runs on the replacement's ref before the
-// checks. A live model (live) gets the task in words and may take its own
-// path: only what it must have done is checked.
-func acceptanceReplace(t *testing.T, e *workerEnv, page pageProbe, pageURL, bot string, lose, afterReplace func(ref string), live bool) runs.Snapshot {
+// final snapshot; lose removes the machine behind ref (whose worker-owned
+// home is home) without the worker knowing. afterReplace, when set, runs
+// on each replacement's ref before the checks. A live model (live) gets
+// the task in words and may take its own path: only what it must have
+// done is checked.
+func acceptanceReplace(t *testing.T, e *workerEnv, page pageProbe, pageURL, bot string, lose func(ref, home string), afterReplace func(ref string), live bool) runs.Snapshot {
 	ctx := t.Context()
-	prompt := "Open " + pageURL + " in your browser with open_path, look at the screen and press the small magenta button with computer_act. " +
-		"Then use the shell tool to run [\"sh\",\"-c\",\"id -un > bots/" + bot + "/whoami.txt\"], and use file_write to write " +
-		"\"the button was pressed\\n\" to bots/" + bot + "/result.txt. Finish with a short summary."
+	prompt := acceptancePrompt(pageURL, bot)
 	runID := e.startRun(t, bot, prompt)
 	final, events := waitRun(t, e, runID, 10*time.Minute)
 	require.Equal(t, runs.StatusCompleted, final.Status, "run error: %s; tool calls: %+v", final.Error, final.ToolCalls)
@@ -287,9 +317,12 @@ func acceptanceReplace(t *testing.T, e *workerEnv, page pageProbe, pageURL, bot 
 	require.NotNil(t, got.Computer.LastCheckpoint)
 	require.Positive(t, got.Computer.LastCheckpoint.Size)
 
-	// The checkpoint closed the browser (botd quiesces it); asked for its
-	// tabs it starts again with the page open. Then an explicit checkpoint
-	// (the route) records the tab and the cookie once more.
+	// The run's end only advanced the revision marker of the worker-owned
+	// home: nothing went into the home store. An explicit checkpoint (the
+	// route) exports the home, the tab and the cookie with it (botd
+	// quiesces the browser for its profile's copy, which flushes both to
+	// the home too).
+	noTar(t, e)
 	botd, err := e.w.Computers.Machine(ctx, e.computer)
 	require.NoError(t, err)
 	waitTab := func(what string) {
@@ -309,10 +342,34 @@ func acceptanceReplace(t *testing.T, e *workerEnv, page pageProbe, pageURL, bot 
 	require.Equal(t, http.StatusOK, e.do(t, "POST", "/checkpoint", nil, &cp))
 	require.Greater(t, cp.Revision, got.Computer.LastCheckpoint.Revision)
 	require.Positive(t, cp.Size)
+	rev, content, ok := checkpointFile(t, e, "bots/"+bot+"/result.txt")
+	require.True(t, ok, "the exported checkpoint holds the run's file")
+	require.Positive(t, rev)
+	require.Equal(t, "the button was pressed\n", content)
+	waitTab("the page's tab after the explicit checkpoint")
 
+	// The machine is lost, not the worker-owned home: the replacement
+	// mounts it again.
+	replaceAndCheck(t, e, page, pageURL, bot, lose, false, afterReplace)
+	// The machine and the worker-owned home are lost: the replacement gets
+	// a new home, restored from the exported checkpoint.
+	replaceAndCheck(t, e, page, pageURL, bot, lose, true, afterReplace)
+	return final
+}
+
+// replaceAndCheck loses e's machine (and, with homeToo, its worker-owned
+// home), recovers, and checks the replacement: the run's files, the
+// page's tab and its sign-in cookie.
+func replaceAndCheck(t *testing.T, e *workerEnv, page pageProbe, pageURL, bot string, lose func(ref, home string), homeToo bool, afterReplace func(ref string)) {
+	ctx := t.Context()
 	before, err := e.w.Store.GetComputer(ctx, e.computer)
 	require.NoError(t, err)
-	lose(before.ProviderRef)
+	home := e.w.Computers.HomeDir(before, before.Provider)
+	require.DirExists(t, home, "the worker-owned home")
+	lose(before.ProviderRef, home)
+	if homeToo {
+		loseHome(t, home)
+	}
 	page.Forget()
 
 	// The next lifecycle step goes through the stale ref: gone, so a
@@ -328,8 +385,9 @@ func acceptanceReplace(t *testing.T, e *workerEnv, page pageProbe, pageURL, bot 
 	if afterReplace != nil {
 		afterReplace(after.ProviderRef)
 	}
+	require.Equal(t, home, e.w.Computers.HomeDir(after, after.Provider), "the replacement uses the same worker-owned home")
 
-	botd, err = e.w.Computers.Machine(ctx, e.computer)
+	botd, err := e.w.Computers.Machine(ctx, e.computer)
 	require.NoError(t, err)
 	res, err := botd.ReadFile(ctx, "bots/"+bot+"/result.txt", 1<<20)
 	require.NoError(t, err, "the model-created file came back")
@@ -344,13 +402,20 @@ func acceptanceReplace(t *testing.T, e *workerEnv, page pageProbe, pageURL, bot 
 	// in with the restored cookie.
 	var obs map[string]any
 	require.Equal(t, http.StatusOK, e.do(t, "POST", "/tools/computer_observe", map[string]any{"botId": bot, "args": map[string]any{}}, &obs))
-	waitTab("the tab on the replacement")
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		pages, err := botd.BrowserPages(ctx, bot)
+		if err == nil && slices.Contains(pages, pageURL) {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the tab on the replacement (home lost too: %v): tabs %v, err %v", homeToo, pages, err)
+		time.Sleep(300 * time.Millisecond)
+	}
+	deadline = time.Now().Add(60 * time.Second)
 	for !page.SawCookie() {
-		require.True(t, time.Now().Before(deadline), "the restored tab did not load the page with the sign-in cookie")
+		require.True(t, time.Now().Before(deadline), "the tab did not load the page with the sign-in cookie (home lost too: %v)", homeToo)
 		time.Sleep(200 * time.Millisecond)
 	}
-	return final
 }
 
 // CheckpointAnswer is POST /v1/computers/{id}/checkpoint's body.
@@ -464,7 +529,7 @@ func TestAcceptanceReplaceDocker(t *testing.T) {
 	require.NoError(t, err, "%s", inspect)
 	require.NotContains(t, string(inspect), scriptedKey, "the model key is in docker inspect")
 	require.Contains(t, string(inspect), "MODEL_API_KEY_FILE=")
-	acceptanceReplace(t, e, page, "http://127.0.0.1:18081/", bot, func(ref string) { loseDocker(t, ref) }, page.start, false)
+	acceptanceReplace(t, e, page, "http://127.0.0.1:18081/", bot, func(ref, home string) { loseDocker(t, ref, home) }, page.start, false)
 }
 
 // TestIdleSuspendAndCheckpointFailure, on the local provider: idle
@@ -596,10 +661,13 @@ func TestMoveLocalToDocker(t *testing.T) {
 		"args": map[string]any{"path": "bots/" + bot + "/moved.txt"}}, &out), "%v", out)
 	require.Contains(t, fmt.Sprint(out), "made on the local machine", "the home moved with the checkpoint")
 
-	// The docker machine is lost behind the worker's back (container and
-	// volume removed with the engine's CLI); the health sweep notices, and
-	// the next tool call replaces it from the checkpoint.
-	loseDocker(t, after.ProviderRef)
+	// The move exported the local home into the docker machine's own
+	// worker-owned home; the local one is gone with the local machine.
+	require.NoDirExists(t, e.w.Computers.HomeDir(before, providers.KindLocal), "the local machine's worker-owned home is removed after the move")
+	// The docker machine is lost behind the worker's back (its container
+	// removed with the engine's CLI); the health sweep notices, and the
+	// next tool call replaces it, mounting the same worker-owned home.
+	loseDocker(t, after.ProviderRef, e.w.Computers.HomeDir(after, providers.KindDocker))
 	e.w.Computers.CheckMachines(ctx)
 	gone, err := e.w.Store.GetComputer(ctx, e.computer)
 	require.NoError(t, err)
@@ -607,7 +675,7 @@ func TestMoveLocalToDocker(t *testing.T) {
 	require.Contains(t, gone.LastError, "stopped answering")
 	require.Equal(t, http.StatusOK, e.do(t, "POST", "/tools/file_read", map[string]any{"botId": bot,
 		"args": map[string]any{"path": "bots/" + bot + "/moved.txt"}}, &out), "%v", out)
-	require.Contains(t, fmt.Sprint(out), "made on the local machine", "the next use replaced the machine and restored the home")
+	require.Contains(t, fmt.Sprint(out), "made on the local machine", "the next use replaced the machine, on the same home")
 	again, err := e.w.Store.GetComputer(ctx, e.computer)
 	require.NoError(t, err)
 	require.Equal(t, "running", again.ObservedState)

@@ -340,7 +340,7 @@ func newWorker(ctx context.Context, c serveConfig, log zerolog.Logger) (*worker,
 	}
 	comps, err := computers.New(computers.Options{Store: st, Providers: reg, DefaultProvider: def, Sealer: sealer,
 		Caps: capability.NewSet(), Log: log.With().Str("sub", "computers").Logger(),
-		Homes: checkpointer, IdleAfter: c.IdleAfter})
+		Homes: checkpointer, IdleAfter: c.IdleAfter, LiveHomes: liveHomes(c, setup)})
 	if err != nil {
 		closeAll()
 		return nil, err
@@ -378,4 +378,20 @@ func newWorker(ctx context.Context, c serveConfig, log zerolog.Logger) (*worker,
 		}})
 	return &worker{Store: st, Computers: comps, Runs: m, Handler: ppl.Handler(h), People: ppl, stop: stop, setup: setup,
 		DefaultProvider: def, Homes: homesName}, nil
+}
+
+// liveHomes is where the worker keeps the homes its local and docker
+// machines mount directly: beside the machines (see
+// providers.DefaultMachinesDir: their users must traverse to them, which a
+// 0700 DATA_DIR forbids), "" when this worker runs no local or docker
+// provider.
+func liveHomes(c serveConfig, setup *providers.Setup) string {
+	if setup == nil {
+		return ""
+	}
+	machines := c.MachinesDir
+	if machines == "" {
+		machines = providers.DefaultMachinesDir(c.DataDir)
+	}
+	return filepath.Join(machines, "homes")
 }

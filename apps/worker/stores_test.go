@@ -353,10 +353,12 @@ func lastCheckpoint(t testing.TB, e *workerEnv) int64 {
 }
 
 // TestCheckpointsAtRunFailureAndBeforeStop: on a computer the worker made
-// (local provider), a run writes a file and then fails (the model refuses
-// to go on): the run's end checkpoints, and the file is in that checkpoint.
-// Then a file written afterwards is in the checkpoint an explicit stop
-// takes before the machine stops.
+// (local provider, whose machine uses a worker-owned home), a run writes a
+// file and then fails (the model refuses to go on): the run's end
+// checkpoints, advancing the home's revision marker; the file is in the
+// worker-owned home and nothing was exported. Then a file written
+// afterwards is there when an explicit stop has checkpointed (the marker
+// advanced again) and stopped the machine.
 func TestCheckpointsAtRunFailureAndBeforeStop(t *testing.T) {
 	requireIntegration(t, "codex", "Xvfb", "chromium", "x11vnc", "xfwm4")
 	const bot = "bob"
@@ -382,17 +384,18 @@ func TestCheckpointsAtRunFailureAndBeforeStop(t *testing.T) {
 	require.Contains(t, events, "checkpoint", "the failed run's end checkpointed: %v", events)
 	atFailure := lastCheckpoint(t, e)
 	require.Greater(t, atFailure, start, "the checkpoint revision advanced at the failure")
-	rev, content, ok := checkpointFile(t, e, "bots/"+bot+"/failed-run.txt")
-	require.True(t, ok, "the failed run's file is in the checkpoint")
-	require.Equal(t, atFailure, rev)
-	require.Equal(t, "written by the failing run "+nonce+"\n", content)
+	noTar(t, e)
+	c, err := e.w.Store.GetComputer(t.Context(), e.computer)
+	require.NoError(t, err)
+	home := e.w.Computers.HomeDir(c, c.Provider)
+	content, err := os.ReadFile(filepath.Join(home, "bot", "bots", bot, "failed-run.txt"))
+	require.NoError(t, err, "the failed run's file is in the worker-owned home")
+	require.Equal(t, "written by the failing run "+nonce+"\n", string(content))
 
 	// An explicit stop checkpoints before the machine stops: a file written
 	// after the run's checkpoint is in the new one.
 	require.Equal(t, http.StatusOK, e.do(t, "POST", "/tools/file_write", map[string]any{"botId": bot,
 		"args": map[string]string{"path": "bots/" + bot + "/before-stop.txt", "content": "written before the stop " + nonce + "\n"}}, nil))
-	_, _, ok = checkpointFile(t, e, "bots/"+bot+"/before-stop.txt")
-	require.False(t, ok, "not yet checkpointed")
 	var stopped struct {
 		Computer struct{ State, LastError string } `json:"computer"`
 	}
@@ -401,8 +404,8 @@ func TestCheckpointsAtRunFailureAndBeforeStop(t *testing.T) {
 	require.Empty(t, stopped.Computer.LastError, "the checkpoint before the stop did not fail")
 	atStop := lastCheckpoint(t, e)
 	require.Greater(t, atStop, atFailure, "the stop checkpointed first")
-	rev, content, ok = checkpointFile(t, e, "bots/"+bot+"/before-stop.txt")
-	require.True(t, ok, "the file written before the stop is in its checkpoint")
-	require.Equal(t, atStop, rev)
-	require.Equal(t, "written before the stop "+nonce+"\n", content)
+	noTar(t, e)
+	content, err = os.ReadFile(filepath.Join(home, "bot", "bots", bot, "before-stop.txt"))
+	require.NoError(t, err, "the file written before the stop is in the worker-owned home")
+	require.Equal(t, "written before the stop "+nonce+"\n", string(content))
 }

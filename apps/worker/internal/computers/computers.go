@@ -55,6 +55,11 @@ type Options struct {
 	// IdleAfter suspends a running machine nobody used for this long
 	// (checkpoint, then stop); 0 never does.
 	IdleAfter time.Duration
+	// LiveHomes is where the worker keeps the homes its local and docker
+	// machines use directly (WORKER_MACHINES_DIR/homes): one directory per
+	// computer and kind, kept across machines (see homedirect.go). ""
+	// leaves each machine its own home.
+	LiveHomes string
 }
 
 // Service manages computers.
@@ -68,6 +73,9 @@ type Service struct {
 	// its machine is serialized, or two callers that both found the machine
 	// gone would each make a replacement and one would be left behind.
 	connecting map[string]*sync.Mutex
+	// checkpointing holds one lock per computer: its checkpoints are
+	// serialized (each takes the next revision).
+	checkpointing map[string]*sync.Mutex
 }
 
 // New returns the service; it fails for an unknown default provider kind.
@@ -79,7 +87,7 @@ func New(o Options) (*Service, error) {
 		o.Caps = capability.NewSet()
 	}
 	return &Service{o: o, machines: map[string]providers.Machine{}, lastUsed: map[string]time.Time{},
-		connecting: map[string]*sync.Mutex{}}, nil
+		connecting: map[string]*sync.Mutex{}, checkpointing: map[string]*sync.Mutex{}}, nil
 }
 
 func kinds(m map[string]providers.Provider) []string {
@@ -295,6 +303,19 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (View, string, 
 			return View{}, "", shared.Errorf(http.StatusConflict, shared.CodeConflict, "scope %s has a live computer already", scopeName(c.ScopeKind, c.ScopeID))
 		}
 		return View{}, "", err
+	}
+	if s.direct(c.Provider) {
+		// A new computer: its worker-owned home starts empty, with
+		// nothing to restore.
+		dir, _, err := s.prepareHome(c, c.Provider, false)
+		if err == nil {
+			err = s.homeRestored(c, c.Provider)
+		}
+		if err != nil {
+			s.fail(c.ID, err)
+			return View{}, "", fmt.Errorf("home: %w", err)
+		}
+		spec.HomeDir = dir
 	}
 	ref, err := p.Provision(ctx, spec)
 	if err != nil {
@@ -649,6 +670,9 @@ func (s *Service) destroy(ctx context.Context, id string, forget bool) (View, er
 		return ViewOf(c), nil
 	}
 	if forget {
+		if err := s.removeHomes(c); err != nil {
+			s.o.Log.Warn().Str("computer", id).Err(err).Msg("remove the destroyed computer's worker-owned home")
+		}
 		if err := s.forgetHome(context.WithoutCancel(ctx), c); err != nil {
 			msg := fmt.Sprintf("the machine is destroyed but a checkpoint made meanwhile could not be removed from the home store: %v", err)
 			_, _ = s.o.Store.UpdateComputer(context.WithoutCancel(ctx), id, store.StateUpdate{LastError: &msg})

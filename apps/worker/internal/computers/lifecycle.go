@@ -29,18 +29,46 @@ type Fence struct {
 // makes a replacement that imports the latest checkpoint before anything
 // uses it, and the store records the new ref.
 func (s *Service) ensure(ctx context.Context, c store.Computer, spec providers.Spec) (providers.Machine, error) {
-	var restore providers.RestoreFunc
-	if s.o.Homes != nil {
-		restore = func(ctx context.Context, m providers.Machine) error {
-			r, ok, err := s.o.Homes.Restore(ctx, c.HomeKey, m)
-			if err == nil && ok {
-				s.o.Log.Info().Str("computer", c.ID).Int64("revision", r.Revision.Number).
-					Dur("took", r.Elapsed).Msg("restored the latest checkpoint into a replacement machine")
+	prevRef := c.ProviderRef
+	// A replacement of a machine with a worker-owned home mounts that home
+	// again: nothing to restore, unless the home itself is new.
+	fresh := true
+	if s.direct(c.Provider) {
+		dir, f, err := s.prepareHome(c, c.Provider, false)
+		if err != nil {
+			return nil, fmt.Errorf("the worker-owned home: %w", err)
+		}
+		spec.HomeDir, fresh = dir, f
+		if fresh && prevRef != "" {
+			if err := s.leaveOldMachine(ctx, c, spec); err != nil {
+				return nil, err
 			}
-			return err
+			prevRef = ""
 		}
 	}
-	e, err := providers.Ensure(ctx, providers.Registry(s.o.Providers), c.Provider, c.Provider, c.ProviderRef, spec, restore)
+	var restore providers.RestoreFunc
+	if s.o.Homes != nil || s.direct(c.Provider) {
+		restore = func(ctx context.Context, m providers.Machine) error {
+			if !fresh {
+				return nil
+			}
+			if s.o.Homes != nil {
+				r, ok, err := s.o.Homes.Restore(ctx, c.HomeKey, m)
+				if err != nil {
+					return err
+				}
+				if ok {
+					s.o.Log.Info().Str("computer", c.ID).Int64("revision", r.Revision.Number).
+						Dur("took", r.Elapsed).Msg("restored the latest checkpoint into a replacement machine")
+				}
+			}
+			if s.direct(c.Provider) {
+				return s.homeRestored(c, c.Provider)
+			}
+			return nil
+		}
+	}
+	e, err := providers.Ensure(ctx, providers.Registry(s.o.Providers), c.Provider, c.Provider, prevRef, spec, restore)
 	if err != nil {
 		return nil, err
 	}
@@ -54,7 +82,7 @@ func (s *Service) ensure(ctx context.Context, c store.Computer, spec providers.S
 			return nil, err
 		}
 		s.o.Log.Info().Str("computer", c.ID).Str("provider", c.Provider).Msg("the machine was gone: replaced it")
-		if c.ProviderRef != "" {
+		if prevRef != "" {
 			// Whatever the gone machine left (a volume, a token file) goes.
 			if p := s.o.Providers[c.Provider]; p != nil {
 				old := c.ProviderRef
@@ -69,9 +97,12 @@ func (s *Service) ensure(ctx context.Context, c store.Computer, spec providers.S
 	return e.Machine, nil
 }
 
-// Checkpoint exports computer id's portable home into the home store and
-// records its metadata. Made for a run, f carries the run's lease and a
-// stale epoch is refused before anything is written. A failed checkpoint
+// Checkpoint checkpoints computer id's portable home at a boundary (a
+// run's end) and records its metadata: a worker-owned home with the local
+// home store only advances its revision marker (nothing is exported, no
+// browser touched); otherwise the home is exported into the home store
+// (uploaded, with S3 homes). Made for a run, f carries the run's lease and
+// a stale epoch is refused before anything is written. A failed checkpoint
 // leaves the previous one intact.
 func (s *Service) Checkpoint(ctx context.Context, id string, f *Fence) (store.Checkpoint, error) {
 	if s.o.Homes == nil {
@@ -91,23 +122,31 @@ func (s *Service) Checkpoint(ctx context.Context, id string, f *Fence) (store.Ch
 	return s.checkpoint(ctx, c, m, f)
 }
 
+// checkpoint is a boundary's checkpoint (see Checkpoint).
 func (s *Service) checkpoint(ctx context.Context, c store.Computer, m providers.Machine, f *Fence) (store.Checkpoint, error) {
+	if s.markerOnly(c) {
+		return s.mark(ctx, c, f)
+	}
+	return s.export(ctx, c, m, f)
+}
+
+// export exports c's home through m's botd into the home store. Its
+// revision follows the latest recorded one (revision markers included).
+func (s *Service) export(ctx context.Context, c store.Computer, m providers.Machine, f *Fence) (store.Checkpoint, error) {
+	defer s.lockCheckpoints(c.ID)()
 	cp := store.Checkpoint{ComputerID: c.ID}
-	if f != nil {
-		l, err := s.o.Store.GetLease(ctx, f.LeaseKey)
-		if err != nil {
-			return cp, err
-		}
-		if l.Epoch != f.Epoch {
-			return cp, fmt.Errorf("checkpoint: %w", store.ErrStaleEpoch)
-		}
-		cp.LeaseKey, cp.Epoch = f.LeaseKey, f.Epoch
+	if err := s.fence(ctx, &cp, f); err != nil {
+		return cp, err
 	}
 	rev, err := s.o.Homes.Checkpoint(ctx, c.HomeKey, m)
 	if err != nil {
 		return cp, err
 	}
-	cp.Revision, cp.Size, cp.At = rev.Number, rev.Size, rev.At
+	next, err := s.nextRevision(ctx, c.ID)
+	if err != nil {
+		return cp, err
+	}
+	cp.Revision, cp.Size, cp.At = max(rev.Number, next), rev.Size, rev.At
 	if err := s.o.Store.PutCheckpoint(ctx, cp); err != nil {
 		return cp, fmt.Errorf("checkpoint %d stored but not recorded: %w", rev.Number, err)
 	}
@@ -296,7 +335,20 @@ func (s *Service) Move(ctx context.Context, id, kind string) (View, error) {
 	if kind == c.Provider {
 		return s.Start(ctx, id)
 	}
-	s.checkpointBefore(ctx, c, "a move to "+kind)
+	if s.direct(c.Provider) && s.o.Homes != nil {
+		// The worker-owned home is newer than any copy in the home store
+		// (boundaries only mark it): the move exports it first, or does
+		// not happen.
+		m, err := s.Machine(ctx, id)
+		if err == nil {
+			_, err = s.export(ctx, c, m, nil)
+		}
+		if err != nil {
+			return View{}, shared.Errorf(http.StatusBadGateway, shared.CodeUnavailable, "move to %s: the home could not be exported first, nothing was moved: %v", kind, err)
+		}
+	} else {
+		s.checkpointBefore(ctx, c, "a move to "+kind)
+	}
 	s.drop(id)
 	dl := time.Now().Add(TransitionTimeout)
 	if _, err := s.o.Store.UpdateComputer(ctx, id, store.StateUpdate{Desired: ptr(store.StateRunning), Observed: ptr(store.StateStarting), Deadline: &dl}); err != nil {
@@ -309,11 +361,25 @@ func (s *Service) Move(ctx context.Context, id, kind string) (View, error) {
 	}
 	rctx, cancel := context.WithTimeout(ctx, ReconcileTimeout)
 	defer cancel()
+	if s.direct(kind) {
+		// The new kind's home starts empty and takes the export.
+		if spec.HomeDir, _, err = s.prepareHome(c, kind, true); err != nil {
+			s.fail(id, fmt.Errorf("move to %s: the worker-owned home: %w", kind, err))
+			return View{}, err
+		}
+	}
 	var restore providers.RestoreFunc
-	if s.o.Homes != nil {
+	if s.o.Homes != nil || s.direct(kind) {
 		restore = func(ctx context.Context, m providers.Machine) error {
-			_, _, err := s.o.Homes.Restore(ctx, c.HomeKey, m)
-			return err
+			if s.o.Homes != nil {
+				if _, _, err := s.o.Homes.Restore(ctx, c.HomeKey, m); err != nil {
+					return err
+				}
+			}
+			if s.direct(kind) {
+				return s.homeRestored(c, kind)
+			}
+			return nil
 		}
 	}
 	e, err := providers.Ensure(rctx, providers.Registry(s.o.Providers), kind, c.Provider, c.ProviderRef, spec, restore)
@@ -336,6 +402,8 @@ func (s *Service) Move(ctx context.Context, id, kind string) (View, error) {
 	if old := s.o.Providers[c.Provider]; old != nil && c.ProviderRef != "" {
 		if err := old.Destroy(context.WithoutCancel(ctx), c.ProviderRef); err != nil {
 			s.o.Log.Warn().Str("computer", id).Err(err).Msg("destroy the machine left behind by a move")
+		} else if err := s.removeHome(c, c.Provider); err != nil {
+			s.o.Log.Warn().Str("computer", id).Err(err).Msg("remove the worker-owned home left behind by a move")
 		}
 	}
 	s.o.Log.Info().Str("computer", id).Str("from", c.Provider).Str("to", kind).Msg("moved to another provider")

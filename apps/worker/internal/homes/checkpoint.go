@@ -54,6 +54,9 @@ func ValidMaxBytes(n int64) error {
 	return nil
 }
 
+// Cap is the checkpoint cap in force (MaxBytes, or its default).
+func (c *Checkpointer) Cap() int64 { return c.maxBytes() }
+
 func (c *Checkpointer) maxBytes() int64 {
 	if c.MaxBytes <= 0 || c.MaxBytes > MaxImportBytes {
 		return min(DefaultMaxBytes, MaxImportBytes)

@@ -19,12 +19,13 @@ type CheckpointView struct {
 }
 
 // MountCheckpoint adds POST /v1/computers/{id}/checkpoint (the computer's
-// portable home is exported into the home store now) and POST
+// portable home is exported into the home store now, a full copy even of
+// a worker-owned home) and POST
 // /v1/computers/{id}/move {provider} (a machine of another kind, restored
 // from the latest checkpoint).
 func MountCheckpoint(mux *http.ServeMux, gate func(http.HandlerFunc) http.HandlerFunc, comps *computers.Service) {
 	mux.HandleFunc("POST /v1/computers/{id}/checkpoint", gate(func(w http.ResponseWriter, r *http.Request) {
-		cp, err := comps.Checkpoint(r.Context(), r.PathValue("id"), nil)
+		cp, err := comps.Export(r.Context(), r.PathValue("id"))
 		var ae *shared.APIError
 		if err != nil && !errors.As(err, &ae) && !errors.Is(err, store.ErrUnavailable) {
 			// The export or the home store failed: say so (no secret is in

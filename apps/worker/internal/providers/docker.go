@@ -75,7 +75,8 @@ type DockerOptions struct {
 }
 
 // Docker is the docker provider: a container of the computer image per
-// machine, /home on a named volume, ports published on 127.0.0.1 only.
+// machine, /home on the worker-owned home (Spec.HomeDir, bind-mounted) or
+// else a named volume, ports published on 127.0.0.1 only.
 // Its refs are container ids.
 type Docker struct {
 	o   DockerOptions
@@ -116,6 +117,13 @@ func NewDocker(o DockerOptions) (*Docker, error) {
 		d.log = o.Log.With().Str("component", "provider_docker").Logger()
 	}
 	return d, nil
+}
+
+// MountsHostDirs reports whether the engine runs on this host (a unix
+// socket), so a host directory (a worker-owned home) can be bind-mounted;
+// a remote engine gets volumes.
+func (d *Docker) MountsHostDirs() bool {
+	return strings.HasPrefix(d.cli.DaemonHost(), "unix://")
 }
 
 // Close releases the engine client.
@@ -169,6 +177,9 @@ func (d *Docker) Provision(ctx context.Context, spec Spec) (string, error) {
 	if len(spec.BotdToken) < 16 {
 		return "", errors.New("docker provider: botd token must be at least 16 characters")
 	}
+	if err := checkHomeDir(spec.HomeDir); err != nil {
+		return "", fmt.Errorf("docker provider: %w", err)
+	}
 	if err := d.Ping(ctx); err != nil {
 		return "", err
 	}
@@ -204,7 +215,11 @@ func (d *Docker) Provision(ctx context.Context, spec Spec) (string, error) {
 	if err := writeSecret(tokenFile, spec.BotdToken); err != nil {
 		return undo(fmt.Errorf("docker provider: %w", err))
 	}
-	if err := d.call(ctx, "create volume", func(ctx context.Context) error {
+	home := mount.Mount{Type: mount.TypeVolume, Source: volumeName(machine), Target: "/home"}
+	if spec.HomeDir != "" {
+		// The worker's home, mounted directly: it outlives the container.
+		home = mount.Mount{Type: mount.TypeBind, Source: spec.HomeDir, Target: "/home"}
+	} else if err := d.call(ctx, "create volume", func(ctx context.Context) error {
 		_, err := d.cli.VolumeCreate(ctx, dockerclient.VolumeCreateOptions{Name: volumeName(machine), Labels: labels})
 		return err
 	}); err != nil {
@@ -230,7 +245,7 @@ func (d *Docker) Provision(ctx context.Context, spec Spec) (string, error) {
 		"MAX_SCREENS=" + strconv.Itoa(d.o.MaxScreens),
 	}
 	mounts := []mount.Mount{
-		{Type: mount.TypeVolume, Source: volumeName(machine), Target: "/home"},
+		home,
 		{Type: mount.TypeBind, Source: tokenFile, Target: containerTokenPath, ReadOnly: true},
 	}
 	for _, kv := range d.o.Env {

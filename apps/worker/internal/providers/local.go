@@ -79,6 +79,9 @@ type localMeta struct {
 	// Users are the computer's own users (nil: made before computers had
 	// their own; the next start gives it some).
 	Users *localUsers `json:"users,omitempty"`
+	// Home is the worker-owned home the machine uses (Spec.HomeDir); ""
+	// is the machine's own, computers/<ref>/home.
+	Home string `json:"home,omitempty"`
 }
 
 // NewLocal returns the local provider.
@@ -142,9 +145,27 @@ func (l *Local) Describe() Description {
 	return Description{Kind: KindLocal, Capabilities: Capabilities{MultiScreen: true, Stop: true, Persistent: true}}
 }
 
-func (l *Local) computers() string       { return filepath.Join(l.o.DataDir, "computers") }
-func (l *Local) dir(ref string) string   { return filepath.Join(l.computers(), ref) }
-func (l *Local) home(ref string) string  { return filepath.Join(l.dir(ref), "home") }
+func (l *Local) computers() string      { return filepath.Join(l.o.DataDir, "computers") }
+func (l *Local) dir(ref string) string  { return filepath.Join(l.computers(), ref) }
+func (l *Local) home(ref string) string { return filepath.Join(l.dir(ref), "home") }
+
+// homeOf is the home ref's botd uses: the worker-owned one machine.json
+// names, else the machine's own.
+func (l *Local) homeOf(ref string, m localMeta) string {
+	if m.Home != "" {
+		return m.Home
+	}
+	return l.home(ref)
+}
+
+// homeOfRef is homeOf, reading machine.json.
+func (l *Local) homeOfRef(ref string) string {
+	m, err := l.readMeta(ref)
+	if err != nil {
+		return l.home(ref)
+	}
+	return l.homeOf(ref, m)
+}
 func (l *Local) token(ref string) string { return filepath.Join(l.dir(ref), "token") }
 func (l *Local) meta(ref string) string  { return filepath.Join(l.dir(ref), "machine.json") }
 func (l *Local) pidFile(ref string) string {
@@ -165,7 +186,7 @@ func (l *Local) endStale(ref string) error {
 		return nil
 	}
 	env, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
-	if err != nil || !bytes.Contains(append([]byte{0}, env...), []byte("\x00BOTD_HOME="+l.home(ref)+"\x00")) {
+	if err != nil || !bytes.Contains(append([]byte{0}, env...), []byte("\x00BOTD_HOME="+l.homeOfRef(ref)+"\x00")) {
 		return nil
 	}
 	l.log.Warn().Str("ref", ref).Int("pid", pid).Msg("a botd of an earlier worker still runs on this home; stopping it")
@@ -211,6 +232,9 @@ func (l *Local) Provision(ctx context.Context, spec Spec) (string, error) {
 	if len(spec.BotdToken) < 16 {
 		return "", errors.New("local provider: botd token must be at least 16 characters")
 	}
+	if err := checkHomeDir(spec.HomeDir); err != nil {
+		return "", fmt.Errorf("local provider: %w", err)
+	}
 	ref := machineName(spec.ComputerID)
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -223,7 +247,7 @@ func (l *Local) Provision(ctx context.Context, spec Spec) (string, error) {
 	if err := os.Mkdir(l.dir(ref), 0o700); err != nil {
 		return "", fmt.Errorf("local provider: %w", err)
 	}
-	m := localMeta{ComputerID: spec.ComputerID, Slot: slot}
+	m := localMeta{ComputerID: spec.ComputerID, Slot: slot, Home: spec.HomeDir}
 	fail := func(err error) (string, error) {
 		if m.Users != nil {
 			_ = m.Users.remove()
@@ -238,9 +262,15 @@ func (l *Local) Provision(ctx context.Context, spec Spec) (string, error) {
 	if err := l.makeUsersLocked(ref, &m); err != nil {
 		return fail(err)
 	}
-	// The home exists from now on: a machine whose home is missing has
-	// lost it (see Reconnect).
-	if err := os.Mkdir(l.home(ref), 0o755); err != nil {
+	if m.Home != "" {
+		// The worker's home, kept across machines: this computer's users
+		// take it over (and its parent directory).
+		if err := adoptHome(m.Home, *m.Users); err != nil {
+			return fail(fmt.Errorf("take over the home %s: %w", m.Home, err))
+		}
+	} else if err := os.Mkdir(l.home(ref), 0o755); err != nil {
+		// The home exists from now on: a machine whose home is missing
+		// has lost it (see Reconnect).
 		return fail(err)
 	}
 	l.log.Info().Str("ref", ref).Int("slot", slot).Str("desktop", m.Users.Desktop).Str("bot", m.Users.Bot).Msg("provisioned")
@@ -286,7 +316,7 @@ func (l *Local) makeUsersLocked(ref string, m *localMeta) error {
 		if err := l.writeMetaLocked(ref, *m); err != nil {
 			return err
 		}
-		err := u.create(l.home(ref), ref)
+		err := u.create(l.homeOf(ref, *m), ref)
 		if err != nil {
 			m.Users = nil
 			_ = os.Remove(l.claimFile(i))
@@ -330,20 +360,30 @@ func (l *Local) ensureUsersLocked(ref string, m *localMeta) error {
 			return err
 		}
 		l.log.Warn().Str("ref", ref).Str("desktop", m.Users.Desktop).Str("bot", m.Users.Bot).Msg("a computer of the shared desktop and bot users: it has users of its own now")
-		return chownTree(l.home(ref), *m.Users)
+		if m.Home != "" {
+			if err := adoptHome(m.Home, *m.Users); err != nil {
+				return err
+			}
+		}
+		return chownTree(l.homeOf(ref, *m), *m.Users)
 	}
 	u := *m.Users
 	if !u.present() {
 		if !u.free() {
 			return fmt.Errorf("the users of %s (%s, %s, %s) are not as made and their names or ids are taken: not starting it as someone else", ref, u.Desktop, u.Bot, u.Group)
 		}
-		if err := u.create(l.home(ref), ref); err != nil {
+		if err := u.create(l.homeOf(ref, *m), ref); err != nil {
 			return err
 		}
 		l.log.Warn().Str("ref", ref).Str("desktop", u.Desktop).Msg("the computer's users were gone; made again with their ids")
 	}
 	if missing(l.claimFile(u.Index)) {
 		if err := l.writeClaimLocked(ref, u); err != nil {
+			return err
+		}
+	}
+	if m.Home != "" {
+		if err := adoptHome(m.Home, u); err != nil {
 			return err
 		}
 	}
@@ -546,7 +586,7 @@ func (l *Local) Reconnect(ctx context.Context, ref string, _ Spec) (Machine, err
 		return nil, fmt.Errorf("local provider: %w", err)
 	}
 	token := strings.TrimSpace(string(tokenB))
-	if missing(l.home(ref)) {
+	if missing(l.homeOfRef(ref)) {
 		return nil, fmt.Errorf("%w: the home of %s is gone", ErrGone, ref)
 	}
 
@@ -596,7 +636,7 @@ func (l *Local) startLocked(ref string) (*localProc, error) {
 	env := []string{
 		"PATH=" + os.Getenv("PATH"),
 		"LANG=C.UTF-8",
-		"BOTD_HOME=" + l.home(ref),
+		"BOTD_HOME=" + l.homeOf(ref, m),
 		"BOTD_TOKEN_FILE=" + l.token(ref),
 		"BOTD_LISTEN=127.0.0.1:" + strconv.Itoa(s.api),
 		"SOCKS_LISTEN=127.0.0.1:" + strconv.Itoa(s.socks),
@@ -613,7 +653,7 @@ func (l *Local) startLocked(ref string) (*localProc, error) {
 		}
 	}
 	p := &localProc{
-		ref: ref, bin: l.o.BotdBin, env: env, api: "127.0.0.1:" + strconv.Itoa(s.api), pidFile: l.pidFile(ref), home: l.home(ref),
+		ref: ref, bin: l.o.BotdBin, env: env, api: "127.0.0.1:" + strconv.Itoa(s.api), pidFile: l.pidFile(ref), home: l.homeOf(ref, m),
 		stop: make(chan struct{}), done: make(chan struct{}), log: l.log.With().Str("ref", ref).Logger(),
 	}
 	if err := p.startOnce(); err != nil {

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -95,6 +96,13 @@ func (p *localProc) supervise() {
 		case <-t.C:
 		}
 		backoff = min(backoff*2, 30*time.Second)
+		if missing(filepath.Dir(p.pidFile)) {
+			// The machine's directory (token, machine.json) is gone: a
+			// replacement takes its home over.
+			p.setFatal(fmt.Errorf("the machine's directory is gone: %w", ErrGone))
+			p.log.Error().Msg("botd exited and its machine directory is gone; not restarting")
+			return
+		}
 		if p.home != "" && missing(p.home) {
 			// Lost with the process (a disk gone, a directory removed):
 			// botd would make an empty home. The machine is gone.

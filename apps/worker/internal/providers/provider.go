@@ -57,6 +57,14 @@ type Spec struct {
 	// AttachURL: an existing botd (attach kind only), whose token is
 	// BotdToken (given by the operator).
 	AttachURL string
+	// HomeDir, when set (local and docker), is the worker-owned home the
+	// machine uses directly: local's BOTD_HOME, bind-mounted on docker's
+	// /home. It outlives the machine: Destroy leaves it, and a replacement
+	// provisioned with the same HomeDir finds every file there. It must
+	// exist; its parent directory is the provider's to secure (local hands
+	// it to the computer's group, mode 0710, and records there which users
+	// own the home, so a replacement's users take it over).
+	HomeDir string
 }
 
 // Provider makes, finds and ends machines of one kind.
