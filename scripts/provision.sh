@@ -43,8 +43,10 @@ fi
 # Building on this machine (CI, `make test`, `make run`, `make image`) needs
 # cgo and the static libturbojpeg, make, and debootstrap (the image's base is
 # made from Debian's packages where no registry answers); the image builds
-# botd on the host and skips these (PROVISION_BUILD_TOOLS=0).
-build_packages=(libturbojpeg0-dev gcc libc6-dev make debootstrap)
+# botd on the host and skips these (PROVISION_BUILD_TOOLS=0). protoc (with
+# the well-known .proto files) is only for `go generate` of the E2B envd client
+# (apps/worker/internal/providers/e2b/envd); building uses the checked-in code.
+build_packages=(libturbojpeg0-dev gcc libc6-dev make debootstrap protobuf-compiler libprotobuf-dev)
 packages=(
   # the desktop
   xvfb xfce4-session xfwm4 xfce4-panel xfdesktop4 thunar xfce4-terminal mousepad
