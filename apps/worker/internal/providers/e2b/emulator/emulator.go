@@ -249,6 +249,9 @@ func (e *Emulator) routes() {
 	m.HandleFunc("DELETE /sandboxes/{id}", e.auth(e.kill))
 	m.HandleFunc("POST /sandboxes/{id}/pause", e.auth(e.pause))
 	m.HandleFunc("POST /sandboxes/{id}/connect", e.auth(e.connect))
+	// Not published either; the JS SDK (2.x) connects through it, with an
+	// optional timeout and a `memory` flag (resuming here always reboots).
+	m.HandleFunc("POST /v2/sandboxes/{id}/connect", e.auth(e.connect))
 	m.HandleFunc("POST /sandboxes/{id}/timeout", e.auth(e.setTimeout))
 	m.HandleFunc("POST /sandboxes/{id}/refreshes", e.auth(e.refresh))
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -675,9 +678,14 @@ func (e *Emulator) connect(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		Timeout *int `json:"timeout"`
 	}
-	if err := readBody(r, &req, true); err != nil || req.Timeout == nil || *req.Timeout < 0 {
+	v2 := strings.HasPrefix(r.URL.Path, "/v2/")
+	if err := readBody(r, &req, !v2); err != nil || (req.Timeout == nil && !v2) || (req.Timeout != nil && *req.Timeout < 0) {
 		writeError(w, http.StatusBadRequest, "invalid request body: timeout (seconds) is required")
 		return
+	}
+	if req.Timeout == nil {
+		d := 300
+		req.Timeout = &d
 	}
 	end := time.Now().Add(time.Duration(*req.Timeout) * time.Second)
 	e.mu.Lock()

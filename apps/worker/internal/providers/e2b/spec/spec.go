@@ -139,6 +139,10 @@ func (v *Validator) input(req *http.Request, body []byte) (*openapi3filter.Reque
 // route and method must be published, the parameters, security and body must
 // match, and a JSON body must carry no property its schema does not name.
 func (v *Validator) ValidateRequest(req *http.Request, body []byte) error {
+	return v.validateRequest(req, body, true)
+}
+
+func (v *Validator) validateRequest(req *http.Request, body []byte, strictFields bool) error {
 	in, err := v.input(req, body)
 	if err != nil {
 		return err
@@ -146,7 +150,7 @@ func (v *Validator) ValidateRequest(req *http.Request, body []byte) error {
 	if err := openapi3filter.ValidateRequest(req.Context(), in); err != nil {
 		return fmt.Errorf("%s: request %s %s: %w", v.name, req.Method, req.URL.Path, err)
 	}
-	if op := in.Route.Operation; op.RequestBody != nil && op.RequestBody.Value != nil && len(body) > 0 {
+	if op := in.Route.Operation; strictFields && op.RequestBody != nil && op.RequestBody.Value != nil && len(body) > 0 {
 		if err := unknownJSON(op.RequestBody.Value.Content, req.Header.Get("Content-Type"), body); err != nil {
 			return fmt.Errorf("%s: request %s %s: %w", v.name, req.Method, req.URL.Path, err)
 		}
