@@ -419,7 +419,9 @@ func envelopes(b []byte) ([]frame, error) {
 func (c *Checker) streamChecker(path, encoding string, out protoreflect.MessageDescriptor, body io.ReadCloser) io.ReadCloser {
 	pr, pw := io.Pipe()
 	tee := io.TeeReader(body, pw)
+	done := make(chan struct{})
 	go func() {
+		defer close(done)
 		r := bufio.NewReader(pr)
 		sawEnd := false
 		for {
@@ -472,27 +474,36 @@ func (c *Checker) streamChecker(path, encoding string, out protoreflect.MessageD
 		}
 		_, _ = io.Copy(io.Discard, pr)
 	}()
-	return &teeBody{r: tee, body: body, pw: pw}
+	return &teeBody{r: tee, body: body, pw: pw, done: done}
 }
 
+// teeBody is a stream body whose frames a checker goroutine reads as they
+// pass; its end (EOF, error or Close) waits for the checks of all of them.
 type teeBody struct {
 	r    io.Reader
 	body io.ReadCloser
 	pw   *io.PipeWriter
+	done chan struct{}
 	once sync.Once
+}
+
+func (t *teeBody) finish() {
+	t.once.Do(func() { _ = t.pw.Close() })
+	<-t.done
 }
 
 func (t *teeBody) Read(p []byte) (int, error) {
 	n, err := t.r.Read(p)
 	if err != nil {
-		t.once.Do(func() { _ = t.pw.Close() })
+		t.finish()
 	}
 	return n, err
 }
 
 func (t *teeBody) Close() error {
-	t.once.Do(func() { _ = t.pw.Close() })
-	return t.body.Close()
+	err := t.body.Close()
+	t.finish()
+	return err
 }
 
 // DecodeRPC decodes a JSON RPC message strictly into its generated type (a
