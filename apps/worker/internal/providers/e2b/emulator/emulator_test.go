@@ -11,6 +11,7 @@ import (
 	"mime/multipart"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -71,10 +72,15 @@ func (a *api) want(status int, method, path string, body any) []byte {
 	a.t.Helper()
 	got, data := a.do(method, path, body)
 	if got != status {
-		a.t.Fatalf("%s %s: status %d, want %d: %s", method, path, got, status, data)
+		a.t.Fatalf("%s %s: status %d, want %d: %s", method, path, got, status, redact(data))
 	}
 	return data
 }
+
+var tokenField = regexp.MustCompile(`("(?:envdAccessToken|trafficAccessToken)":)"[^"]*"`)
+
+// redact hides the access tokens of an answer printed in a failure.
+func redact(b []byte) string { return tokenField.ReplaceAllString(string(b), `$1"…"`) }
 
 // sandboxHeaders routes a request to a sandbox as E2B_SANDBOX_URL clients do.
 type sandboxHeaders struct {

@@ -79,12 +79,17 @@ func Load(name string) (*Validator, error) {
 func (v *Validator) Doc() *openapi3.T { return v.doc }
 
 func (v *Validator) options() *openapi3filter.Options {
-	return &openapi3filter.Options{
+	o := &openapi3filter.Options{
 		IncludeResponseStatus:             true,
 		RejectWhenRequestBodyNotSpecified: true,
 		SkipSettingDefaults:               true,
 		AuthenticationFunc:                requireCredential,
 	}
+	// Say where and why, never the value: bodies carry access tokens.
+	o.WithCustomSchemaErrorFunc(func(err *openapi3.SchemaError) string {
+		return fmt.Sprintf("at /%s: %s", strings.Join(err.JSONPointer(), "/"), err.Reason)
+	})
+	return o
 }
 
 // requireCredential accepts a security scheme when the request carries its
