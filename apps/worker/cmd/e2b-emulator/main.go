@@ -39,16 +39,24 @@ type templateFlags map[string]emulator.Template
 
 func (t templateFlags) String() string { return "" }
 
-// Set parses name=image[,user=USER].
+// Set parses name=image[,user=USER][,image-entrypoint].
 func (t templateFlags) Set(v string) error {
 	name, rest, ok := strings.Cut(v, "=")
 	if !ok || name == "" || rest == "" {
-		return errors.New("want name=image[,user=USER]")
+		return errors.New("want name=image[,user=USER][,image-entrypoint]")
 	}
 	image, opts, _ := strings.Cut(rest, ",")
 	tpl := emulator.Template{Image: image}
-	if u, ok := strings.CutPrefix(opts, "user="); ok {
-		tpl.User = u
+	for _, o := range strings.Split(opts, ",") {
+		switch {
+		case o == "":
+		case strings.HasPrefix(o, "user="):
+			tpl.User = strings.TrimPrefix(o, "user=")
+		case o == "image-entrypoint":
+			tpl.ImageEntrypoint = true
+		default:
+			return fmt.Errorf("unknown template option %q", o)
+		}
 	}
 	t[name] = tpl
 	return nil
@@ -60,7 +68,7 @@ func main() {
 	keyFile := flag.String("key-file", "", "where to write a made API key when E2B_API_KEY(_FILE) is unset (default $TMPDIR/e2b-emulator-key)")
 	ports := flag.String("ports", "", "container ports published on 127.0.0.1, comma-separated (default 7000,8080,6080-6099)")
 	templates := templateFlags{}
-	flag.Var(templates, "template", "template mapping name=image[,user=USER] (repeatable; default open-bot and base → open-bot/computer:dev, desktop → open-bot/desktop:dev)")
+	flag.Var(templates, "template", "template mapping name=image[,user=USER][,image-entrypoint] (repeatable; default open-bot and base → open-bot/computer:dev as root, desktop → open-bot/e2b-desktop:dev as user with its own entrypoint)")
 	flag.Parse()
 
 	host, _, err := net.SplitHostPort(*listen)
@@ -70,7 +78,7 @@ func main() {
 	if len(templates) == 0 {
 		templates["open-bot"] = emulator.Template{Image: "open-bot/computer:dev", User: "root"}
 		templates["base"] = emulator.Template{Image: "open-bot/computer:dev", User: "root"}
-		templates["desktop"] = emulator.Template{Image: "open-bot/desktop:dev", User: "user"}
+		templates["desktop"] = emulator.Template{Image: "open-bot/e2b-desktop:dev", User: "user", ImageEntrypoint: true}
 	}
 	var portList []int
 	for _, p := range strings.Split(*ports, ",") {

@@ -42,6 +42,12 @@ type Template struct {
 	Image string
 	// User is envd's default user (no Basic user given); "" is root.
 	User string
+	// ImageEntrypoint runs the image's own entrypoint and command as the
+	// sandbox's keeper (an image made as a sandbox template, e.g. the
+	// e2b-desktop stand-in); otherwise a shell that only keeps the sandbox
+	// alive replaces them (the computer image's own starts botd, which the
+	// adapter starts through envd instead).
+	ImageEntrypoint bool
 }
 
 // Config configures an Emulator.
@@ -157,7 +163,7 @@ func (e *Emulator) Close(ctx context.Context) error {
 	e.mu.Unlock()
 	var errs []error
 	for _, c := range ids {
-		if _, err := e.cfg.Docker.ContainerRemove(ctx, c, dockerclient.ContainerRemoveOptions{Force: true}); err != nil {
+		if _, err := e.cfg.Docker.ContainerRemove(ctx, c, dockerclient.ContainerRemoveOptions{Force: true, RemoveVolumes: true}); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -422,25 +428,28 @@ func (e *Emulator) startContainer(ctx context.Context, b *sandbox, tpl Template,
 		exposed[p] = struct{}{}
 		bindings[p] = []network.PortBinding{{HostIP: loopback, HostPort: ""}}
 	}
-	r, err := e.cfg.Docker.ContainerCreate(ctx, dockerclient.ContainerCreateOptions{
+	opts := dockerclient.ContainerCreateOptions{
 		Name: "e2b-emu-" + b.id,
 		Config: &container.Config{
 			Image: tpl.Image, Env: env, ExposedPorts: exposed, Hostname: "e2b",
-			Labels:     map[string]string{Label: b.id},
-			Entrypoint: []string{"/bin/sh", "-c", keepAlive},
-			Cmd:        []string{},
+			Labels: map[string]string{Label: b.id},
 		},
 		HostConfig: &container.HostConfig{
 			PortBindings: bindings,
 			Tmpfs:        map[string]string{"/tmp": "rw,nosuid,nodev,mode=1777", "/tmp/.X11-unix": "rw,nosuid,nodev,mode=1777"},
 			ShmSize:      1 << 30,
 		},
-	})
+	}
+	if !tpl.ImageEntrypoint {
+		opts.Config.Entrypoint = []string{"/bin/sh", "-c", keepAlive}
+		opts.Config.Cmd = []string{}
+	}
+	r, err := e.cfg.Docker.ContainerCreate(ctx, opts)
 	if err != nil {
 		return "", err
 	}
 	if err := e.startAndMap(ctx, b, r.ID); err != nil {
-		_, _ = e.cfg.Docker.ContainerRemove(context.WithoutCancel(ctx), r.ID, dockerclient.ContainerRemoveOptions{Force: true})
+		_, _ = e.cfg.Docker.ContainerRemove(context.WithoutCancel(ctx), r.ID, dockerclient.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
 		return "", err
 	}
 	return r.ID, nil
@@ -611,7 +620,7 @@ func (e *Emulator) doKill(ctx context.Context, b *sandbox) error {
 	}
 	e.mu.Unlock()
 	b.procs.closeAll()
-	_, err := e.cfg.Docker.ContainerRemove(ctx, b.container, dockerclient.ContainerRemoveOptions{Force: true})
+	_, err := e.cfg.Docker.ContainerRemove(ctx, b.container, dockerclient.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
 	return err
 }
 

@@ -148,6 +148,7 @@ func (e *Emulator) user(ctx context.Context, b *sandbox, name string) (userInfo,
 		u.cwd = u.home
 	} else {
 		u.cwd = "/"
+		return u, nil // not cached: an image's start may make the home yet
 	}
 	e.mu.Lock()
 	b.users[name] = u

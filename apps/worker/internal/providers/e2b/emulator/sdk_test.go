@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/open-bot/computer/apps/worker/internal/providers/e2b/emulator"
 	"github.com/open-bot/computer/apps/worker/internal/providers/e2b/emulator/emutest"
 	"github.com/open-bot/computer/apps/worker/internal/providers/e2b/spec"
 )
@@ -24,6 +25,18 @@ import (
 // SDK uses that the spec does not publish yet are checked as the routes
 // they stand for: spec.SDKAliases).
 func TestSDKNode(t *testing.T) {
+	runSDK(t, "sdk.mjs", "SDK OK", nil, []int{7000})
+}
+
+// TestSDKNodeDesktop runs sdktest/desktop.mjs, the vendor's desktop SDK
+// (npm @e2b/desktop), against the emulator's `desktop` template (the
+// e2b-desktop stand-in image): screenshot, mouse, typing, the stream URL and
+// noVNC through port routing.
+func TestSDKNodeDesktop(t *testing.T) {
+	runSDK(t, "desktop.mjs", "DESKTOP SDK OK", map[string]emulator.Template{"desktop": emutest.DesktopTemplate()}, []int{6080})
+}
+
+func runSDK(t *testing.T, script, okLine string, templates map[string]emulator.Template, ports []int) {
 	node, err := exec.LookPath("node")
 	if err != nil {
 		emutest.Unavailable(t, "node missing (bash scripts/provision.sh)")
@@ -43,7 +56,7 @@ func TestSDKNode(t *testing.T) {
 			emutest.Unavailable(t, "npm ci in %s: %v\n%s", dir, err, out)
 		}
 	}
-	s := emutest.Start(t, nil, []int{7000})
+	s := emutest.Start(t, templates, ports)
 	s.Checker.Aliases = spec.SDKAliases
 	target, _ := url.Parse(s.URL)
 	front := httptest.NewServer(&httputil.ReverseProxy{
@@ -55,7 +68,7 @@ func TestSDKNode(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, node, "sdk.mjs")
+	cmd := exec.CommandContext(ctx, node, script)
 	cmd.Dir = dir
 	cmd.Env = []string{
 		"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(),
@@ -65,12 +78,12 @@ func TestSDKNode(t *testing.T) {
 		"E2B_DOMAIN=" + s.Emulator.Domain(),
 	}
 	out, err := cmd.CombinedOutput()
-	t.Logf("sdk.mjs:\n%s", out)
+	t.Logf("%s:\n%s", script, out)
 	if err != nil {
 		t.Fatalf("the vendor's SDK failed against the emulator: %v", err)
 	}
-	if !strings.Contains(string(out), "SDK OK") {
-		t.Fatal("sdk.mjs did not finish")
+	if !strings.Contains(string(out), okLine) {
+		t.Fatalf("%s did not finish", script)
 	}
 	seen := map[string]int{}
 	for _, x := range s.Checker.Seen() {

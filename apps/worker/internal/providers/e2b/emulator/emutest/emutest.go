@@ -57,6 +57,21 @@ func DefaultTemplates() map[string]emulator.Template {
 	}
 }
 
+// DesktopImage is the stand-in for E2B's stock desktop template
+// (E2B_DESKTOP_IMAGE, default open-bot/e2b-desktop:dev, `make image`).
+func DesktopImage() string {
+	if v := os.Getenv("E2B_DESKTOP_IMAGE"); v != "" {
+		return v
+	}
+	return "open-bot/e2b-desktop:dev"
+}
+
+// DesktopTemplate is the `desktop` template: the stand-in image, run as
+// its own keeper, with `user` as envd's default user (as E2B's).
+func DesktopTemplate() emulator.Template {
+	return emulator.Template{Image: DesktopImage(), User: "user", ImageEntrypoint: true}
+}
+
 // Start starts an emulator (templates nil: DefaultTemplates) and removes
 // its sandboxes when the test ends.
 func Start(t testing.TB, templates map[string]emulator.Template, ports []int) *Server {
