@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moby/moby/api/types/container"
+	dockerclient "github.com/moby/moby/client"
+
 	"github.com/open-bot/computer/apps/worker/internal/providers/e2b/emulator"
 	"github.com/open-bot/computer/apps/worker/internal/providers/e2b/emulator/emutest"
 	"github.com/open-bot/computer/apps/worker/internal/providers/e2b/spec"
@@ -33,6 +36,11 @@ func TestSDKNode(t *testing.T) {
 // e2b-desktop stand-in image): screenshot, mouse, typing, the stream URL and
 // noVNC through port routing.
 func TestSDKNodeDesktop(t *testing.T) {
+	// E2B's desktop template has noVNC at /opt/noVNC, where the SDK's
+	// stream.start runs utils/novnc_proxy; the stand-in image must too.
+	if ok, err := imageHas(emutest.DesktopImage(), "/opt/noVNC/utils/novnc_proxy"); err == nil && !ok {
+		emutest.Unavailable(t, "%s has no /opt/noVNC/utils/novnc_proxy, which @e2b/desktop's stream.start runs (E2B's desktop template has it; Debian's novnc is at /usr/share/novnc: ln -s /usr/share/novnc /opt/noVNC in images/e2b-desktop/Dockerfile)", emutest.DesktopImage())
+	}
 	runSDK(t, "desktop.mjs", "DESKTOP SDK OK", map[string]emulator.Template{"desktop": emutest.DesktopTemplate()}, []int{6080})
 }
 
@@ -93,5 +101,33 @@ func runSDK(t *testing.T, script, okLine string, templates map[string]emulator.T
 	t.Logf("checked %d exchanges of the SDK against the spec: %v", len(s.Checker.Seen()), seen)
 	if seen["envd-rpc POST"] == 0 || seen["envd GET"] == 0 || seen["control-plane(alias) POST"] == 0 {
 		t.Fatalf("the SDK's traffic did not pass the checker: %v", seen)
+	}
+}
+
+// imageHas tells whether path is executable in image (a throwaway container).
+func imageHas(image, path string) (bool, error) {
+	cli, err := dockerclient.New(dockerclient.FromEnv)
+	if err != nil {
+		return false, err
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := cli.ContainerCreate(ctx, dockerclient.ContainerCreateOptions{Config: &container.Config{
+		Image: image, Entrypoint: []string{"/bin/sh", "-c", `test -x "$1"`, "sh", path}, Cmd: []string{},
+	}})
+	if err != nil {
+		return false, err
+	}
+	defer cli.ContainerRemove(context.WithoutCancel(ctx), c.ID, dockerclient.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+	w := cli.ContainerWait(ctx, c.ID, dockerclient.ContainerWaitOptions{Condition: container.WaitConditionNextExit})
+	if _, err := cli.ContainerStart(ctx, c.ID, dockerclient.ContainerStartOptions{}); err != nil {
+		return false, err
+	}
+	select {
+	case r := <-w.Result:
+		return r.StatusCode == 0, nil
+	case err := <-w.Error:
+		return false, err
 	}
 }
