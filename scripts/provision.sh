@@ -44,8 +44,11 @@ fi
 # cgo and the static libturbojpeg, make, and debootstrap (the image's base is
 # made from Debian's packages where no registry answers); the image builds
 # botd on the host and skips these (PROVISION_BUILD_TOOLS=0). socat is
-# `make bench`'s naive relay, the baseline egress is measured against.
-build_packages=(libturbojpeg0-dev gcc libc6-dev make debootstrap socat)
+# `make bench`'s naive relay, the baseline egress is measured against. protoc
+# (with the well-known .proto files) is only for `go generate` of the E2B envd
+# client (apps/worker/internal/providers/e2b/envd); building uses the
+# checked-in code.
+build_packages=(libturbojpeg0-dev gcc libc6-dev make debootstrap socat protobuf-compiler libprotobuf-dev)
 packages=(
   # the desktop
   xvfb xfce4-session xfwm4 xfce4-panel xfdesktop4 thunar xfce4-terminal mousepad
