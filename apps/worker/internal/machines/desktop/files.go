@@ -57,8 +57,15 @@ func checkPath(p string, allowRoot bool) (string, error) {
 
 func (m *Machine) abs(rel string) string { return path.Join(m.o.Workspace, rel) }
 
-// ensureWorkspace makes the workspace directory (as the user).
+// ensureWorkspace makes the workspace directory (as the user), once per
+// machine (again after a command could not start in it).
 func (m *Machine) ensureWorkspace(ctx context.Context) error {
+	m.mu.Lock()
+	ready := m.wsReady
+	m.mu.Unlock()
+	if ready {
+		return nil
+	}
 	r, err := m.b.Exec(ctx, Cmd{Argv: []string{"mkdir", "-p", "--", m.o.Workspace}, User: m.o.User, Cwd: m.o.Home})
 	if err != nil {
 		return err
@@ -66,6 +73,9 @@ func (m *Machine) ensureWorkspace(ctx context.Context) error {
 	if r.ExitCode != 0 {
 		return fmt.Errorf("desktop machine: make the workspace %s: %s", m.o.Workspace, firstLine(r.Stderr))
 	}
+	m.mu.Lock()
+	m.wsReady = true
+	m.mu.Unlock()
 	return nil
 }
 
@@ -104,6 +114,9 @@ func (m *Machine) Exec(ctx context.Context, req client.ExecRequest) (client.Exec
 	defer cancel()
 	r, err := m.b.Exec(cctx, Cmd{Argv: argv, Env: env, Cwd: m.abs(cwd), User: m.o.User, MaxOutput: MaxExecOutput})
 	if err != nil {
+		m.mu.Lock()
+		m.wsReady = false
+		m.mu.Unlock()
 		return client.ExecResult{}, err
 	}
 	out := client.ExecResult{ExitCode: r.ExitCode, Stdout: string(r.Stdout), Stderr: string(r.Stderr), Truncated: r.Truncated}

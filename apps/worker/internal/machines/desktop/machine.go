@@ -74,9 +74,10 @@ type Machine struct {
 	// sandbox).
 	startMu sync.Mutex
 
-	// mu guards screens and every screen's slot and running.
+	// mu guards screens, every screen's slot and running, and wsReady.
 	mu      sync.Mutex
 	screens map[string]*screen
+	wsReady bool
 
 	// xferMu makes one workspace transfer run at a time (botd's 409).
 	xferMu sync.Mutex
@@ -334,6 +335,9 @@ func (m *Machine) ensure(ctx context.Context, id string) (*screen, error) {
 	m.mu.Unlock()
 	sctx, cancel := context.WithTimeout(ctx, m.o.StartTimeout)
 	defer cancel()
+	if err := m.ensureWorkspace(sctx); err != nil {
+		return nil, errUnavailable(id, "did not start: "+err.Error())
+	}
 	w, h, err := m.startSlot(sctx, slot)
 	if err != nil {
 		m.events.publish(shared.EventScreen, map[string]any{"screen": id, "state": shared.StateCrashed})
