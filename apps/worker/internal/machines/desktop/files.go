@@ -392,4 +392,3 @@ func (m *Machine) ImportWorkspace(ctx context.Context, r io.Reader) (client.Work
 	}
 	return sum, nil
 }
-
