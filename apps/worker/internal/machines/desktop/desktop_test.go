@@ -433,6 +433,27 @@ func TestDesktopMachine(t *testing.T) {
 		requireCode(t, err, shared.CodeUnavailable)
 	})
 
+	t.Run("open a URL", func(t *testing.T) {
+		l, err := m.AcquireLease(ctx, "a", KindAgent, "run-1", 10*time.Minute)
+		require.NoError(t, err)
+		_, err = m.Open(ctx, "a", l.LeaseID, "file:///etc/passwd")
+		requireCode(t, err, shared.CodeBadRequest)
+		raw, err := m.Open(ctx, "a", l.LeaseID, "http://127.0.0.1:9/desktopm")
+		require.NoError(t, err)
+		require.Contains(t, string(raw), `"url":"http://127.0.0.1:9/desktopm"`)
+		var win string
+		for i := 0; i < 150 && win == ""; i++ {
+			r, err := b.Exec(ctx, Cmd{Argv: []string{"xdotool", "search", "--onlyvisible", "--class", "chromium"}, User: "user", Env: map[string]string{"DISPLAY": ":0"}})
+			require.NoError(t, err)
+			if f := strings.Fields(string(r.Stdout)); len(f) > 0 {
+				win = f[0]
+			} else {
+				time.Sleep(200 * time.Millisecond)
+			}
+		}
+		require.NotEmpty(t, win, "a browser window opened on :0")
+	})
+
 	t.Run("forget", func(t *testing.T) {
 		require.NoError(t, m.ForgetScreen(ctx, "b"))
 		r, err := b.Exec(ctx, Cmd{Argv: []string{"sh", "-c", "sleep 1; ps -eo args | grep -c '^Xvfb :1 ' || true"}})

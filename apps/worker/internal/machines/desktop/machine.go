@@ -489,7 +489,7 @@ func (m *Machine) Launch(ctx context.Context, id, leaseID, app string) (json.Raw
 }
 
 // Open opens an http(s) URL on the screen with the sandbox's browser
-// (chromium when installed, else xdg-open), under the lease. It is plain
+// (chromium when installed, else xdg-open; see openScript), under the lease. It is plain
 // input to the desktop: no page is read back (ReadPage is unavailable).
 func (m *Machine) Open(ctx context.Context, id, leaseID, target string) (json.RawMessage, error) {
 	if !(strings.HasPrefix(target, "http://") || strings.HasPrefix(target, "https://")) || len(target) > 8192 || strings.ContainsAny(target, "\x00\n\r") {
@@ -498,7 +498,7 @@ func (m *Machine) Open(ctx context.Context, id, leaseID, target string) (json.Ra
 	var pid int
 	err := m.withLease(ctx, id, leaseID, func(ctx context.Context, s *screen) error {
 		var err error
-		pid, err = m.spawn(ctx, s, []string{"sh", "-c", `if command -v chromium >/dev/null; then exec chromium --no-first-run --no-default-browser-check "$1"; else exec xdg-open "$1"; fi`, "sh", target})
+		pid, err = m.spawn(ctx, s, []string{"sh", "-c", openScript, "sh", target})
 		if err != nil {
 			return err
 		}
@@ -509,6 +509,16 @@ func (m *Machine) Open(ctx context.Context, id, leaseID, target string) (json.Ra
 	}
 	return json.Marshal(map[string]any{"url": target, "pid": pid, "managed": false})
 }
+
+// openScript opens $1 in Chromium, or with xdg-open where there is none.
+// Like botd, Chromium gets --no-sandbox only where its sandbox cannot work
+// (user, PID and network namespaces unavailable to the user, as in an
+// unprivileged container); a vendor's VM sandbox keeps it.
+const openScript = `if command -v chromium >/dev/null; then
+  sb=""; unshare --user --pid --net true 2>/dev/null || sb="--no-sandbox"
+  exec chromium $sb --no-first-run --no-default-browser-check "$1"
+fi
+exec xdg-open "$1"`
 
 // spawn starts argv detached on the screen's display and returns its pid.
 func (m *Machine) spawn(ctx context.Context, s *screen, argv []string) (int, error) {

@@ -345,7 +345,10 @@ func (m *Machine) do(ctx context.Context, s *screen, a shared.Action) error {
 // startScript brings slot's stack up, idempotently: Xvfb on the display
 // (unless one answers there already), an XFCE session on a display it
 // started, and two x11vnc (view-only and control) behind websockify on the
-// view and control ports. It prints the display's geometry.
+// view and control ports. Like botd, it waits (at most 30 s) until the
+// window manager manages two windows (the panel and the desktop) and a
+// moment more for them to paint, so a fresh screen's first observation
+// shows a desktop. It prints the display's geometry.
 const startScript = `set -u
 d="$1"; w="$2"; h="$3"; rv="$4"; rc="$5"; pv="$6"; pc="$7"
 dir="${TMPDIR:-/tmp}/open-bot-desktop/$d"
@@ -370,7 +373,8 @@ web=/usr/share/novnc; [ -d "$web" ] || web=/opt/noVNC
 run wsview websockify --web "$web" "$pv" "localhost:$rv"
 run wsctl websockify --web "$web" "$pc" "localhost:$rc"
 if [ -f "$dir/xfce.pid" ]; then
-  i=0; while ! xdotool search --onlyvisible --class xfce4-panel >/dev/null 2>&1; do i=$((i+1)); [ $i -gt 300 ] && break; sleep 0.1; done
+  i=0; while [ "$(xprop -root _NET_CLIENT_LIST 2>/dev/null | tr ',' '\n' | grep -c 0x)" -lt 2 ]; do i=$((i+1)); [ $i -gt 300 ] && break; sleep 0.1; done
+  sleep 0.3
 fi
 xdotool getdisplaygeometry`
 
