@@ -78,10 +78,8 @@ func (h *hub) serve(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "unauthorized", http.StatusUnauthorized)
 		return
 	}
-	c, err := websocket.Accept(w, r, nil)
-	if err != nil {
-		return
-	}
+	// Subscribed before the handshake completes: an event published once
+	// DialEvents has returned reaches this stream.
 	ch := make(chan []byte, 256)
 	h.mu.Lock()
 	h.subs[ch] = struct{}{}
@@ -91,6 +89,10 @@ func (h *hub) serve(w http.ResponseWriter, r *http.Request) {
 		delete(h.subs, ch)
 		h.mu.Unlock()
 	}()
+	c, err := websocket.Accept(w, r, nil)
+	if err != nil {
+		return
+	}
 	ctx := c.CloseRead(r.Context())
 	for {
 		select {
