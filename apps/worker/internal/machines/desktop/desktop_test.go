@@ -411,8 +411,10 @@ func TestDesktopMachine(t *testing.T) {
 			Type string         `json:"type"`
 			Data map[string]any `json:"data"`
 		}
+		ectx, ecancel := context.WithTimeout(ctx, 30*time.Second)
+		defer ecancel()
 		for e.Type != shared.EventPreempted {
-			_, msg, err := ev.Read(ctx)
+			_, msg, err := ev.Read(ectx)
 			require.NoError(t, err)
 			require.NoError(t, json.Unmarshal(msg, &e))
 		}
