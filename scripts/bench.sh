@@ -134,6 +134,10 @@ BENCHES=(
   # issue 15: takeover request -> worker control link -> first full frame
   # through the worker's relay (p50, max).
   "./apps/worker|^BenchmarkTakeoverFirstFrame$|1x"
+  # issue 21: the command-driven desktop machine's observe (docker exec of
+  # xdotool + `scrot -p -q 72`, the JPEG back through the exec stream) on
+  # the e2b-desktop stand-in, p50/p90 of 50.
+  "./apps/worker/internal/machines/desktop|^BenchmarkDesktopObserve$|50x"
 )
 
 # Print "Benchmark...  value unit  value unit ..." lines as a table. The awk

@@ -209,3 +209,10 @@ log "docker build -t $IMAGE (base $BASE_IMAGE)"
 if ! docker build --force-rm --build-arg "BASE_IMAGE=$BASE_IMAGE" -f "$DOCKERFILE" -t "$IMAGE" . 2>&1 | tee "$buildlog"; then
   explain_failure "docker build" "$buildlog" "$droot=3000"
 fi
+
+# The local stand-in for E2B's stock desktop template, built on the image
+# just made (the command-driven desktop machine's tests and the E2B
+# emulator's `desktop` template use it).
+if [ "${IMAGE_SKIP_DESKTOP:-0}" != 1 ]; then
+  IMAGE="$IMAGE" bash scripts/build-e2b-desktop.sh
+fi

@@ -4,6 +4,7 @@
 package codexrpc
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -46,7 +47,12 @@ type message struct {
 
 // Conn is one app-server connection.
 type Conn struct {
-	ws      *websocket.Conn
+	ws *websocket.Conn
+	// stream, when set instead of ws, is a newline-delimited JSON
+	// connection (NewStream) read through lines.
+	stream io.ReadWriteCloser
+	lines  *bufio.Reader
+
 	handler Handler
 	nextID  atomic.Int64
 	ctx     context.Context
@@ -94,6 +100,9 @@ func (c *Conn) Err() error {
 // Close ends the connection.
 func (c *Conn) Close() error {
 	c.cancel()
+	if c.stream != nil {
+		return c.stream.Close()
+	}
 	return c.ws.Close(websocket.StatusNormalClosure, "")
 }
 
@@ -104,6 +113,10 @@ func (c *Conn) write(ctx context.Context, m any) error {
 	}
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
+	if c.stream != nil {
+		_, err := c.stream.Write(append(b, '\n'))
+		return err
+	}
 	return c.ws.Write(ctx, websocket.MessageText, b)
 }
 
@@ -163,7 +176,11 @@ func (c *Conn) readLoop() {
 		if _, ok := AsLimit(err); ok {
 			// No close handshake with a peer that broke a cap: it may
 			// still be sending.
-			_ = c.ws.CloseNow()
+			if c.stream != nil {
+				_ = c.stream.Close()
+			} else {
+				_ = c.ws.CloseNow()
+			}
 		}
 		close(c.done)
 	}()
@@ -206,6 +223,9 @@ func (c *Conn) readLoop() {
 // oversized message is read on, up to maxDrain, and dropped, so the error
 // can say how big it was.
 func (c *Conn) readMessage(buf *bytes.Buffer) ([]byte, error) {
+	if c.stream != nil {
+		return c.readLine(buf)
+	}
 	_, rd, err := c.ws.Reader(c.ctx)
 	if err != nil {
 		if errors.Is(err, websocket.ErrMessageTooBig) {
