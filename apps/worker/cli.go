@@ -505,7 +505,9 @@ func (c *cliClient) watch(ctx context.Context, path string) error {
 
 // runMCP is `worker mcp --stdio`: a local MCP client (Claude Desktop, an
 // IDE, an agent) on stdin/stdout, bridged to the worker's /mcp as one bot
-// on one computer.
+// on one computer. The capability may come from a file
+// (WORKER_CAPABILITY_FILE), like the token, so a client's config names files
+// rather than holding secrets.
 func runMCP(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("mcp", flag.ContinueOnError)
 	var c cliClient
@@ -518,8 +520,15 @@ func runMCP(ctx context.Context, args []string) error {
 	if !*stdio {
 		return errors.New("usage: worker mcp --stdio [--url URL] [--capability CAP] [--bot BOT]")
 	}
+	if c.capa == "" {
+		capa, _, err := secretEnv("WORKER_CAPABILITY")
+		if err != nil {
+			return err
+		}
+		c.capa = capa
+	}
 	if c.capa == "" || *bot == "" {
-		return errors.New("worker mcp: the computer's capability (--capability or WORKER_CAPABILITY) and the bot (--bot or WORKER_BOT) are required")
+		return errors.New("worker mcp: the computer's capability (--capability, WORKER_CAPABILITY or WORKER_CAPABILITY_FILE) and the bot (--bot or WORKER_BOT) are required")
 	}
 	if err := c.loadToken(); err != nil {
 		return err

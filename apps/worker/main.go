@@ -22,7 +22,7 @@ commands:
   runs       start|watch|stop runs on a running worker
   egress     run the egress agent (botd's tunnel mode dials out through it)
   mcp        --stdio: bridge a local MCP client (stdin/stdout) to the worker's /mcp
-             (WORKER_URL, WORKER_TOKEN(_FILE), WORKER_CAPABILITY, WORKER_BOT)
+             (WORKER_URL, WORKER_TOKEN(_FILE), WORKER_CAPABILITY(_FILE), WORKER_BOT)
   dashboard  print a one-time sign-in link to the running worker's dashboard (operator)
 `
 

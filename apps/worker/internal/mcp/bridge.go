@@ -6,8 +6,8 @@ import (
 	"io"
 	"net/http"
 
-	gomcp "github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	gomcp "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/open-bot/computer/apps/worker/internal/capability"
 )

@@ -26,8 +26,8 @@ import (
 	"sync"
 	"time"
 
-	gomcp "github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	gomcp "github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/rs/zerolog"
 
 	"github.com/open-bot/computer/apps/worker/internal/capability"
