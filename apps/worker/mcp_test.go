@@ -98,9 +98,15 @@ func requireFrame(t testing.TB, r *gomcp.CallToolResult) bool {
 		Unchanged     bool
 	}
 	txt := mcpText(r)
-	line := txt[strings.Index(txt, "{"):]
-	line = line[:strings.Index(line, "}")+1]
-	require.NoError(t, json.Unmarshal([]byte(line), &meta), txt)
+	found := false
+	for _, c := range r.Content {
+		if tc, ok := c.(*gomcp.TextContent); ok && strings.HasPrefix(tc.Text, "{") {
+			// The metadata, maybe followed by a line about an unchanged screen.
+			require.NoError(t, json.NewDecoder(strings.NewReader(tc.Text)).Decode(&meta), txt)
+			found = true
+		}
+	}
+	require.True(t, found, "the frame's metadata: %s", txt)
 	imgs := mcpImages(r)
 	if meta.Unchanged {
 		require.Empty(t, imgs, "an unchanged frame comes without bytes")
