@@ -113,6 +113,8 @@ open-bot is running: ${serving#worker: }
                bin/worker runs start --computer $id --bot alice --prompt "Open example.org and tell me its title" --watch
                (the model: set MODEL_UPSTREAM_URL, MODEL_API_KEY_FILE and WORKER_MODEL before \`make run\`;
                 the worker hands them to the computer's botd)
+  MCP client:  $WORKER_URL/mcp with X-Computer-Capability and X-Bot-Id: alice, or the local bridge
+               WORKER_TOKEN_FILE=$TOKEN_FILE WORKER_CAPABILITY_FILE=$CAP_FILE bin/worker mcp --stdio --bot alice
   checkpoint:  bin/worker computers checkpoint $id
   logs:        $STATE_DIR/worker.log
   clean up:    bin/worker computers destroy $id   (removes the machine and its home)

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/open-bot/computer/apps/worker/internal/httpapi"
+	"github.com/open-bot/computer/apps/worker/internal/mcp"
 )
 
 // cliClient is a client of the worker's API.
@@ -500,4 +501,38 @@ func (c *cliClient) watch(ctx context.Context, path string) error {
 		return err
 	}
 	return errors.New("the event stream ended before the run did")
+}
+
+// runMCP is `worker mcp --stdio`: a local MCP client (Claude Desktop, an
+// IDE, an agent) on stdin/stdout, bridged to the worker's /mcp as one bot
+// on one computer. The capability may come from a file
+// (WORKER_CAPABILITY_FILE), like the token, so a client's config names files
+// rather than holding secrets.
+func runMCP(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("mcp", flag.ContinueOnError)
+	var c cliClient
+	commonFlags(fs, &c)
+	stdio := fs.Bool("stdio", false, "bridge stdin/stdout to the worker's /mcp (the only mode)")
+	bot := fs.String("bot", os.Getenv("WORKER_BOT"), "the bot the session acts as (WORKER_BOT)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if !*stdio {
+		return errors.New("usage: worker mcp --stdio [--url URL] [--capability CAP] [--bot BOT]")
+	}
+	if c.capa == "" {
+		capa, _, err := secretEnv("WORKER_CAPABILITY")
+		if err != nil {
+			return err
+		}
+		c.capa = capa
+	}
+	if c.capa == "" || *bot == "" {
+		return errors.New("worker mcp: the computer's capability (--capability, WORKER_CAPABILITY or WORKER_CAPABILITY_FILE) and the bot (--bot or WORKER_BOT) are required")
+	}
+	if err := c.loadToken(); err != nil {
+		return err
+	}
+	return mcp.Bridge(ctx, os.Stdin, os.Stdout, mcp.BridgeOptions{Endpoint: strings.TrimRight(c.url, "/") + mcp.Path,
+		Token: c.token, Capability: c.capa, Bot: *bot})
 }

@@ -21,6 +21,8 @@ commands:
              (adopt and attach are the operator's: the operator socket or WORKER_OPERATOR_TOKEN)
   runs       start|watch|stop runs on a running worker
   egress     run the egress agent (botd's tunnel mode dials out through it)
+  mcp        --stdio: bridge a local MCP client (stdin/stdout) to the worker's /mcp
+             (WORKER_URL, WORKER_TOKEN(_FILE), WORKER_CAPABILITY(_FILE), WORKER_BOT)
   dashboard  print a one-time sign-in link to the running worker's dashboard (operator)
 `
 
@@ -41,6 +43,8 @@ func main() {
 		err = runRuns(ctx, os.Args[2:])
 	case "egress":
 		err = egressagent.Command(ctx, os.Args[2:])
+	case "mcp":
+		err = runMCP(ctx, os.Args[2:])
 	case "dashboard":
 		err = runDashboard(ctx, os.Args[2:])
 	case "-h", "--help", "help":

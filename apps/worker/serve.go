@@ -22,6 +22,7 @@ import (
 	"github.com/open-bot/computer/apps/worker/internal/computers"
 	"github.com/open-bot/computer/apps/worker/internal/homes"
 	"github.com/open-bot/computer/apps/worker/internal/httpapi"
+	"github.com/open-bot/computer/apps/worker/internal/mcp"
 	"github.com/open-bot/computer/apps/worker/internal/providers"
 	"github.com/open-bot/computer/apps/worker/internal/runs"
 	"github.com/open-bot/computer/apps/worker/internal/secret"
@@ -375,6 +376,7 @@ func newWorker(ctx context.Context, c serveConfig, log zerolog.Logger) (*worker,
 			httpapi.MountTakeover(mux, gate, tk)
 			httpapi.MountCheckpoint(mux, gate, comps)
 			mountLogin(mux, ppl)
+			mux.Handle(mcp.Path, mcp.Handler(mcp.Options{Computers: comps, Log: log.With().Str("sub", "mcp").Logger()}))
 		}})
 	return &worker{Store: st, Computers: comps, Runs: m, Handler: ppl.Handler(h), People: ppl, stop: stop, setup: setup,
 		DefaultProvider: def, Homes: homesName}, nil

@@ -55,3 +55,22 @@ func (s *Set) Forget(id string) {
 	delete(s.hashes, id)
 	s.mu.Unlock()
 }
+
+// Lookup returns the computer whose live capability presented is (for
+// routes that name no computer, like /mcp). Every entry is compared in
+// constant time.
+func (s *Set) Lookup(presented string) (string, bool) {
+	if presented == "" {
+		return "", false
+	}
+	got := sha256.Sum256([]byte(presented))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	found := ""
+	for id, want := range s.hashes {
+		if subtle.ConstantTimeCompare(got[:], want[:]) == 1 {
+			found = id
+		}
+	}
+	return found, found != ""
+}

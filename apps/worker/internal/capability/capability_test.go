@@ -26,3 +26,31 @@ func TestMintCheckAdoptForget(t *testing.T) {
 	s.Forget("c1")
 	require.False(t, s.Check("c1", a2))
 }
+
+func TestLookup(t *testing.T) {
+	s := NewSet()
+	a, err := s.Mint("c1")
+	require.NoError(t, err)
+	b, err := s.Mint("c2")
+	require.NoError(t, err)
+	id, ok := s.Lookup(a)
+	require.True(t, ok)
+	require.Equal(t, "c1", id)
+	id, ok = s.Lookup(b)
+	require.True(t, ok)
+	require.Equal(t, "c2", id)
+	for _, bad := range []string{"", "x", a + "x"} {
+		_, ok = s.Lookup(bad)
+		require.False(t, ok, "%q", bad)
+	}
+	a2, err := s.Mint("c1") // adopt
+	require.NoError(t, err)
+	_, ok = s.Lookup(a)
+	require.False(t, ok, "the old value stops working")
+	id, ok = s.Lookup(a2)
+	require.True(t, ok)
+	require.Equal(t, "c1", id)
+	s.Forget("c1")
+	_, ok = s.Lookup(a2)
+	require.False(t, ok)
+}

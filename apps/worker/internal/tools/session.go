@@ -185,6 +185,22 @@ func describe(err error) string {
 	return "error: " + err.Error()
 }
 
+// codeOf is err's stable code, as describe names it.
+func codeOf(err error) shared.Code {
+	var te *ToolError
+	if errors.As(err, &te) {
+		return te.Code
+	}
+	var be *client.Error
+	if errors.As(err, &be) && be.Code != "" {
+		return be.Code
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return shared.CodeTimeout
+	}
+	return shared.CodeInternal
+}
+
 // status of err for the direct HTTP API.
 func statusOf(err error) int {
 	var be *client.Error

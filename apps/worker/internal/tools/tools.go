@@ -32,6 +32,9 @@ type Result struct {
 	Content []Content `json:"content"`
 	// Status is the HTTP status for the direct API (200 on success).
 	Status int `json:"-"`
+	// Code is a failed call's stable code (the one its text names), for
+	// callers that carry it apart from the text (MCP); "" on success.
+	Code shared.Code `json:"-"`
 }
 
 // Tool is one tool: its spec for the model and its implementation.
@@ -128,7 +131,7 @@ func Call(ctx context.Context, s *Session, name string, args json.RawMessage) (r
 }
 
 func failed(err error, status int) Result {
-	return Result{Success: false, Content: []Content{{Type: "text", Text: describe(err)}}, Status: status}
+	return Result{Success: false, Content: []Content{{Type: "text", Text: describe(err)}}, Status: status, Code: codeOf(err)}
 }
 
 // decode reads a tool's arguments strictly, with errors the model can act on.
