@@ -26,6 +26,14 @@ DOCKERFILE="${DOCKERFILE:-images/computer/Dockerfile}"
 OUT=build/image
 
 log() { printf 'make image: %s\n' "$*" >&2; }
+# The stages, one "step n/N: name" line each as it begins (plain lines, on a
+# terminal or not), and the time they took at the end.
+STEPS=4
+STEP=0
+step() {
+  STEP=$((STEP + 1))
+  log "step $STEP/$STEPS: $* (${SECONDS}s so far)"
+}
 die() {
   log "$*"
   exit 1
@@ -62,6 +70,7 @@ explain_failure() {
   die "$what failed; see the output above"
 }
 
+step "tools and the Docker engine"
 # As root on Debian, install what this build uses (cgo, libturbojpeg,
 # debootstrap: `provision.sh --build`, seconds when present) and start an
 # engine when none answers; it keeps running afterwards, like any machine's
@@ -80,7 +89,10 @@ docker info >/dev/null 2>&1 || die "no Docker engine answers here (as root, this
 # build/image and the base.
 mkdir -p "$OUT"
 exec 9>"$OUT/.lock"
-flock 9
+if ! flock -n 9; then
+  log "waiting for another make image in this checkout"
+  flock 9
+fi
 
 # Debian's mirror as apt is configured on this machine: the first repository
 # whose Release file says Origin: Debian, Label: Debian (not -Security).
@@ -164,8 +176,9 @@ CFG
   log "made $BASE_IMAGE ($id)"
 }
 
+step "the base image $BASE_IMAGE"
 if docker image inspect "$BASE_IMAGE" >/dev/null 2>&1; then
-  :
+  log "$BASE_IMAGE is here"
 elif [ "${BASE_PULL:-1}" = 1 ] && timeout "${PULL_TIMEOUT_SECONDS:-60}" docker pull -q "$BASE_IMAGE" >/dev/null 2>&1; then
   log "pulled $BASE_IMAGE"
 else
@@ -173,6 +186,7 @@ else
   make_base
 fi
 
+step "go build botd and the worker"
 # botd with cgo and the static libturbojpeg, fully static (osusergo, netgo) so
 # it runs on any base; the worker is pure Go.
 mkdir -p "$OUT"
@@ -205,7 +219,7 @@ droot="$(docker info --format '{{.DockerRootDir}}' 2>/dev/null || echo /var/lib/
 check_space "$droot" 3000 "the engine's data-root; free space or move Docker's data-root"
 buildlog="$(mktemp)"
 trap 'rm -f "$gologf" "$buildlog"' EXIT
-log "docker build -t $IMAGE (base $BASE_IMAGE)"
+step "docker build -t $IMAGE (base $BASE_IMAGE)"
 if ! docker build --force-rm --build-arg "BASE_IMAGE=$BASE_IMAGE" -f "$DOCKERFILE" -t "$IMAGE" . 2>&1 | tee "$buildlog"; then
   explain_failure "docker build" "$buildlog" "$droot=3000"
 fi
@@ -216,3 +230,4 @@ fi
 if [ "${IMAGE_SKIP_DESKTOP:-0}" != 1 ]; then
   IMAGE="$IMAGE" bash scripts/build-e2b-desktop.sh
 fi
+log "built $IMAGE in ${SECONDS}s"

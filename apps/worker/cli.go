@@ -26,6 +26,7 @@ import (
 
 	"github.com/open-bot/computer/apps/worker/internal/httpapi"
 	"github.com/open-bot/computer/apps/worker/internal/mcp"
+	"github.com/open-bot/computer/apps/worker/internal/progress"
 )
 
 // cliClient is a client of the worker's API.
@@ -36,6 +37,11 @@ type cliClient struct {
 	// socket is the operator socket's path; hc, when set, dials it.
 	socket string
 	hc     *http.Client
+	// prog shows long work (on stderr): a redrawn line on a terminal,
+	// plain lines elsewhere.
+	prog *progress.Printer
+	// began is when the last longCall began.
+	began time.Time
 }
 
 func commonFlags(fs *flag.FlagSet, c *cliClient) {
@@ -179,15 +185,22 @@ const computersUsage = `usage: worker computers <create|list|adopt|add-bot|remov
   remove-bot --capability C [--purge] ID BOT   stop its screens, forget their profiles (--purge: and bots/BOT/)
   stop|start|recover|destroy --capability C ID
   checkpoint --capability C ID   export the computer's home into the home store now
+long work (create, start, recover, checkpoint) shows its phase and time on stderr
+(one redrawn line on a terminal, plain lines elsewhere; none with --json)
 common flags: --url (WORKER_URL) --json; the token: WORKER_TOKEN(_FILE) or DATA_DIR/worker-token;
 operator actions: WORKER_OPERATOR_TOKEN(_FILE), else --operator-socket (DATA_DIR/operator.sock)
 `
 
 func runComputers(ctx context.Context, args []string) error {
+	return runComputersWith(ctx, args, progress.For(os.Stderr))
+}
+
+// runComputersWith is runComputers showing long work on prog.
+func runComputersWith(ctx context.Context, args []string, prog *progress.Printer) error {
 	if len(args) == 0 {
 		return errors.New(computersUsage)
 	}
-	c := &cliClient{out: os.Stdout}
+	c := &cliClient{out: os.Stdout, prog: prog}
 	fs := flag.NewFlagSet("computers "+args[0], flag.ContinueOnError)
 	commonFlags(fs, c)
 	team := fs.String("team", "", "team scope (share: true)")
@@ -200,6 +213,9 @@ func runComputers(ctx context.Context, args []string) error {
 	attTok := fs.String("attach-token-file", "", "attach: a file holding the botd's token (read here, sent by value; never pass the token as an argument)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
+	}
+	if c.asJSON { // JSON alone, for programs (which often read stderr too)
+		c.prog = progress.New(io.Discard, false)
 	}
 	operator := args[0] == "adopt" || (args[0] == "create" && (*attURL != "" || *attTok != "" || *provider == "attach"))
 	if operator {
@@ -250,8 +266,19 @@ func runComputers(ctx context.Context, args []string) error {
 			Computer   cliComputer `json:"computer"`
 			Capability string      `json:"capability"`
 		}
-		if err := c.call(ctx, "POST", "/v1/computers", body, &out); err != nil {
+		what := "creating a computer"
+		if *provider != "" {
+			what += " (" + *provider + ")"
+		}
+		if err := c.longCall(ctx, "POST", "/v1/computers", body, &out, what); err != nil {
 			return err
+		}
+		if out.Computer.ID != "" && out.Capability != "" {
+			c.capa = out.Capability
+			// The capability is printed below whatever the wait gives.
+			if err := c.waitRunning(ctx, &out.Computer); err != nil {
+				c.prog.Done("%v", err)
+			}
 		}
 		if !c.asJSON {
 			fmt.Printf("computer %s (%s, %s, %s) is %s\n", out.Computer.ID, out.Computer.Kind, out.Computer.Provider, out.Computer.scope(), out.Computer.State)
@@ -341,9 +368,14 @@ func runComputers(ctx context.Context, args []string) error {
 			Size     int64     `json:"size"`
 			At       time.Time `json:"at"`
 		}
-		if err := c.call(ctx, "POST", "/v1/computers/"+pos[0]+"/checkpoint", nil, &out); err != nil {
+		// The worker's answer comes when the export is stored, with no byte
+		// counts before: phase and elapsed while it runs, then the size and
+		// the rate from the answer.
+		if err := c.longCall(ctx, "POST", "/v1/computers/"+pos[0]+"/checkpoint", nil, &out, "checkpointing "+pos[0]); err != nil {
 			return err
 		}
+		el := c.prog.Elapsed()
+		c.prog.Done("checkpointed %s: %s in %s (%s)", pos[0], progress.Size(out.Size), progress.Duration(el), progress.Rate(out.Size, el))
 		if !c.asJSON {
 			fmt.Printf("checkpoint %d of %s: %d bytes at %s\n", out.Revision, pos[0], out.Size, out.At.Format(time.RFC3339))
 		}
@@ -359,8 +391,18 @@ func runComputers(ctx context.Context, args []string) error {
 		var out struct {
 			Computer cliComputer `json:"computer"`
 		}
-		if err := c.call(ctx, method, path, nil, &out); err != nil {
+		verb := map[string]string{"stop": "stopping", "start": "starting", "recover": "recovering", "destroy": "destroying"}[args[0]]
+		if err := c.longCall(ctx, method, path, nil, &out, verb+" "+pos[0]); err != nil {
 			return err
+		}
+		if args[0] == "start" || args[0] == "recover" {
+			// A machine that is gone is replaced and the latest checkpoint
+			// restored into it, inside this call (no byte counts in the answer).
+			if err := c.waitRunning(ctx, &out.Computer); err != nil {
+				return err
+			}
+		} else {
+			c.prog.Done("%s is %s after %s", pos[0], out.Computer.State, progress.Duration(time.Since(c.began)))
 		}
 		if !c.asJSON {
 			fmt.Printf("computer %s is %s\n", out.Computer.ID, out.Computer.State)
@@ -371,6 +413,55 @@ func runComputers(ctx context.Context, args []string) error {
 		return nil
 	}
 	return errors.New(computersUsage)
+}
+
+// longCall is call showing phase and elapsed time while the worker works.
+func (c *cliClient) longCall(ctx context.Context, method, path string, body, out any, phase string) error {
+	c.began = time.Now()
+	c.prog.Phase(phase)
+	stop := c.prog.Every(250 * time.Millisecond)
+	err := c.call(ctx, method, path, body, out)
+	stop()
+	if err != nil {
+		c.prog.Done("%s failed after %s", phase, progress.Duration(c.prog.Elapsed()))
+	}
+	return err
+}
+
+// waitRunning waits for the computer to be running (asking the worker
+// every second while it is creating or starting), showing its state, and
+// says how it ended; comp is its last view.
+func (c *cliClient) waitRunning(ctx context.Context, comp *cliComputer) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	state := ""
+	stop := c.prog.Every(250 * time.Millisecond)
+	defer stop()
+	for comp.State == "creating" || comp.State == "starting" {
+		if comp.State != state {
+			state = comp.State
+			c.prog.Phase("waiting for " + comp.ID + " to be running (" + state + ")")
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s is still %s: %w", comp.ID, comp.State, ctx.Err())
+		case <-time.After(time.Second):
+		}
+		var out struct {
+			Computer cliComputer `json:"computer"`
+		}
+		asJSON := c.asJSON
+		c.asJSON = false // the command's answer was printed already
+		err := c.call(ctx, "GET", "/v1/computers/"+comp.ID, nil, &out)
+		c.asJSON = asJSON
+		if err != nil {
+			return err
+		}
+		*comp = out.Computer
+	}
+	stop()
+	c.prog.Done("%s is %s after %s", comp.ID, comp.State, progress.Duration(time.Since(c.began)))
+	return nil
 }
 
 const runsUsage = `usage: worker runs <start|watch|stop> --computer ID --capability C [flags]

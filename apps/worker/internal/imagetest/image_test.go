@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -619,6 +620,8 @@ func TestImageFailedBuildKeepsTag(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	require.Error(t, err, "a failing build must exit non-zero:\n%s", out)
 	require.Contains(t, string(out), "make image: docker build failed")
+	// make image shows its stages (issue 24.4), in order, as plain lines.
+	require.Regexp(t, `(?s)make image: step 1/4: tools and the Docker engine.*\nmake image: step 2/4: the base image .*\nmake image: step 3/4: go build botd and the worker.*\nmake image: step 4/4: docker build -t `+regexp.QuoteMeta(tag), string(out))
 	after := mustDocker(t, ctx, "image", "inspect", "-f", "{{.Id}}", tag)
 	require.Equal(t, before, after, "a failed build moved the tag")
 }
