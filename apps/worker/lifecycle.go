@@ -21,7 +21,7 @@ import (
 )
 
 // knownKinds is every provider kind this worker can run.
-var knownKinds = []string{providers.KindAttach, providers.KindDocker, providers.KindLocal, providers.KindSingleScreen}
+var knownKinds = []string{providers.KindAttach, providers.KindDocker, providers.KindE2B, providers.KindLocal, providers.KindSingleScreen}
 
 // defaultMachinesDir is where local computers' homes and docker token files
 // live: it must be traversable by botd's users (a home under a 0700
