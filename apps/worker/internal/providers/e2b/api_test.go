@@ -318,7 +318,7 @@ func TestKeyNeverRendered(t *testing.T) {
 	require.NoError(t, err)
 	defer p.Close()
 	var buf bytes.Buffer
-	fmt.Fprintf(&buf, "%v %+v %#v %s", k, *p, p.o, k)
+	fmt.Fprintf(&buf, "%v %+v %#v %s", k, p, p.o, k)
 	b, _ := json.Marshal(p.o)
 	buf.Write(b)
 	require.NotContains(t, buf.String(), testKey)

@@ -12,9 +12,11 @@ package e2b
 // answering is explained (its timeout lapsed, or it is gone).
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -46,8 +48,9 @@ func uses(r *http.Request) bool {
 }
 
 // newForwarder listens on 127.0.0.1 and proxies to target through rt.
-// explain, when botd does not answer, says why in botd's error envelope.
-func newForwarder(target *url.URL, rt http.RoundTripper, explain func(ctx context.Context) (int, string)) (*forwarder, error) {
+// explain, when botd does not answer, says why in botd's error envelope
+// (known: the sandbox is not running, which explains it).
+func newForwarder(target *url.URL, rt http.RoundTripper, explain func(ctx context.Context) (status int, msg string, known bool)) (*forwarder, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -67,12 +70,28 @@ func newForwarder(target *url.URL, rt http.RoundTripper, explain func(ctx contex
 			}
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 10*time.Second)
 			defer cancel()
-			status, msg := explain(ctx)
+			status, msg, _ := explain(ctx)
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(status)
 			_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{"code": "unavailable", "message": msg}})
 		},
 		ModifyResponse: func(resp *http.Response) error {
+			if resp.StatusCode == http.StatusBadGateway || resp.StatusCode == http.StatusGatewayTimeout {
+				// The vendor's proxy could not reach the port (botd
+				// never answers these): say why when the sandbox is not
+				// running.
+				ctx, cancel := context.WithTimeout(context.WithoutCancel(resp.Request.Context()), 10*time.Second)
+				defer cancel()
+				if status, msg, known := explain(ctx); known {
+					_ = resp.Body.Close()
+					b, _ := json.Marshal(map[string]any{"error": map[string]string{"code": "unavailable", "message": msg}})
+					resp.StatusCode, resp.Status = status, http.StatusText(status)
+					resp.Header = http.Header{"Content-Type": {"application/json"}}
+					resp.Body = io.NopCloser(bytes.NewReader(b))
+					resp.ContentLength = int64(len(b))
+				}
+				return nil
+			}
 			if resp.StatusCode == http.StatusSwitchingProtocols && uses(resp.Request) {
 				f.upgraded.Add(1)
 				if rwc, ok := resp.Body.(interface {

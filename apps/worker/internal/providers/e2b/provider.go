@@ -423,6 +423,11 @@ type session struct {
 	done  chan struct{}
 	once  sync.Once
 	token string // the envd access token this session was made with
+
+	// explMu guards expl and explAt, the last explanation.
+	explMu sync.Mutex
+	expl   explained
+	explAt time.Time
 }
 
 // session returns the sandbox's session, making it (or remaking it when
@@ -508,18 +513,33 @@ func (s *session) refresh() {
 	}
 }
 
-// explain says why botd did not answer through the forwarder.
-func (s *session) explain(ctx context.Context) (int, string) {
+// explain says why botd did not answer through the forwarder; known when
+// the sandbox is not running (paused, gone). One answer is reused for 2 s:
+// a botd that is still starting is probed often.
+func (s *session) explain(ctx context.Context) (int, string, bool) {
+	s.explMu.Lock()
+	defer s.explMu.Unlock()
+	if time.Since(s.explAt) < 2*time.Second {
+		return s.expl.status, s.expl.msg, s.expl.known
+	}
 	d, err := s.p.api.get(ctx, s.id)
+	e := explained{status: http.StatusBadGateway, msg: "botd in the E2B sandbox does not answer (the sandbox is running)"}
 	switch {
 	case errors.Is(err, ErrNotFound):
-		return http.StatusBadGateway, "the E2B sandbox is gone (killed, or its timeout lapsed): start the computer again for a replacement"
+		e = explained{http.StatusBadGateway, "the E2B sandbox is gone (killed, or its timeout lapsed): start the computer again for a replacement", true}
 	case err != nil:
-		return http.StatusBadGateway, "botd in the E2B sandbox does not answer, and the E2B API could not say why"
+		e.msg = "botd in the E2B sandbox does not answer, and the E2B API could not say why"
 	case d.State == "paused":
-		return http.StatusServiceUnavailable, "the E2B sandbox is paused (its timeout lapsed, or it was stopped): start the computer again to resume it"
+		e = explained{http.StatusServiceUnavailable, "the E2B sandbox is paused (its timeout lapsed, or it was stopped): start the computer again to resume it", true}
 	}
-	return http.StatusBadGateway, "botd in the E2B sandbox does not answer (the sandbox is running)"
+	s.expl, s.explAt = e, time.Now()
+	return e.status, e.msg, e.known
+}
+
+type explained struct {
+	status int
+	msg    string
+	known  bool
 }
 
 // botdRunning reports whether envd runs a process tagged botd.
