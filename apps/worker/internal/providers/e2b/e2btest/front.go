@@ -10,6 +10,7 @@ package e2btest
 
 import (
 	"bytes"
+	"compress/gzip"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -206,11 +207,12 @@ func (f *Front) rpc(w http.ResponseWriter, r *http.Request, m protoreflect.Metho
 			f.fail("%s: request: %v", op, err)
 		}
 		for _, e := range msgs {
-			if e.flags != 0 {
-				f.fail("%s: request envelope flags %#x", op, e.flags)
+			data, err := e.payload(r.Header.Get("Connect-Content-Encoding"))
+			if err != nil || e.flags&^1 != 0 {
+				f.fail("%s: request envelope flags %#x: %v", op, e.flags, err)
 				continue
 			}
-			if err := strict.Unmarshal(e.data, in); err != nil {
+			if err := strict.Unmarshal(data, in); err != nil {
 				f.fail("%s: request message: %v", op, err)
 			}
 		}
@@ -220,20 +222,26 @@ func (f *Front) rpc(w http.ResponseWriter, r *http.Request, m protoreflect.Metho
 		f.record(op, sw.status())
 		return
 	}
-	if err := strict.Unmarshal(body, in); err != nil {
+	if plain, err := decoded(r.Header.Get("Content-Encoding"), body); err != nil {
+		f.fail("%s: request: %v", op, err)
+	} else if err := strict.Unmarshal(plain, in); err != nil {
 		f.fail("%s: request: %v", op, err)
 	}
 	rec := httptest.NewRecorder()
 	f.next.ServeHTTP(rec, r.Clone(r.Context()))
+	answer, err := decoded(rec.Header().Get("Content-Encoding"), rec.Body.Bytes())
+	if err != nil {
+		f.fail("%s: answer: %v", op, err)
+	}
 	if rec.Code == http.StatusOK {
 		out, err := newMessage(m.Output())
 		if err == nil {
-			err = strict.Unmarshal(rec.Body.Bytes(), out)
+			err = strict.Unmarshal(answer, out)
 		}
 		if err != nil {
 			f.fail("%s: answer: %v", op, err)
 		}
-	} else if !connectError(rec.Body.Bytes()) {
+	} else if !connectError(answer) {
 		f.fail("%s: error answer %d is not a Connect error: %q", op, rec.Code, rec.Body.String())
 	}
 	f.record(op, rec.Code)
@@ -303,6 +311,13 @@ func (s *streamCheck) Write(p []byte) (int, error) {
 			break
 		}
 		flags, data := s.buf[0], s.buf[5:5+n]
+		if flags&1 != 0 {
+			plain, err := decoded(s.Header().Get("Connect-Content-Encoding"), data)
+			if err != nil {
+				s.f.fail("%s: a compressed message: %v", s.op, err)
+			}
+			flags, data = flags&^1, plain
+		}
 		s.check(flags, data)
 		s.buf = s.buf[5+n:]
 	}
@@ -362,4 +377,29 @@ func (s *streamCheck) finish() {
 		// A partial frame: the client went away mid-frame.
 		return
 	}
+}
+
+// payload is an envelope's message, decompressed when its flag says so
+// (Connect compresses with the negotiated Connect-Content-Encoding).
+func (e envelope) payload(encoding string) ([]byte, error) {
+	if e.flags&1 == 0 {
+		return e.data, nil
+	}
+	return decoded(encoding, e.data)
+}
+
+// decoded undoes a Content-Encoding (identity or gzip, what Connect's Go
+// implementation negotiates).
+func decoded(encoding string, b []byte) ([]byte, error) {
+	switch encoding {
+	case "", "identity":
+		return b, nil
+	case "gzip":
+		zr, err := gzip.NewReader(bytes.NewReader(b))
+		if err != nil {
+			return nil, err
+		}
+		return io.ReadAll(zr)
+	}
+	return nil, fmt.Errorf("unknown encoding %q", encoding)
 }
