@@ -283,6 +283,12 @@ func (p *Provider) Reconnect(ctx context.Context, ref string, spec Spec) (*clien
 	if err := p.awaitHealthy(ctx, sess, c); err != nil {
 		return nil, fmt.Errorf("e2b provider: sandbox %s: %w", r.SandboxID, err)
 	}
+	// A reconnect is use: the sandbox lives a whole Timeout from now (botd
+	// may have taken a while to start), and the refresher sees it used.
+	sess.fwd.touch()
+	if err := p.api.setTimeout(ctx, r.SandboxID, p.o.Timeout); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 
