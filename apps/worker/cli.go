@@ -23,6 +23,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/open-bot/computer/apps/worker/internal/httpapi"
 )
 
 // cliClient is a client of the worker's API.
@@ -37,7 +39,7 @@ type cliClient struct {
 
 func commonFlags(fs *flag.FlagSet, c *cliClient) {
 	fs.StringVar(&c.url, "url", envOr("WORKER_URL", "http://127.0.0.1:7100"), "worker URL (WORKER_URL)")
-	fs.StringVar(&c.socket, "operator-socket", operatorSocket(envOr("DATA_DIR", defaultDataDir())), "operator actions without WORKER_OPERATOR_TOKEN(_FILE): the worker's operator socket (DATA_DIR/operator.sock)")
+	fs.StringVar(&c.socket, "operator-socket", httpapi.OperatorSocket(envOr("DATA_DIR", defaultDataDir())), "operator actions without WORKER_OPERATOR_TOKEN(_FILE): the worker's operator socket (DATA_DIR/operator.sock)")
 	fs.StringVar(&c.capa, "capability", os.Getenv("WORKER_CAPABILITY"), "the computer's capability (WORKER_CAPABILITY)")
 	fs.BoolVar(&c.asJSON, "json", false, "print JSON")
 }

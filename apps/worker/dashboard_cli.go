@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/open-bot/computer/apps/worker/internal/httpapi"
+	"github.com/open-bot/computer/apps/worker/internal/takeover"
 )
 
 func runDashboard(ctx context.Context, args []string) error {
@@ -42,7 +43,7 @@ func runDashboard(ctx context.Context, args []string) error {
 // the link views and takes over every screen): a fresh one-time sign-in
 // link on the address the caller used (over the operator socket, the
 // worker's own address).
-func (p *people) mountLogin(mux *http.ServeMux) {
+func mountLogin(mux *http.ServeMux, p *takeover.People) {
 	mux.HandleFunc("POST /v1/dashboard/login-link", httpapi.Operator(func(w http.ResponseWriter, r *http.Request) {
 		base := "http://" + r.Host
 		if r.TLS != nil {

@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/open-bot/computer/apps/worker/egressagent"
 )
 
 const usage = `usage: worker <command> [flags]
@@ -38,7 +40,7 @@ func main() {
 	case "runs":
 		err = runRuns(ctx, os.Args[2:])
 	case "egress":
-		err = runEgress(ctx, os.Args[2:])
+		err = egressagent.Command(ctx, os.Args[2:])
 	case "dashboard":
 		err = runDashboard(ctx, os.Args[2:])
 	case "-h", "--help", "help":

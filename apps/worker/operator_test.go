@@ -20,6 +20,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/open-bot/computer/apps/worker/internal/httpapi"
 	"github.com/open-bot/computer/apps/worker/internal/store"
 )
 
@@ -56,8 +57,8 @@ func TestOperatorSocket(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	require.NoError(t, os.Chmod(dir, 0o755))
-	sock := operatorSocket(dir)
-	stop, err := serveOperator(t.Context(), sock, e.url, false, e.w.Handler, zerolog.Nop())
+	sock := httpapi.OperatorSocket(dir)
+	stop, err := httpapi.ServeOperator(t.Context(), sock, e.url, false, e.w.Handler, zerolog.Nop())
 	require.NoError(t, err)
 	t.Cleanup(stop)
 	fi, err := os.Lstat(sock)
@@ -104,7 +105,7 @@ func TestOperatorSocket(t *testing.T) {
 	require.NotContains(t, string(out), "/dashboard/login", "uid 65534 got a sign-in link")
 
 	// One worker per socket: a second is refused while the first serves.
-	_, err = serveOperator(t.Context(), sock, e.url, false, e.w.Handler, zerolog.Nop())
+	_, err = httpapi.ServeOperator(t.Context(), sock, e.url, false, e.w.Handler, zerolog.Nop())
 	require.ErrorContains(t, err, "served by another worker")
 	stop()
 	_, err = os.Lstat(sock)
@@ -116,14 +117,14 @@ func TestOperatorSocket(t *testing.T) {
 	require.NoError(t, err)
 	l.SetUnlinkOnClose(false)
 	require.NoError(t, l.Close())
-	stop2, err := serveOperator(t.Context(), sock, e.url, false, e.w.Handler, zerolog.Nop())
+	stop2, err := httpapi.ServeOperator(t.Context(), sock, e.url, false, e.w.Handler, zerolog.Nop())
 	require.NoError(t, err, "over a stale socket")
 	t.Cleanup(stop2)
 	st, _ = socketPost(t, socketClient(sock), "/v1/dashboard/login-link")
 	require.Equal(t, http.StatusOK, st)
 	stop2()
 	require.NoError(t, os.WriteFile(sock, []byte("notes\n"), 0o600))
-	_, err = serveOperator(t.Context(), sock, e.url, false, e.w.Handler, zerolog.Nop())
+	_, err = httpapi.ServeOperator(t.Context(), sock, e.url, false, e.w.Handler, zerolog.Nop())
 	require.ErrorContains(t, err, "is not a socket")
 	b, _ := os.ReadFile(sock)
 	require.Equal(t, "notes\n", string(b))

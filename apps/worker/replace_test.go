@@ -290,20 +290,17 @@ func acceptanceReplace(t *testing.T, e *workerEnv, page pageProbe, pageURL, bot 
 	// The checkpoint closed the browser (botd quiesces it); asked for its
 	// tabs it starts again with the page open. Then an explicit checkpoint
 	// (the route) records the tab and the cookie once more.
-	botd, _, err := e.w.Computers.Botd(ctx, e.computer)
+	botd, err := e.w.Computers.Machine(ctx, e.computer)
 	require.NoError(t, err)
 	waitTab := func(what string) {
 		t.Helper()
 		deadline := time.Now().Add(90 * time.Second)
 		for {
-			var tabs struct {
-				Pages []string `json:"pages"`
-			}
-			err := botd.Do(ctx, http.MethodGet, "/screens/"+bot+"/browser/pages", nil, &tabs)
-			if err == nil && slices.Contains(tabs.Pages, pageURL) {
+			pages, err := botd.BrowserPages(ctx, bot)
+			if err == nil && slices.Contains(pages, pageURL) {
 				return
 			}
-			require.True(t, time.Now().Before(deadline), "%s: tabs %v, err %v", what, tabs.Pages, err)
+			require.True(t, time.Now().Before(deadline), "%s: tabs %v, err %v", what, pages, err)
 			time.Sleep(300 * time.Millisecond)
 		}
 	}
@@ -332,7 +329,7 @@ func acceptanceReplace(t *testing.T, e *workerEnv, page pageProbe, pageURL, bot 
 		afterReplace(after.ProviderRef)
 	}
 
-	botd, _, err = e.w.Computers.Botd(ctx, e.computer)
+	botd, err = e.w.Computers.Machine(ctx, e.computer)
 	require.NoError(t, err)
 	res, err := botd.ReadFile(ctx, "bots/"+bot+"/result.txt", 1<<20)
 	require.NoError(t, err, "the model-created file came back")

@@ -12,9 +12,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
+	"golang.org/x/sys/unix"
 
 	"github.com/open-bot/computer/apps/worker/internal/capability"
 	"github.com/open-bot/computer/apps/worker/internal/computers"
@@ -42,7 +44,7 @@ type serveConfig struct {
 	// TokenFile is where the token came from (shown to people, never the token).
 	TokenFile string
 	// MachinesDir holds the local provider's computers and docker's token
-	// files (WORKER_MACHINES_DIR); "" picks defaultMachinesDir.
+	// files (WORKER_MACHINES_DIR); "" picks providers.DefaultMachinesDir.
 	MachinesDir string
 	// IdleAfter suspends computers nobody used for this long (0: never).
 	IdleAfter time.Duration
@@ -71,6 +73,72 @@ func secretEnv(name string) (val, file string, err error) {
 		return strings.TrimSpace(string(b)), f, nil
 	}
 	return "", "", nil
+}
+
+// checkSecretFile refuses a token file (named by env var name) that is not
+// a regular file owned by the worker's user with mode 0600 or stricter,
+// saying how to fix it.
+func checkSecretFile(name, path string) error {
+	st, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	sys, _ := st.Sys().(*syscall.Stat_t)
+	uid := os.Geteuid()
+	switch {
+	case !st.Mode().IsRegular():
+		return fmt.Errorf("%s %s is not a regular file", name, path)
+	case sys == nil || int(sys.Uid) != uid:
+		owner := -1
+		if sys != nil {
+			owner = int(sys.Uid)
+		}
+		return fmt.Errorf("%s %s is owned by uid %d, not by the worker's user (uid %d): a token file must be the worker's own, mode 0600; fix: chown %d %s && chmod 600 %s",
+			name, path, owner, uid, uid, path, path)
+	case st.Mode().Perm()&0o077 != 0:
+		return fmt.Errorf("%s %s is mode %04o: a token file must be mode 0600 (or stricter), readable by the worker's user only; fix: chmod 600 %s",
+			name, path, st.Mode().Perm(), path)
+	}
+	return nil
+}
+
+// serverSecret reads the worker's own secret name from the env, or from the
+// file named by name_FILE, which checkSecretFile must accept.
+func serverSecret(name string) (val, file string, err error) {
+	if v := os.Getenv(name); v != "" {
+		return v, "", nil
+	}
+	f := os.Getenv(name + "_FILE")
+	if f == "" {
+		return "", "", nil
+	}
+	if err := checkSecretFile(name+"_FILE", f); err != nil {
+		return "", "", err
+	}
+	return secretEnv(name)
+}
+
+// operatorToken returns WORKER_OPERATOR_TOKEN(_FILE), or "" when neither is
+// set (then the operator socket is the only operator credential).
+func operatorToken(workerToken string) (string, error) {
+	tok, _, err := serverSecret("WORKER_OPERATOR_TOKEN")
+	switch {
+	case err != nil:
+		return "", err
+	case tok == "":
+		return "", nil
+	case len(tok) < 16:
+		return "", errors.New("WORKER_OPERATOR_TOKEN (or WORKER_OPERATOR_TOKEN_FILE) must be at least 16 characters")
+	case tok == workerToken:
+		return "", errors.New("WORKER_OPERATOR_TOKEN must differ from WORKER_TOKEN: the callers' token never acts as the operator")
+	}
+	return tok, nil
+}
+
+// isTerminal reports whether f is a terminal.
+func isTerminal(f *os.File) bool {
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
 }
 
 func defaultDataDir() string {
@@ -118,9 +186,9 @@ func runServe(ctx context.Context, args []string) error {
 		return err
 	}
 	if c.MachinesDir == "" {
-		c.MachinesDir = defaultMachinesDir(c.DataDir)
+		c.MachinesDir = providers.DefaultMachinesDir(c.DataDir)
 	}
-	idle, err := idleMinutes(os.Getenv)
+	idle, err := computers.IdleFromEnv(os.Getenv)
 	if err != nil {
 		return err
 	}
@@ -165,12 +233,12 @@ func runServe(ctx context.Context, args []string) error {
 	fmt.Fprintf(os.Stderr, "worker: serving http://%s (store: %s; bearer token %s; default provider %s; homes %s)\n", ln.Addr(), w.Store.Engine(), where, w.DefaultProvider, w.Homes)
 	base := "http://" + ln.Addr().String()
 	w.People.Takeover.SetBase(base)
-	sock := operatorSocket(c.DataDir)
+	sock := httpapi.OperatorSocket(c.DataDir)
 	// A machines directory inside DATA_DIR must stay traversable by the
 	// machines' users: DATA_DIR is then left as it is.
 	rel, rerr := filepath.Rel(c.DataDir, c.MachinesDir)
 	inside := rerr == nil && rel != ".." && !strings.HasPrefix(rel, "../")
-	stopOp, err := serveOperator(ctx, sock, base, inside, w.Handler, log.With().Str("sub", "operator").Logger())
+	stopOp, err := httpapi.ServeOperator(ctx, sock, base, inside, w.Handler, log.With().Str("sub", "operator").Logger())
 	if err != nil {
 		ln.Close()
 		return err
@@ -199,7 +267,7 @@ type worker struct {
 	Runs      *runs.Manager
 	Handler   http.Handler
 	// People serves takeover links, the dashboard and botd's events.
-	People *people
+	People *takeover.People
 	// DefaultProvider is the kind new computers get; Homes names the home store.
 	DefaultProvider, Homes string
 	// stop ends the background reconcile/sweep loop.
@@ -223,7 +291,7 @@ func (w *worker) Close() error {
 // newWorker wires the control plane in one place: store, secrets,
 // providers, computers (reconciled), runs (recovered), API.
 func newWorker(ctx context.Context, c serveConfig, log zerolog.Logger) (*worker, error) {
-	if err := checkKind(c.Provider); err != nil {
+	if err := providers.CheckKind(c.Provider); err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(c.DataDir, 0o700); err != nil {
@@ -244,12 +312,12 @@ func newWorker(ctx context.Context, c serveConfig, log zerolog.Logger) (*worker,
 		st.Close()
 		return nil, err
 	}
-	maxHome, minFree, err := homeLimits(c)
+	maxHome, minFree, err := homes.LimitsFromEnv(c.Getenv)
 	if err != nil {
 		st.Close()
 		return nil, err
 	}
-	hs, homesName, err := homeStore(ctx, c)
+	hs, homesName, err := homes.FromEnv(ctx, c.Getenv, c.DataDir)
 	if err != nil {
 		st.Close()
 		return nil, fmt.Errorf("home store: %w", err)
@@ -259,7 +327,7 @@ func newWorker(ctx context.Context, c serveConfig, log zerolog.Logger) (*worker,
 	}
 	checkpointer := homes.NewCheckpointer(hs)
 	checkpointer.MaxBytes = maxHome
-	reg, def, setup, err := providerSetup(ctx, c, log)
+	reg, def, setup, err := providers.ForWorker(ctx, providers.WorkerOptions{Provider: c.Provider, MachinesDir: c.MachinesDir, DataDir: c.DataDir, Getenv: c.Getenv, Log: log})
 	if err != nil {
 		st.Close()
 		return nil, err
@@ -295,19 +363,19 @@ func newWorker(ctx context.Context, c serveConfig, log zerolog.Logger) (*worker,
 		}
 		comps.Watch(bg, 30*time.Second)
 	}()
-	ppl, err := newPeople(st, comps, m, tk, log)
+	ppl, err := takeover.NewPeople(st, comps, m, tk, log)
 	if err != nil {
 		stop()
 		closeAll()
 		return nil, err
 	}
-	go ppl.Events.run(bg)
+	go ppl.Events.Run(bg)
 	h := httpapi.Handler(httpapi.Options{Token: c.Token, OperatorToken: c.OperatorToken, Computers: comps, Runs: m, Log: log.With().Str("sub", "api").Logger(),
 		Mount: func(mux *http.ServeMux, gate func(http.HandlerFunc) http.HandlerFunc) {
 			httpapi.MountTakeover(mux, gate, tk)
 			httpapi.MountCheckpoint(mux, gate, comps)
-			ppl.mountLogin(mux)
+			mountLogin(mux, ppl)
 		}})
-	return &worker{Store: st, Computers: comps, Runs: m, Handler: ppl.handler(h), People: ppl, stop: stop, setup: setup,
+	return &worker{Store: st, Computers: comps, Runs: m, Handler: ppl.Handler(h), People: ppl, stop: stop, setup: setup,
 		DefaultProvider: def, Homes: homesName}, nil
 }

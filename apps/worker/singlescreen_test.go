@@ -58,7 +58,7 @@ func TestSingleScreenKeepsOneScreen(t *testing.T) {
 	}
 	e := providerWorker(t, env, filepath.Join(dir, "machines"), "alice")
 	require.Equal(t, http.StatusCreated, e.do(t, "POST", "/bots", map[string]string{"id": "bob"}, nil))
-	botd, _, err := e.w.Computers.Botd(t.Context(), e.computer)
+	botd, err := e.w.Computers.Machine(t.Context(), e.computer)
 	require.NoError(t, err)
 	hasScreen := func(id string) bool {
 		scs, err := botd.Screens(t.Context())

@@ -31,6 +31,7 @@ import (
 
 	"github.com/open-bot/computer/apps/worker/egressagent"
 	"github.com/open-bot/computer/apps/worker/internal/computers"
+	"github.com/open-bot/computer/apps/worker/internal/events"
 	"github.com/open-bot/computer/apps/worker/internal/mockmodel"
 	"github.com/open-bot/computer/apps/worker/internal/runs"
 	"github.com/open-bot/computer/apps/worker/internal/store"
@@ -153,7 +154,7 @@ func (l *sseLog) wait(t testing.TB, what string, within time.Duration, match fun
 }
 
 func botdKind(kind string) func(sseEvent) bool {
-	return func(ev sseEvent) bool { return ev.Type == RunEventBotd && ev.Data["kind"] == kind }
+	return func(ev sseEvent) bool { return ev.Type == events.RunEventBotd && ev.Data["kind"] == kind }
 }
 
 // takeoverCall posts or deletes a takeover with e's credentials (capa
@@ -486,7 +487,7 @@ func takeoverAndBotdEvents(t *testing.T, dbURL string) {
 		require.NoError(t, err)
 		kinds := map[string]bool{}
 		for _, ev := range evs {
-			if ev.Type == RunEventBotd {
+			if ev.Type == events.RunEventBotd {
 				var d map[string]any
 				if raw, ok := ev.Data.(json.RawMessage); ok && json.Unmarshal(raw, &d) == nil {
 					kinds[fmt.Sprint(d["kind"])] = true

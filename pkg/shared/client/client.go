@@ -130,6 +130,8 @@ type Screen struct {
 	Slot    int    `json:"slot"`
 	Display string `json:"display"`
 	State   string `json:"state"`
+	// Lease is who holds the screen now (nil: nobody).
+	Lease *shared.LeaseInfo `json:"lease,omitempty"`
 }
 
 // StartScreen is POST /screens/{id}/start.

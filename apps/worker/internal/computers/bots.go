@@ -85,13 +85,13 @@ func (s *Service) AddBot(ctx context.Context, computerID, botID string) (store.B
 		}
 	}
 	if c.Kind == KindTeam {
-		botd, _, err := s.Botd(ctx, c.ID)
+		m, err := s.Machine(ctx, c.ID)
 		if err != nil {
 			return store.Bot{}, err
 		}
 		dir := "bots/" + botID
 		for _, argv := range [][]string{{"mkdir", "-p", "--", dir}, {"chmod", "2775", "--", dir}} {
-			res, err := botd.Exec(ctx, client.ExecRequest{Argv: argv})
+			res, err := m.Exec(ctx, client.ExecRequest{Argv: argv})
 			if err != nil {
 				return store.Bot{}, err
 			}
@@ -211,31 +211,27 @@ func (s *Service) RemoveBot(ctx context.Context, computerID, botID string, purge
 		return nil, err
 	}
 	defer func() { _ = s.o.Store.ReleaseLease(context.WithoutCancel(ctx), key, l.Epoch) }()
-	botd, _, err := s.Botd(ctx, c.ID)
+	m, err := s.Machine(ctx, c.ID)
 	if err != nil {
 		return nil, err
 	}
-	var list struct {
-		Screens []struct {
-			ID string `json:"id"`
-		} `json:"screens"`
-	}
-	if err := botd.Do(ctx, http.MethodGet, "/screens", nil, &list); err != nil {
+	list, err := m.Screens(ctx)
+	if err != nil {
 		return nil, upstreamErr("list the computer's screens", err)
 	}
 	screens := []string{botID} // forgotten even when botd has not started it since a restart
-	for _, sc := range list.Screens {
+	for _, sc := range list {
 		if sc.ID != botID && owner(bots, sc.ID) == botID {
 			screens = append(screens, sc.ID)
 		}
 	}
 	for _, id := range screens {
-		if err := botd.Do(ctx, http.MethodDelete, "/screens/"+id, nil, nil); err != nil {
+		if err := m.ForgetScreen(ctx, id); err != nil {
 			return nil, upstreamErr("forget screen "+id, err)
 		}
 	}
 	if purge {
-		res, err := botd.Exec(ctx, client.ExecRequest{Argv: []string{"rm", "-rf", "--", "bots/" + botID}})
+		res, err := m.Exec(ctx, client.ExecRequest{Argv: []string{"rm", "-rf", "--", "bots/" + botID}})
 		if err != nil {
 			return nil, upstreamErr("remove bots/"+botID, err)
 		}

@@ -24,7 +24,6 @@ import (
 	"github.com/open-bot/computer/apps/worker/internal/secret"
 	"github.com/open-bot/computer/apps/worker/internal/store"
 	"github.com/open-bot/computer/pkg/shared"
-	"github.com/open-bot/computer/pkg/shared/client"
 )
 
 // Kinds of computer (seed 000).
@@ -735,13 +734,4 @@ func (s *Service) Watch(ctx context.Context, every time.Duration) {
 			}
 		}
 	}
-}
-
-// Botd returns the botd client of computer id's machine.
-func (s *Service) Botd(ctx context.Context, id string) (*client.Client, providers.Machine, error) {
-	m, err := s.Machine(ctx, id)
-	if err != nil {
-		return nil, nil, err
-	}
-	return m.Botd(), m, nil
 }

@@ -356,7 +356,7 @@ func (s *Service) CheckMachines(ctx context.Context) {
 	s.mu.Unlock()
 	for id, m := range held {
 		hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		_, err := m.Botd().Health(hctx)
+		_, err := m.Health(hctx)
 		cancel()
 		if err == nil || ctx.Err() != nil {
 			continue

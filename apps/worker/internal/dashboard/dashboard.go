@@ -39,9 +39,9 @@ import (
 	"github.com/coder/websocket"
 	"github.com/rs/zerolog"
 
+	"github.com/open-bot/computer/apps/worker/internal/machines"
 	"github.com/open-bot/computer/apps/worker/internal/wsrelay"
 	"github.com/open-bot/computer/pkg/shared"
-	"github.com/open-bot/computer/pkg/shared/client"
 )
 
 // Computer is one computer as the page lists it.
@@ -119,9 +119,9 @@ type Controller interface {
 	ReleaseControl(ctx context.Context, computerID, botID string) error
 }
 
-// Screens gives the botd client of a computer's machine, for view links.
+// Screens gives a computer's machine, for view links.
 type Screens interface {
-	Botd(ctx context.Context, computerID string) (*client.Client, error)
+	Machine(ctx context.Context, computerID string) (machines.Machine, error)
 }
 
 // ScreenChecker, when Screens implements it, is the backend's screen
@@ -509,7 +509,7 @@ func (d *Dashboard) handleVNC(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	c, err := d.o.Screens.Botd(ctx, v.computer)
+	c, err := d.o.Screens.Machine(ctx, v.computer)
 	if err != nil {
 		d.o.Log.Warn().Err(err).Str("computer", v.computer).Msg("dashboard view: no machine")
 		http.Error(w, "the computer is not reachable", http.StatusBadGateway)
@@ -521,8 +521,7 @@ func (d *Dashboard) handleVNC(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "the screen cannot be viewed now", http.StatusBadGateway)
 		return
 	}
-	upstreamURL := "ws" + strings.TrimPrefix(c.BaseURL(), "http") + link.VNCPath
-	up, _, err := websocket.Dial(ctx, upstreamURL, &websocket.DialOptions{Subprotocols: []string{"binary"}})
+	up, err := c.DialVNC(ctx, v.screen, link)
 	if err != nil {
 		d.o.Log.Warn().Str("screen", v.screen).Msg("dashboard view: botd refused the viewer")
 		http.Error(w, "the screen is not running", http.StatusBadGateway)

@@ -23,15 +23,15 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/open-bot/computer/apps/worker/internal/machines"
 	"github.com/open-bot/computer/apps/worker/internal/testbotd"
 	"github.com/open-bot/computer/pkg/shared"
-	"github.com/open-bot/computer/pkg/shared/client"
 )
 
 // realBackend implements the dashboard's interfaces over one real botd:
 // bot "alice" has a live run (busy), bot "bob" has none.
 type realBackend struct {
-	botd *client.Client
+	botd machines.Machine
 	mu   sync.Mutex
 	// leases held by people, per bot.
 	leases map[string]string
@@ -96,7 +96,7 @@ func (b *realBackend) ReleaseControl(ctx context.Context, cid, bot string) error
 	return b.botd.ReleaseLease(ctx, bot, id)
 }
 
-func (b *realBackend) Botd(ctx context.Context, id string) (*client.Client, error) {
+func (b *realBackend) Machine(ctx context.Context, id string) (machines.Machine, error) {
 	if id != "comp-1" {
 		return nil, fmt.Errorf("no machine for %s", id)
 	}
@@ -257,7 +257,7 @@ func TestDashboardInChromium(t *testing.T) {
 		_, err := bd.Client.StartScreen(ctx, s)
 		require.NoError(t, err)
 	}
-	be := &realBackend{botd: bd.Client, leases: map[string]string{}}
+	be := &realBackend{botd: machines.BotdOf(bd.Client), leases: map[string]string{}}
 	d, err := New(Options{Lister: be, Controller: be, Screens: be})
 	require.NoError(t, err)
 	srv := httptest.NewServer(d.Handler())

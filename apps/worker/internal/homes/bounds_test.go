@@ -112,7 +112,7 @@ func TestCheckpointCapHostileBotd(t *testing.T) {
 			l := listenBand(t, 15400, 15500)
 			go func() { _ = srv.Serve(l) }()
 			t.Cleanup(func() { _ = srv.Close() })
-			m := machine{client.New("http://"+l.Addr().String(), "hostile-token-0123456789", nil)}
+			m := machine(client.New("http://"+l.Addr().String(), "hostile-token-0123456789", nil))
 
 			cp := NewCheckpointer(store)
 			cp.MaxBytes = 1 << 20
@@ -178,7 +178,7 @@ func TestCheckpointSparseFilesRealBotd(t *testing.T) {
 	cp := NewCheckpointer(store) // the default cap (10 GiB): the source must refuse
 
 	truncate(t, filepath.Join(b.Home, "bot/bots/bob/sparse.bin"), "3G")
-	rev, err := cp.Checkpoint(ctx, "computer-s", machine{b.Client})
+	rev, err := cp.Checkpoint(ctx, "computer-s", machine(b.Client))
 	require.NoError(t, err)
 	t.Logf("checkpoint with a 3 GB sparse file: %d bytes", rev.Size)
 	require.Less(t, rev.Size, int64(8<<20), "the 3 GB of holes are not in the checkpoint")
@@ -189,7 +189,7 @@ func TestCheckpointSparseFilesRealBotd(t *testing.T) {
 	// 1 PB: on a tmpfs inside the workspace (ext4 stops at 16 TiB).
 	mountTmpfs(t, filepath.Join(b.Home, "bot/bots/bob/big"), 16<<20)
 	truncate(t, filepath.Join(b.Home, "bot/bots/bob/big/petabyte.bin"), "1P")
-	rev, err = cp.Checkpoint(ctx, "computer-s", machine{b.Client})
+	rev, err = cp.Checkpoint(ctx, "computer-s", machine(b.Client))
 	require.NoError(t, err)
 	t.Logf("checkpoint with a 1 PB sparse file: %d bytes", rev.Size)
 	require.Less(t, rev.Size, int64(8<<20))
@@ -199,7 +199,7 @@ func TestCheckpointSparseFilesRealBotd(t *testing.T) {
 
 	// It restores: the notes come back.
 	require.NoError(t, os.Remove(filepath.Join(b.Home, "bot/bots/bob/notes.txt")))
-	res, ok, err := cp.Restore(ctx, "computer-s", machine{b.Client})
+	res, ok, err := cp.Restore(ctx, "computer-s", machine(b.Client))
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, rev.Number, res.Revision.Number)
@@ -243,7 +243,7 @@ func TestCheckpointAtTheCapRealBotd(t *testing.T) {
 		require.Less(t, i, tries, "a home exactly at the cap was never checkpointed")
 		size := exportSize(t, b.Client)
 		cp.MaxBytes = size
-		rev, err := cp.Checkpoint(ctx, "computer-c", machine{b.Client})
+		rev, err := cp.Checkpoint(ctx, "computer-c", machine(b.Client))
 		if err != nil {
 			require.ErrorIs(t, err, ErrTooLarge, "%v", err)
 			t.Logf("the home grew between the measure and the checkpoint: %v", err)
@@ -263,7 +263,7 @@ func TestCheckpointAtTheCapRealBotd(t *testing.T) {
 	for i := 0; ; i++ {
 		require.Less(t, i, tries, "a home one byte over the cap was never refused")
 		cp.MaxBytes = exportSize(t, b.Client) - 1
-		rev, err := cp.Checkpoint(ctx, "computer-c", machine{b.Client})
+		rev, err := cp.Checkpoint(ctx, "computer-c", machine(b.Client))
 		if err == nil {
 			require.LessOrEqual(t, rev.Size, cp.MaxBytes, "a checkpoint fits its cap")
 			t.Logf("the home shrank between the measure and the checkpoint")
@@ -282,7 +282,7 @@ func TestCheckpointAtTheCapRealBotd(t *testing.T) {
 
 	// ... and restores.
 	require.NoError(t, os.Remove(filepath.Join(b.Home, "bot/bots/bob/first.bin")))
-	res, ok, err := cp.Restore(ctx, "computer-c", machine{b.Client})
+	res, ok, err := cp.Restore(ctx, "computer-c", machine(b.Client))
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, kept.Number, res.Revision.Number)

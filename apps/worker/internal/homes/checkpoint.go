@@ -99,7 +99,7 @@ func (c *Checkpointer) Checkpoint(ctx context.Context, homeKey string, m provide
 	max := c.maxBytes()
 	var body io.ReadCloser
 	err = c.whileBusy(ctx, func() (err error) {
-		body, err = m.Botd().ExportWorkspaceMax(ctx, max)
+		body, err = m.ExportWorkspace(ctx, max)
 		return err
 	})
 	if client.CodeOf(err) == shared.CodeTooLarge {
@@ -173,7 +173,7 @@ func (c *Checkpointer) Restore(ctx context.Context, homeKey string, m providers.
 	defer rc.Close()
 	var sum client.WorkspaceSummary
 	importOnce := func() (err error) {
-		sum, err = m.Botd().ImportWorkspace(ctx, rc)
+		sum, err = m.ImportWorkspace(ctx, rc)
 		return err
 	}
 	if sk, ok := rc.(io.Seeker); ok {

@@ -18,15 +18,13 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/open-bot/computer/apps/worker/internal/machines"
 	"github.com/open-bot/computer/apps/worker/internal/testbotd"
 	"github.com/open-bot/computer/pkg/shared/client"
 )
 
-// machine is a providers.Machine over a real botd.
-type machine struct{ c *client.Client }
-
-func (m machine) Botd() *client.Client                      { return m.c }
-func (m machine) CheckScreen(context.Context, string) error { return nil }
+// machine is the botd machine of a real botd's client.
+func machine(c *client.Client) *machines.Botd { return machines.BotdOf(c) }
 
 // cookiePage sets a persistent sign-in cookie on first visit and shows the
 // cookie it was sent; it records every cookie value it saw.
@@ -119,7 +117,7 @@ func TestCheckpointRestoreRealBotd(t *testing.T) {
 	store, err := NewLocal(t.TempDir())
 	require.NoError(t, err)
 	cp := NewCheckpointer(store)
-	rev, err := cp.Checkpoint(ctx, "computer-1", machine{a.Client})
+	rev, err := cp.Checkpoint(ctx, "computer-1", machine(a.Client))
 	require.NoError(t, err)
 	require.Equal(t, int64(1), rev.Number)
 	require.Positive(t, rev.Size)
@@ -132,7 +130,7 @@ func TestCheckpointRestoreRealBotd(t *testing.T) {
 	errs := make([]error, 2)
 	for i := range 2 {
 		wg.Add(1)
-		go func() { defer wg.Done(); revs[i], errs[i] = cp.Checkpoint(ctx, "computer-1", machine{a.Client}) }()
+		go func() { defer wg.Done(); revs[i], errs[i] = cp.Checkpoint(ctx, "computer-1", machine(a.Client)) }()
 	}
 	wg.Wait()
 	require.NoError(t, errs[0])
@@ -145,13 +143,13 @@ func TestCheckpointRestoreRealBotd(t *testing.T) {
 	require.NoError(t, err)
 	cctx, cancel := context.WithCancel(ctx)
 	cutStore := &cancelAfterStore{Store: store, cancel: cancel, after: 64 << 10}
-	_, err = NewCheckpointer(cutStore).Checkpoint(cctx, "computer-1", machine{a.Client})
+	_, err = NewCheckpointer(cutStore).Checkpoint(cctx, "computer-1", machine(a.Client))
 	require.Error(t, err)
 	require.Contains(t, err.Error(), "previous checkpoint is kept")
 	still, _, err := store.Latest(ctx, "computer-1")
 	require.NoError(t, err)
 	require.Equal(t, latest, still)
-	rev, err = cp.Checkpoint(ctx, "computer-1", machine{a.Client})
+	rev, err = cp.Checkpoint(ctx, "computer-1", machine(a.Client))
 	require.NoError(t, err, "botd exports again after an aborted export")
 	require.Equal(t, int64(4), rev.Number)
 
@@ -164,7 +162,7 @@ func TestCheckpointRestoreRealBotd(t *testing.T) {
 	_, err = b.Client.ReadFile(ctx, "notes/hello.txt", 1<<20)
 	require.Error(t, err, "the fresh machine starts empty")
 
-	res, ok, err := cp.Restore(ctx, "computer-1", machine{b.Client})
+	res, ok, err := cp.Restore(ctx, "computer-1", machine(b.Client))
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, rev.Number, res.Revision.Number)
@@ -205,7 +203,7 @@ func TestCheckpointRestoreRealBotd(t *testing.T) {
 	_, err = f.WriteAt([]byte("damage"), 1024)
 	require.NoError(t, err)
 	require.NoError(t, f.Close())
-	_, _, err = cp.Restore(ctx, "computer-1", machine{b.Client})
+	_, _, err = cp.Restore(ctx, "computer-1", machine(b.Client))
 	require.ErrorIs(t, err, ErrCorrupt)
 }
 

@@ -112,12 +112,15 @@ func (a *api) getComputer(w http.ResponseWriter, r *http.Request) {
 // ScreenView is one of the machine's screens as botd reports it (never a
 // lease id).
 type ScreenView struct {
-	ID    string `json:"id"`
-	State string `json:"state"`
-	Lease *struct {
-		Kind   string `json:"kind"`
-		Holder string `json:"holder"`
-	} `json:"lease,omitempty"`
+	ID    string       `json:"id"`
+	State string       `json:"state"`
+	Lease *ScreenLease `json:"lease,omitempty"`
+}
+
+// ScreenLease is who holds a screen (never the lease id).
+type ScreenLease struct {
+	Kind   string `json:"kind"`
+	Holder string `json:"holder"`
 }
 
 // screens asks a running machine for its screens, briefly; nothing when it
@@ -129,15 +132,20 @@ func (a *api) screens(ctx context.Context, c store.Computer) []ScreenView {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	botd, _, err := a.o.Computers.Botd(ctx, c.ID)
+	m, err := a.o.Computers.Machine(ctx, c.ID)
 	if err != nil {
 		return out
 	}
-	var list struct {
-		Screens []ScreenView `json:"screens"`
+	list, err := m.Screens(ctx)
+	if err != nil {
+		return out
 	}
-	if botd.Do(ctx, http.MethodGet, "/screens", nil, &list) == nil && list.Screens != nil {
-		out = list.Screens
+	for _, sc := range list {
+		v := ScreenView{ID: sc.ID, State: sc.State}
+		if sc.Lease != nil {
+			v.Lease = &ScreenLease{Kind: sc.Lease.Kind, Holder: sc.Lease.Holder}
+		}
+		out = append(out, v)
 	}
 	return out
 }

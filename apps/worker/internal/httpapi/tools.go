@@ -48,12 +48,12 @@ func (a *api) callTool(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	botd, machine, err := a.o.Computers.Botd(r.Context(), cid)
+	machine, err := a.o.Computers.Machine(r.Context(), cid)
 	if err != nil {
 		fail(w, err)
 		return
 	}
-	sess, err := tools.NewSession(botd, req.BotID, "harness-"+req.BotID)
+	sess, err := tools.NewSession(machine, req.BotID, "harness-"+req.BotID)
 	if err != nil {
 		writeErr(w, http.StatusBadRequest, shared.CodeInvalidID, err.Error())
 		return

@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/open-bot/computer/apps/worker/internal/machines"
 	"github.com/open-bot/computer/pkg/shared/client"
 )
 
@@ -73,14 +74,14 @@ func (*Attach) Reconnect(ctx context.Context, ref string, spec Spec) (Machine, e
 	if tok == "" {
 		return nil, errors.New("attach: no token is kept for this computer (it was attached with a tokenFile, which the worker no longer reads): destroy it and attach the botd again with its token by value")
 	}
-	c := client.New(r.URL, tok, nil)
+	c := machines.NewBotd(r.URL, tok)
 	var last error
 	for {
 		hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		_, err := c.Health(hctx)
 		cancel()
 		if err == nil {
-			return attachMachine{c: c}, nil
+			return c, nil
 		}
 		last = err
 		if client.CodeOf(err) == "unauthorized" {
@@ -104,11 +105,3 @@ func (*Attach) Stop(context.Context, string) error {
 func (*Attach) Destroy(context.Context, string) error {
 	return fmt.Errorf("%w: an attached botd is run by someone else; the worker only detaches from it", ErrUnsupported)
 }
-
-type attachMachine struct{ c *client.Client }
-
-func (m attachMachine) Botd() *client.Client { return m.c }
-
-// CheckScreen: botd itself answers MULTI_SCREEN_UNAVAILABLE when its
-// screens are all taken.
-func (attachMachine) CheckScreen(context.Context, string) error { return nil }

@@ -77,7 +77,7 @@ func benchProvider(b *testing.B, p Provider, pid func(ref string) int) {
 			}
 			obsStart := time.Now()
 			require.NoError(b, m.CheckScreen(ctx, "bench"))
-			o, err := m.Botd().Observe(ctx, "bench", benchLease(b, ctx, m, "bench"))
+			o, err := m.Observe(ctx, "bench", benchLease(b, ctx, m, "bench"))
 			require.NoError(b, err)
 			require.NotEmpty(b, o.Image)
 			firstObserve = append(firstObserve, ready+time.Since(obsStart))
@@ -97,7 +97,7 @@ func benchProvider(b *testing.B, p Provider, pid func(ref string) int) {
 		require.NoError(b, p.Stop(ctx, ref))
 		m, err := p.Reconnect(ctx, ref, spec)
 		require.NoError(b, err)
-		o, err := m.Botd().Observe(ctx, "bench", benchLease(b, ctx, m, "bench"))
+		o, err := m.Observe(ctx, "bench", benchLease(b, ctx, m, "bench"))
 		require.NoError(b, err)
 		require.NotEmpty(b, o.Image)
 		restart := time.Since(t0)
@@ -114,9 +114,9 @@ func benchProvider(b *testing.B, p Provider, pid func(ref string) int) {
 }
 
 func benchLease(b *testing.B, ctx context.Context, m Machine, screen string) string {
-	_, err := m.Botd().StartScreen(ctx, screen)
+	_, err := m.StartScreen(ctx, screen)
 	require.NoError(b, err)
-	l, err := m.Botd().AcquireLease(ctx, screen, "agent", "bench", time.Minute)
+	l, err := m.AcquireLease(ctx, screen, "agent", "bench", time.Minute)
 	require.NoError(b, err)
 	return l.LeaseID
 }

@@ -14,7 +14,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -227,20 +226,20 @@ func conform(t *testing.T, b backend) {
 			require.NotEmpty(t, ref)
 			m, err = b.p.Reconnect(ctx, ref, spec)
 			require.NoError(t, err)
-			h, err := m.Botd().Health(ctx)
+			h, err := m.Health(ctx)
 			require.NoError(t, err)
 			require.True(t, h.OK, "a reconnected machine is healthy")
 		}},
 		{"observe", func(t *testing.T) {
 			require.NoError(t, m.CheckScreen(ctx, "alice"))
-			o := observe(t, ctx, m.Botd(), "alice")
+			o := observe(t, ctx, m, "alice")
 			require.Greater(t, o.Width, 0)
 			require.NotEmpty(t, o.Image, "the first observation carries the screenshot")
 		}},
 		{"act", func(t *testing.T) {
-			lease := agentLease(t, ctx, m.Botd(), "alice")
+			lease := agentLease(t, ctx, m, "alice")
 			x, y := 123, 77
-			r, err := m.Botd().Act(ctx, "alice", lease, []shared.Action{{Type: shared.ActionMove, X: &x, Y: &y}, {Type: shared.ActionScreenshot}})
+			r, err := m.Act(ctx, "alice", lease, []shared.Action{{Type: shared.ActionMove, X: &x, Y: &y}, {Type: shared.ActionScreenshot}})
 			require.NoError(t, err)
 			var results []struct {
 				OK    bool   `json:"ok"`
@@ -254,7 +253,7 @@ func conform(t *testing.T, b backend) {
 			require.Equal(t, shared.Point{X: 123, Y: 77}, r.Observation.Pointer, "the pointer moved where the batch said")
 		}},
 		{"exec", func(t *testing.T) {
-			r, err := m.Botd().Exec(ctx, client.ExecRequest{Argv: []string{"sh", "-c", "echo $((6*7)); id -un"}})
+			r, err := m.Exec(ctx, client.ExecRequest{Argv: []string{"sh", "-c", "echo $((6*7)); id -un"}})
 			require.NoError(t, err)
 			require.Equal(t, 0, r.ExitCode, r.Stderr)
 			bot := "bot"
@@ -264,7 +263,7 @@ func conform(t *testing.T, b backend) {
 			require.Equal(t, "42\n"+bot+"\n", r.Stdout)
 		}},
 		{"files", func(t *testing.T) {
-			c := m.Botd()
+			c := m
 			require.NoError(t, c.WriteFile(ctx, "conformance/note.txt", []byte(note)))
 			got, err := c.ReadFile(ctx, "conformance/note.txt", 1<<20)
 			require.NoError(t, err)
@@ -280,7 +279,7 @@ func conform(t *testing.T, b backend) {
 			err := m.CheckScreen(ctx, "bob")
 			if b.multiScreen {
 				require.NoError(t, err)
-				o := observe(t, ctx, m.Botd(), "bob")
+				o := observe(t, ctx, m, "bob")
 				require.NotEmpty(t, o.Image)
 				return
 			}
@@ -288,23 +287,23 @@ func conform(t *testing.T, b backend) {
 			require.Equal(t, shared.CodeMultiScreen, codeOf(err), "a second screen on a single-screen backend: %v", err)
 			require.NoError(t, m.CheckScreen(ctx, "alice"), "the first screen keeps working")
 			// bob's shell and file tools keep working.
-			r, err := m.Botd().Exec(ctx, client.ExecRequest{Argv: []string{"echo", "bob"}})
+			r, err := m.Exec(ctx, client.ExecRequest{Argv: []string{"echo", "bob"}})
 			require.NoError(t, err)
 			require.Equal(t, "bob\n", r.Stdout)
-			require.NoError(t, m.Botd().WriteFile(ctx, "bots/bob/ok.txt", []byte("ok")))
-			got, err := m.Botd().ReadFile(ctx, "bots/bob/ok.txt", 100)
+			require.NoError(t, m.WriteFile(ctx, "bots/bob/ok.txt", []byte("ok")))
+			got, err := m.ReadFile(ctx, "bots/bob/ok.txt", 100)
 			require.NoError(t, err)
 			require.Equal(t, "ok", string(got))
 		}},
 		{"export", func(t *testing.T) {
-			files := exportWorkspace(t, ctx, m.Botd())
+			files := exportWorkspace(t, ctx, m)
 			require.Equal(t, note, files["bot/conformance/note.txt"], "the export holds the workspace")
 		}},
 		{"stop", func(t *testing.T) {
 			require.NoError(t, b.p.Stop(ctx, ref))
 			hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			defer cancel()
-			_, err := m.Botd().Health(hctx)
+			_, err := m.Health(hctx)
 			require.Error(t, err, "a stopped machine does not answer")
 			require.NoError(t, b.p.Stop(ctx, ref), "stopping a stopped machine is fine")
 		}},
@@ -312,21 +311,21 @@ func conform(t *testing.T, b backend) {
 			var err error
 			m, err = b.p.Reconnect(ctx, ref, spec)
 			require.NoError(t, err)
-			got, err := m.Botd().ReadFile(ctx, "conformance/note.txt", 1<<20)
+			got, err := m.ReadFile(ctx, "conformance/note.txt", 1<<20)
 			require.NoError(t, err)
 			require.Equal(t, note, string(got), "stop and start keep the home")
-			h, err := m.Botd().Health(ctx)
+			h, err := m.Health(ctx)
 			require.NoError(t, err)
 			booted = h.BootedAt
 			require.NoError(t, m.CheckScreen(ctx, "alice"))
-			o := observe(t, ctx, m.Botd(), "alice")
+			o := observe(t, ctx, m, "alice")
 			require.NotEmpty(t, o.Image)
 		}},
 		{"reconnect", func(t *testing.T) {
 			p2 := b.reopen(t)
 			m2, err := p2.Reconnect(ctx, ref, spec)
 			require.NoError(t, err)
-			h, err := m2.Botd().Health(ctx)
+			h, err := m2.Health(ctx)
 			require.NoError(t, err)
 			require.True(t, h.BootedAt.Equal(booted), "reconnect reaches the running botd, it does not start another")
 			if !b.multiScreen {
@@ -335,8 +334,8 @@ func conform(t *testing.T, b backend) {
 			m = m2
 		}},
 		{"import", func(t *testing.T) {
-			importWorkspace(t, ctx, m.Botd(), map[string]string{"bot/imported/hello.txt": "restored\n"})
-			got, err := m.Botd().ReadFile(ctx, "imported/hello.txt", 100)
+			importWorkspace(t, ctx, m, map[string]string{"bot/imported/hello.txt": "restored\n"})
+			got, err := m.ReadFile(ctx, "imported/hello.txt", 100)
 			require.NoError(t, err)
 			require.Equal(t, "restored\n", string(got))
 		}},
@@ -368,7 +367,7 @@ func codeOf(err error) shared.Code {
 	return client.CodeOf(err)
 }
 
-func agentLease(t *testing.T, ctx context.Context, c *client.Client, screen string) string {
+func agentLease(t *testing.T, ctx context.Context, c Machine, screen string) string {
 	t.Helper()
 	_, err := c.StartScreen(ctx, screen)
 	require.NoError(t, err)
@@ -377,30 +376,27 @@ func agentLease(t *testing.T, ctx context.Context, c *client.Client, screen stri
 	return l.LeaseID
 }
 
-func observe(t *testing.T, ctx context.Context, c *client.Client, screen string) client.Observation {
+func observe(t *testing.T, ctx context.Context, c Machine, screen string) client.Observation {
 	t.Helper()
 	o, err := c.Observe(ctx, screen, agentLease(t, ctx, c, screen))
 	require.NoError(t, err)
 	return o
 }
 
-// exportTar is GET /workspace/export, whole.
-func exportTar(t *testing.T, ctx context.Context, c *client.Client) []byte {
+// exportTar is the machine's whole workspace export (a reader that ends
+// early fails).
+func exportTar(t *testing.T, ctx context.Context, c Machine) []byte {
 	t.Helper()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.BaseURL()+"/workspace/export", nil)
+	rc, err := c.ExportWorkspace(ctx, 0)
 	require.NoError(t, err)
-	req.Header.Set("Authorization", "Bearer "+c.Token())
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-	b, err := io.ReadAll(resp.Body)
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
 	require.NoError(t, err)
 	return b
 }
 
 // exportWorkspace reads GET /workspace/export into name → content.
-func exportWorkspace(t *testing.T, ctx context.Context, c *client.Client) map[string]string {
+func exportWorkspace(t *testing.T, ctx context.Context, c Machine) map[string]string {
 	t.Helper()
 	files := map[string]string{}
 	tr := tar.NewReader(bytes.NewReader(exportTar(t, ctx, c)))
@@ -420,7 +416,7 @@ func exportWorkspace(t *testing.T, ctx context.Context, c *client.Client) map[st
 }
 
 // importWorkspace PUTs a tar of files (archive name → content).
-func importWorkspace(t *testing.T, ctx context.Context, c *client.Client, files map[string]string) {
+func importWorkspace(t *testing.T, ctx context.Context, c Machine, files map[string]string) {
 	t.Helper()
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
@@ -433,22 +429,8 @@ func importWorkspace(t *testing.T, ctx context.Context, c *client.Client, files 
 	require.NoError(t, importTar(ctx, c, buf.Bytes()))
 }
 
-// importTar is PUT /workspace/import.
-func importTar(ctx context.Context, c *client.Client, archive []byte) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, c.BaseURL()+"/workspace/import", bytes.NewReader(archive))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Authorization", "Bearer "+c.Token())
-	req.Header.Set("Content-Type", "application/x-tar")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("import: %d %s", resp.StatusCode, body)
-	}
-	return nil
+// importTar is the machine's workspace import.
+func importTar(ctx context.Context, c Machine, archive []byte) error {
+	_, err := c.ImportWorkspace(ctx, bytes.NewReader(archive))
+	return err
 }

@@ -24,7 +24,7 @@ import (
 	dockerclient "github.com/moby/moby/client"
 	"github.com/rs/zerolog"
 
-	"github.com/open-bot/computer/pkg/shared/client"
+	"github.com/open-bot/computer/apps/worker/internal/machines"
 )
 
 // Labels on the containers and volumes the docker provider makes.
@@ -354,7 +354,7 @@ func (d *Docker) Reconnect(ctx context.Context, ref string, _ Spec) (Machine, er
 	if err != nil {
 		return nil, fmt.Errorf("docker provider: %s: %w", shortID(ref), err)
 	}
-	cl := client.New("http://"+addr, strings.TrimSpace(string(tokenB)), nil)
+	cl := machines.NewBotd("http://"+addr, strings.TrimSpace(string(tokenB)))
 	var lastCheck time.Time
 	exited := func() error {
 		if time.Since(lastCheck) < time.Second {
@@ -375,7 +375,7 @@ func (d *Docker) Reconnect(ctx context.Context, ref string, _ Spec) (Machine, er
 	if err := awaitHealthy(ctx, cl, d.o.ReadyTimeout, exited); err != nil {
 		return nil, fmt.Errorf("docker provider: computer %s: %w", shortID(ref), err)
 	}
-	return hostedMachine{c: cl}, nil
+	return cl, nil
 }
 
 // hostPort is where the engine published the container's port on 127.0.0.1.

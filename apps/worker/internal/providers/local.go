@@ -18,7 +18,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/open-bot/computer/pkg/shared/client"
+	"github.com/open-bot/computer/apps/worker/internal/machines"
 )
 
 // LocalOptions configures the local provider: botd as a child of this worker,
@@ -561,11 +561,11 @@ func (l *Local) Reconnect(ctx context.Context, ref string, _ Spec) (Machine, err
 	}
 	l.mu.Unlock()
 
-	c := client.New("http://"+p.api, token, nil)
+	c := machines.NewBotd("http://"+p.api, token)
 	if err := awaitHealthy(ctx, c, l.o.ReadyTimeout, p.fatal); err != nil {
 		return nil, fmt.Errorf("local provider: computer %s: %w", ref, err)
 	}
-	return hostedMachine{c: c}, nil
+	return c, nil
 }
 
 // startLocked starts ref's botd under supervision, moving it to a free

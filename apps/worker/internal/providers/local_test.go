@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -46,13 +47,13 @@ func TestLocalPortTaken(t *testing.T) {
 	defer squat2.Close()
 	m, err := l.Reconnect(ctx, ref, spec)
 	require.NoError(t, err)
-	r, err := m.Botd().Exec(ctx, client.ExecRequest{Argv: []string{"echo", "moved"}})
+	r, err := m.Exec(ctx, client.ExecRequest{Argv: []string{"echo", "moved"}})
 	require.NoError(t, err)
 	require.Equal(t, "moved\n", r.Stdout)
 	moved, err := l.readMeta(ref)
 	require.NoError(t, err)
 	require.NotEqual(t, meta.Slot, moved.Slot)
-	u, err := url.Parse(m.Botd().BaseURL())
+	u, err := url.Parse(localBotd(t, l, ref).BaseURL())
 	require.NoError(t, err)
 	require.Equal(t, strconv.Itoa(l.layout(moved.Slot).api), u.Port())
 }
@@ -159,7 +160,7 @@ func TestLocalStaleBotdOfEarlierWorker(t *testing.T) {
 	require.NoError(t, err)
 	m1, err := l1.Reconnect(ctx, ref, spec)
 	require.NoError(t, err)
-	require.NoError(t, m1.Botd().WriteFile(ctx, "kept.txt", []byte("kept")))
+	require.NoError(t, m1.WriteFile(ctx, "kept.txt", []byte("kept")))
 	old := l1.PID(ref)
 	require.NotZero(t, old)
 	// The first worker "dies": its supervisor stops caring, its DATA_DIR
@@ -178,7 +179,7 @@ func TestLocalStaleBotdOfEarlierWorker(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, procAlive(old), "the earlier worker's botd must be stopped")
 	require.NotEqual(t, old, l2.PID(ref))
-	got, err := m2.Botd().ReadFile(ctx, "kept.txt", 100)
+	got, err := m2.ReadFile(ctx, "kept.txt", 100)
 	require.NoError(t, err)
 	require.Equal(t, "kept", string(got))
 	require.NoError(t, l2.Destroy(ctx, ref))
@@ -191,6 +192,7 @@ func TestLocalTwoComputersAtOnce(t *testing.T) {
 	l := testLocal(t)
 	ctx := testCtx(t, 5*time.Minute)
 	var ms []Machine
+	var refs []string
 	for _, id := range []string{"twin-a", "twin-b"} {
 		spec := Spec{ComputerID: id, BotdToken: testToken()}
 		ref, err := l.Provision(ctx, spec)
@@ -198,9 +200,9 @@ func TestLocalTwoComputersAtOnce(t *testing.T) {
 		t.Cleanup(func() { _ = l.Destroy(context.Background(), ref) })
 		m, err := l.Reconnect(ctx, ref, spec)
 		require.NoError(t, err)
-		ms = append(ms, m)
+		ms, refs = append(ms, m), append(refs, ref)
 	}
-	a, b := ms[0].Botd(), ms[1].Botd()
+	a, b := ms[0], ms[1]
 	sa, err := a.StartScreen(ctx, "alice")
 	require.NoError(t, err)
 	sb, err := b.StartScreen(ctx, "alice")
@@ -212,7 +214,7 @@ func TestLocalTwoComputersAtOnce(t *testing.T) {
 	require.NoError(t, a.WriteFile(ctx, "only-a.txt", []byte("a")))
 	_, err = b.ReadFile(ctx, "only-a.txt", 10)
 	require.Error(t, err, "a file of one computer's workspace is not in the other's")
-	_, err = client.New(a.BaseURL(), b.Token(), nil).Health(ctx)
+	_, err = client.New(localBotd(t, l, refs[0]).BaseURL(), localBotd(t, l, refs[1]).Token(), nil).Health(ctx)
 	require.Error(t, err, "one computer's token does not open the other")
 }
 
@@ -252,4 +254,18 @@ func TestLocalDisplayHeld(t *testing.T) {
 	clean()
 	require.NoError(t, os.WriteFile(sock, nil, 0o644))
 	require.Equal(t, sock, displayHeld(d), "no socket")
+}
+
+// localBotd is a client of the botd the local provider runs for ref, made
+// from the provider's own records (its address and token file), for tests
+// of botd's addresses and tokens themselves.
+func localBotd(t *testing.T, l *Local, ref string) *client.Client {
+	t.Helper()
+	tok, err := os.ReadFile(l.token(ref))
+	require.NoError(t, err)
+	l.mu.Lock()
+	p := l.procs[ref]
+	l.mu.Unlock()
+	require.NotNil(t, p, "botd of %s is running", ref)
+	return client.New("http://"+p.api, strings.TrimSpace(string(tok)), nil)
 }

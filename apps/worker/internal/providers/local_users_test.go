@@ -69,7 +69,7 @@ func TestLocalUsersTeamsDoNotShare(t *testing.T) {
 
 	type team struct {
 		ref     string
-		c       *client.Client
+		c       Machine
 		scr     client.Screen
 		desktop string
 		bot     string
@@ -82,10 +82,10 @@ func TestLocalUsersTeamsDoNotShare(t *testing.T) {
 		t.Cleanup(func() { _ = l.Destroy(context.Background(), ref) })
 		m, err := l.Reconnect(ctx, ref, spec)
 		require.NoError(t, err)
-		s, err := m.Botd().StartScreen(ctx, "alice")
+		s, err := m.StartScreen(ctx, "alice")
 		require.NoError(t, err)
 		d, b := l.Users(ref)
-		teams = append(teams, team{ref: ref, c: m.Botd(), scr: s, desktop: d, bot: b})
+		teams = append(teams, team{ref: ref, c: m, scr: s, desktop: d, bot: b})
 	}
 	a, b := teams[0], teams[1]
 	assert.NotEqual(t, a.desktop, b.desktop, "each computer has its own desktop user")
@@ -182,7 +182,7 @@ func TestLocalUsersReadoptedAndRemoved(t *testing.T) {
 	require.NoError(t, err)
 	desk, bot := l.Users(ref)
 	require.NotEmpty(t, desk)
-	r, err := m.Botd().Exec(ctx, client.ExecRequest{Argv: []string{"id", "-un"}})
+	r, err := m.Exec(ctx, client.ExecRequest{Argv: []string{"id", "-un"}})
 	require.NoError(t, err)
 	require.Equal(t, bot+"\n", r.Stdout, "the shell runs as the computer's own bot")
 	meta, err := l.readMeta(ref)
@@ -194,7 +194,7 @@ func TestLocalUsersReadoptedAndRemoved(t *testing.T) {
 	require.EqualValues(t, u.GID, st.Sys().(*syscall.Stat_t).Gid)
 	// Something a teammate leaves behind on the host: a file in /tmp and
 	// a process that outlives botd (its own session).
-	r, err = m.Botd().Exec(ctx, client.ExecRequest{Argv: []string{"sh", "-c", "echo x > /tmp/obc-left-" + ref + "; setsid sleep 600 </dev/null >/dev/null 2>&1 & echo started"}})
+	r, err = m.Exec(ctx, client.ExecRequest{Argv: []string{"sh", "-c", "echo x > /tmp/obc-left-" + ref + "; setsid sleep 600 </dev/null >/dev/null 2>&1 & echo started"}})
 	require.NoError(t, err)
 	require.Contains(t, r.Stdout, "started")
 
@@ -207,10 +207,10 @@ func TestLocalUsersReadoptedAndRemoved(t *testing.T) {
 	require.NoError(t, err)
 	d2, b2 := l2.Users(ref)
 	require.Equal(t, [2]string{desk, bot}, [2]string{d2, b2}, "the same users")
-	r, err = m2.Botd().Exec(ctx, client.ExecRequest{Argv: []string{"id", "-un"}})
+	r, err = m2.Exec(ctx, client.ExecRequest{Argv: []string{"id", "-un"}})
 	require.NoError(t, err)
 	require.Equal(t, bot+"\n", r.Stdout)
-	s, err := m2.Botd().StartScreen(ctx, "alice")
+	s, err := m2.StartScreen(ctx, "alice")
 	require.NoError(t, err)
 	out, err := asUser(t, desk, []string{"DISPLAY=" + s.Display, "XAUTHORITY=" + filepath.Join(l2.home(ref), "desktop", ".Xauthority-"+strconv.Itoa(s.Slot))}, "xdpyinfo")
 	require.NoError(t, err, "its desktop still opens its screen: %s", out)
@@ -283,7 +283,7 @@ func TestLocalUsersForEarlierComputer(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, meta.Users.BotUID, st.Sys().(*syscall.Stat_t).Uid, "the file is the computer's own bot's")
 	require.EqualValues(t, meta.Users.GID, st.Sys().(*syscall.Stat_t).Gid, "in the computer's own group")
-	r, err := m.Botd().Exec(ctx, client.ExecRequest{Argv: []string{"sh", "-c", "id -un; cat bots/alice/notes.txt; echo more >> bots/alice/notes.txt && echo wrote"}})
+	r, err := m.Exec(ctx, client.ExecRequest{Argv: []string{"sh", "-c", "id -un; cat bots/alice/notes.txt; echo more >> bots/alice/notes.txt && echo wrote"}})
 	require.NoError(t, err)
 	require.Equal(t, bot+"\nkeptwrote\n", r.Stdout, r.Stderr)
 	st, err = os.Stat(l.dir(ref))

@@ -13,14 +13,6 @@ import (
 	"github.com/open-bot/computer/pkg/shared/client"
 )
 
-// hostedMachine is a machine whose botd this worker reaches directly: every
-// screen is allowed (botd itself answers MULTI_SCREEN_UNAVAILABLE when its
-// slots are full).
-type hostedMachine struct{ c *client.Client }
-
-func (m hostedMachine) Botd() *client.Client                      { return m.c }
-func (m hostedMachine) CheckScreen(context.Context, string) error { return nil }
-
 // computerID is what a Spec.ComputerID may look like: it names directories,
 // containers and volumes.
 var computerID = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
@@ -50,9 +42,9 @@ func (e *errNotReady) Error() string {
 	return fmt.Sprintf("botd not healthy after %s: %s", e.waited.Round(time.Millisecond), e.last)
 }
 
-// awaitHealthy polls botd's /health until ok:true, until ctx ends, until
+// awaitHealthy polls the machine's health (botd's /health) until ok:true, until ctx ends, until
 // timeout, or until exited reports why the machine can no longer answer.
-func awaitHealthy(ctx context.Context, c *client.Client, timeout time.Duration, exited func() error) error {
+func awaitHealthy(ctx context.Context, c Machine, timeout time.Duration, exited func() error) error {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()

@@ -9,7 +9,7 @@ import (
 	"context"
 	"errors"
 
-	"github.com/open-bot/computer/pkg/shared/client"
+	"github.com/open-bot/computer/apps/worker/internal/machines"
 )
 
 // Kinds the worker knows.
@@ -73,16 +73,7 @@ type Provider interface {
 	Destroy(ctx context.Context, ref string) error
 }
 
-// Machine is one running computer, as tools, runs and checkpoints see it:
-// botd's API (observe, ordered batched act, leases for user input and viewer
-// links, exec, files, workspace export/import, events) behind one client,
-// plus the backend's screen limit.
-type Machine interface {
-	// Botd is the typed client for this machine's botd. The token inside it
-	// never leaves the worker.
-	Botd() *client.Client
-	// CheckScreen reports whether a graphical tool may use screenID; a
-	// single-screen backend answers a shared.CodeMultiScreen error for any
-	// screen but its first.
-	CheckScreen(ctx context.Context, screenID string) error
-}
+// Machine is one running computer, as tools, runs, takeover and
+// checkpoints see it: the backend-neutral operations of machines.Machine
+// (the botd machine for every provider here), whose token never leaves it.
+type Machine = machines.Machine

@@ -37,7 +37,7 @@ func TestEnsureReplacement(t *testing.T) {
 	require.NoError(t, err)
 	refs = append(refs, e.Ref)
 	require.True(t, e.Replaced)
-	require.NoError(t, e.Machine.Botd().WriteFile(ctx, "mark.txt", []byte("first")))
+	require.NoError(t, e.Machine.WriteFile(ctx, "mark.txt", []byte("first")))
 
 	// Same kind, machine alive: the same machine comes back, no restore.
 	restored := 0
@@ -45,7 +45,7 @@ func TestEnsureReplacement(t *testing.T) {
 		restored++
 		// Stands in for the homes issue's checkpoint import: the tar goes
 		// through botd's real /workspace/import before anything else runs.
-		importWorkspace(t, ctx, m.Botd(), map[string]string{"bot/restored.txt": "from checkpoint"})
+		importWorkspace(t, ctx, m, map[string]string{"bot/restored.txt": "from checkpoint"})
 		return nil
 	}
 	again, err := Ensure(ctx, reg, KindLocal, KindLocal, e.Ref, spec, restore)
@@ -53,7 +53,7 @@ func TestEnsureReplacement(t *testing.T) {
 	require.False(t, again.Replaced)
 	require.Equal(t, e.Ref, again.Ref)
 	require.Zero(t, restored)
-	got, err := again.Machine.Botd().ReadFile(ctx, "mark.txt", 100)
+	got, err := again.Machine.ReadFile(ctx, "mark.txt", 100)
 	require.NoError(t, err)
 	require.Equal(t, "first", string(got))
 
@@ -65,10 +65,10 @@ func TestEnsureReplacement(t *testing.T) {
 	require.True(t, r.Replaced)
 	require.NotEqual(t, e.Ref, r.Ref)
 	require.Equal(t, 1, restored)
-	got, err = r.Machine.Botd().ReadFile(ctx, "restored.txt", 100)
+	got, err = r.Machine.ReadFile(ctx, "restored.txt", 100)
 	require.NoError(t, err)
 	require.Equal(t, "from checkpoint", string(got))
-	_, err = r.Machine.Botd().ReadFile(ctx, "mark.txt", 100)
+	_, err = r.Machine.ReadFile(ctx, "mark.txt", 100)
 	require.Error(t, err, "a replacement is a new machine")
 
 	// A changed kind: the old ref never reaches the new kind's provider.

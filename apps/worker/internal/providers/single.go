@@ -15,7 +15,6 @@ import (
 	"syscall"
 
 	"github.com/open-bot/computer/pkg/shared"
-	"github.com/open-bot/computer/pkg/shared/client"
 )
 
 // SingleScreen emulates a backend with one desktop stream per machine (a
@@ -67,7 +66,7 @@ func (s *SingleScreen) Reconnect(ctx context.Context, ref string, spec Spec) (Ma
 	if err != nil {
 		return nil, err
 	}
-	return &singleMachine{inner: m, s: s, ref: ref}, nil
+	return &singleMachine{Machine: m, inner: m, s: s, ref: ref}, nil
 }
 
 // Stop stops the inner machine; its first screen stays its first.
@@ -125,14 +124,14 @@ func (s *SingleScreen) claim(ref, screenID string) (string, error) {
 	return screenID, nil
 }
 
-// singleMachine is an inner machine that allows one screen.
+// singleMachine is an inner machine that allows one screen: every
+// operation is the inner machine's, CheckScreen is the gate.
 type singleMachine struct {
+	Machine
 	inner Machine
 	s     *SingleScreen
 	ref   string
 }
-
-func (m *singleMachine) Botd() *client.Client { return m.inner.Botd() }
 
 // CheckScreen allows the machine's first screen (index 0) only.
 func (m *singleMachine) CheckScreen(ctx context.Context, screenID string) error {

@@ -22,6 +22,7 @@ import (
 
 	"github.com/open-bot/computer/apps/worker/internal/codexrpc"
 	"github.com/open-bot/computer/apps/worker/internal/computers"
+	"github.com/open-bot/computer/apps/worker/internal/machines"
 	"github.com/open-bot/computer/apps/worker/internal/store"
 	"github.com/open-bot/computer/apps/worker/internal/tools"
 	"github.com/open-bot/computer/pkg/shared"
@@ -179,7 +180,7 @@ type Run struct {
 	id         string
 	botID      string
 	computerID string
-	botd       *client.Client
+	machine    machines.Machine
 	leaseKey   string
 	epoch      int64
 	session    *tools.Session
@@ -229,7 +230,7 @@ func (m *Manager) Start(ctx context.Context, computerID string, req StartRequest
 	if err != nil {
 		return nil, err
 	}
-	botd, machine, err := m.o.Computers.Botd(ctx, computerID)
+	machine, err := m.o.Computers.Machine(ctx, computerID)
 	if err != nil {
 		return nil, err
 	}
@@ -251,7 +252,7 @@ func (m *Manager) Start(ctx context.Context, computerID string, req StartRequest
 		_ = m.o.Store.ReleaseLease(context.WithoutCancel(ctx), key, lease.Epoch)
 		return nil, err
 	}
-	sess, err := tools.NewSession(botd, req.BotID, "run-"+id)
+	sess, err := tools.NewSession(machine, req.BotID, "run-"+id)
 	if err != nil {
 		return nil, err
 	}
@@ -259,7 +260,7 @@ func (m *Manager) Start(ctx context.Context, computerID string, req StartRequest
 	sess.Secret, sess.SecretNames = m.o.Computers.SecretOpener(c.ID)
 	tctx, cancel := context.WithTimeout(context.Background(), m.o.TurnTimeout)
 	rctx, abort := context.WithCancelCause(tctx)
-	r := &Run{m: m, id: id, botID: req.BotID, computerID: c.ID, botd: botd, leaseKey: key, epoch: lease.Epoch,
+	r := &Run{m: m, id: id, botID: req.BotID, computerID: c.ID, machine: machine, leaseKey: key, epoch: lease.Epoch,
 		session: sess, cancel: cancel, abort: abort, subs: map[chan Event]struct{}{},
 		done: make(chan struct{}), turnDone: make(chan codexrpc.Turn, 4),
 		snap: Snapshot{ID: id, ComputerID: c.ID, BotID: req.BotID, Status: StatusQueued, StartedAt: time.Now().UTC(), ToolCalls: []ToolCall{}}}
@@ -430,11 +431,11 @@ func (m *Manager) resume(sr store.Run, lease store.Lease) {
 	m.mu.Unlock()
 	go r.renew(ctx)
 	go r.run(ctx, func(ctx context.Context) error {
-		botd, machine, err := m.o.Computers.Botd(ctx, sr.ComputerID)
+		machine, err := m.o.Computers.Machine(ctx, sr.ComputerID)
 		if err != nil {
 			return fmt.Errorf("the worker restarted mid-run and the computer did not answer: %w", err)
 		}
-		sess, err := tools.NewSession(botd, sr.BotID, "run-"+sr.ID)
+		sess, err := tools.NewSession(machine, sr.BotID, "run-"+sr.ID)
 		if err != nil {
 			return err
 		}
@@ -442,7 +443,7 @@ func (m *Manager) resume(sr store.Run, lease store.Lease) {
 		sess.Secret, sess.SecretNames = m.o.Computers.SecretOpener(sr.ComputerID)
 		sess.Takeover = r.waitTakeover
 		r.mu.Lock()
-		r.botd, r.session = botd, sess
+		r.machine, r.session = machine, sess
 		r.mu.Unlock()
 		// The dead process's screen leases were held by this same holder:
 		// botd hands them back to the session on first use.
@@ -463,28 +464,20 @@ func (m *Manager) releaseScreens(ctx context.Context, computerID, holder string)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	botd, _, err := m.o.Computers.Botd(ctx, computerID)
+	machine, err := m.o.Computers.Machine(ctx, computerID)
 	if err != nil {
 		return
 	}
-	var list struct {
-		Screens []struct {
-			ID    string `json:"id"`
-			Lease *struct {
-				Kind   string `json:"kind"`
-				Holder string `json:"holder"`
-			} `json:"lease"`
-		} `json:"screens"`
-	}
-	if err := botd.Do(ctx, http.MethodGet, "/screens", nil, &list); err != nil {
+	list, err := machine.Screens(ctx)
+	if err != nil {
 		return
 	}
-	for _, sc := range list.Screens {
+	for _, sc := range list {
 		if sc.Lease == nil || sc.Lease.Holder != holder || sc.Lease.Kind != "agent" {
 			continue
 		}
-		if l, err := botd.AcquireLease(ctx, sc.ID, "agent", holder, tools.LeaseTTL); err == nil {
-			_ = botd.ReleaseLease(ctx, sc.ID, l.LeaseID)
+		if l, err := machine.AcquireLease(ctx, sc.ID, "agent", holder, tools.LeaseTTL); err == nil {
+			_ = machine.ReleaseLease(ctx, sc.ID, l.LeaseID)
 			m.o.Log.Info().Str("screen", sc.ID).Msg("released a dead run's screen lease")
 		}
 	}
@@ -694,12 +687,11 @@ func (r *Run) run(ctx context.Context, drive func(context.Context) error) {
 // open prepares the bot's folder (the thread's working directory) and an
 // initialized connection to the computer's Codex app-server.
 func (r *Run) open(ctx context.Context) (*codexrpc.Conn, string, error) {
-	agentURL := "ws" + strings.TrimPrefix(r.botd.BaseURL(), "http") + "/agent"
 	cwd, err := r.botDir(ctx)
 	if err != nil {
 		return nil, "", fmt.Errorf("prepare the bot's folder: %w", err)
 	}
-	conn, err := codexrpc.Dial(ctx, agentURL, http.Header{"Authorization": {"Bearer " + r.botd.Token()}}, r)
+	conn, err := r.machine.DialAgent(ctx, r)
 	if err != nil {
 		return nil, "", err
 	}
@@ -840,11 +832,11 @@ func (r *Run) botDir(ctx context.Context) (string, error) {
 	rel := "" // the workspace
 	if !r.private {
 		rel = "bots/" + r.botID
-		if _, err := r.botd.Exec(ctx, client.ExecRequest{Argv: []string{"mkdir", "-p", rel}}); err != nil {
+		if _, err := r.machine.Exec(ctx, client.ExecRequest{Argv: []string{"mkdir", "-p", rel}}); err != nil {
 			return "", err
 		}
 	}
-	res, err := r.botd.Exec(ctx, client.ExecRequest{Argv: []string{"pwd", "-P"}, Cwd: rel})
+	res, err := r.machine.Exec(ctx, client.ExecRequest{Argv: []string{"pwd", "-P"}, Cwd: rel})
 	if err != nil {
 		return "", err
 	}

@@ -82,7 +82,7 @@ func (s *Service) relay(w http.ResponseWriter, r *http.Request, c claims, g *gra
 	exp := time.Unix(c.Exp, 0)
 	ctx, cancel := context.WithDeadline(context.WithoutCancel(r.Context()), exp)
 	defer cancel()
-	botd, _, err := s.o.Computers.Botd(ctx, c.Computer)
+	m, err := s.o.Computers.Machine(ctx, c.Computer)
 	if err != nil {
 		http.Error(w, "the computer is not reachable", http.StatusBadGateway)
 		return
@@ -93,14 +93,13 @@ func (s *Service) relay(w http.ResponseWriter, r *http.Request, c claims, g *gra
 	if left < time.Second {
 		left = time.Second
 	}
-	link, err := botd.ViewerToken(ctx, c.Screen, "control", c.Holder, left)
+	link, err := m.ViewerToken(ctx, c.Screen, "control", c.Holder, left)
 	if err != nil {
 		s.o.Log.Warn().Str("screen", c.Screen).Msg("control relay: botd refused a control link")
 		http.Error(w, "the screen cannot be controlled now", http.StatusBadGateway)
 		return
 	}
-	up, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(botd.BaseURL(), "http")+"/screens/"+c.Screen+"/vnc",
-		&websocket.DialOptions{Subprotocols: []string{"binary"}, HTTPHeader: http.Header{"X-Viewer-Token": {link.Token}}})
+	up, err := m.DialVNC(ctx, c.Screen, link)
 	if err != nil {
 		http.Error(w, "the screen is not running", http.StatusBadGateway)
 		return

@@ -32,6 +32,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/open-bot/computer/apps/worker/internal/computers"
+	"github.com/open-bot/computer/apps/worker/internal/machines"
 	"github.com/open-bot/computer/apps/worker/internal/runs"
 	"github.com/open-bot/computer/apps/worker/internal/store"
 	"github.com/open-bot/computer/pkg/shared"
@@ -173,7 +174,7 @@ func (s *Service) ForRun(ctx context.Context, computerID, botID, screen string) 
 // grant takes botd's user lease on screen for a new holder and mints the
 // link. An earlier grant of the same bot is ended first.
 func (s *Service) grant(ctx context.Context, computerID, botID, screen, base string) (Link, error) {
-	botd, machine, err := s.o.Computers.Botd(ctx, computerID)
+	machine, err := s.o.Computers.Machine(ctx, computerID)
 	if err != nil {
 		return Link{}, err
 	}
@@ -183,12 +184,12 @@ func (s *Service) grant(ctx context.Context, computerID, botID, screen, base str
 	if err := machine.CheckScreen(ctx, screen); err != nil {
 		return Link{}, err
 	}
-	s.end(ctx, botd, computerID, botID)
-	if _, err := botd.StartScreen(ctx, screen); err != nil {
+	s.end(ctx, machine, computerID, botID)
+	if _, err := machine.StartScreen(ctx, screen); err != nil {
 		return Link{}, upstream(err)
 	}
 	holder := "person-" + randHex(8)
-	l, err := botd.AcquireLease(ctx, screen, "user", holder, s.o.TTL)
+	l, err := machine.AcquireLease(ctx, screen, "user", holder, s.o.TTL)
 	if err != nil {
 		return Link{}, upstream(err)
 	}
@@ -211,11 +212,11 @@ func (s *Service) grant(ctx context.Context, computerID, botID, screen, base str
 // Done is the runs.Options.TakeoverDone hook: the run stopped waiting, so
 // the person's grant on the bot (if any is left) ends.
 func (s *Service) Done(ctx context.Context, computerID, botID string) {
-	botd, _, err := s.o.Computers.Botd(ctx, computerID)
+	m, err := s.o.Computers.Machine(ctx, computerID)
 	if err != nil {
 		return
 	}
-	s.end(ctx, botd, computerID, botID)
+	s.end(ctx, m, computerID, botID)
 }
 
 // Release hands bot botID's screen back: botd's user lease is released,
@@ -225,11 +226,11 @@ func (s *Service) Release(ctx context.Context, computerID, botID string) error {
 	if _, err := s.o.Computers.HasBot(ctx, computerID, botID); err != nil {
 		return err
 	}
-	botd, _, err := s.o.Computers.Botd(ctx, computerID)
+	m, err := s.o.Computers.Machine(ctx, computerID)
 	if err != nil {
 		return err
 	}
-	s.end(ctx, botd, computerID, botID)
+	s.end(ctx, m, computerID, botID)
 	if r, ok := s.o.Runs.BotRun(computerID, botID); ok && r.Snapshot().Status == runs.StatusWaitingTakeover {
 		_ = r.Resume()
 	}
@@ -238,7 +239,7 @@ func (s *Service) Release(ctx context.Context, computerID, botID string) error {
 }
 
 // end drops the bot's grant: its botd lease and its connections.
-func (s *Service) end(ctx context.Context, botd *client.Client, computerID, botID string) {
+func (s *Service) end(ctx context.Context, m machines.Machine, computerID, botID string) {
 	s.mu.Lock()
 	g := s.grants[grantKey(computerID, botID)]
 	delete(s.grants, grantKey(computerID, botID))
@@ -255,7 +256,7 @@ func (s *Service) end(ctx context.Context, botd *client.Client, computerID, botI
 	for _, c := range cancels {
 		c()
 	}
-	if err := botd.ReleaseLease(ctx, g.screen, g.leaseID); err != nil && client.CodeOf(err) != shared.CodeLeaseRequired {
+	if err := m.ReleaseLease(ctx, g.screen, g.leaseID); err != nil && client.CodeOf(err) != shared.CodeLeaseRequired {
 		s.o.Log.Warn().Err(err).Str("screen", g.screen).Msg("release the person's lease")
 	}
 }

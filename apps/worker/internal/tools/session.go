@@ -1,6 +1,6 @@
 // Package tools is the teammates' tool set: each tool's schema for the model
-// and its implementation as calls to botd, under the session's agent lease
-// on the bot's own screen namespace.
+// and its implementation as operations on the computer's machine, under the
+// session's agent lease on the bot's own screen namespace.
 package tools
 
 import (
@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/open-bot/computer/apps/worker/internal/machines"
 	"github.com/open-bot/computer/pkg/shared"
 	"github.com/open-bot/computer/pkg/shared/client"
 )
@@ -44,9 +45,10 @@ func InNamespace(botID, screenID string) bool {
 
 // Session is one caller's use of the tools: a run, or a direct harness.
 type Session struct {
-	Botd   *client.Client
-	BotID  string
-	Holder string // lease holder name (the run id)
+	// Machine is the computer the tools act on.
+	Machine machines.Machine
+	BotID   string
+	Holder  string // lease holder name (the run id)
 	// Takeover is called by request_takeover and blocks until a person is
 	// done (nil: the tool reports that takeover is not available here).
 	Takeover func(ctx context.Context, screen, reason string) error
@@ -65,11 +67,11 @@ type Session struct {
 }
 
 // NewSession returns a session for botID.
-func NewSession(botd *client.Client, botID, holder string) (*Session, error) {
+func NewSession(m machines.Machine, botID, holder string) (*Session, error) {
 	if !ValidBotID(botID) {
 		return nil, fmt.Errorf("invalid bot id %q: want %s (no '-')", botID, BotIDRule)
 	}
-	return &Session{Botd: botd, BotID: botID, Holder: holder, leases: map[string]string{}}, nil
+	return &Session{Machine: m, BotID: botID, Holder: holder, leases: map[string]string{}}, nil
 }
 
 // screen resolves the optional screen argument under the namespace rule.
@@ -92,10 +94,10 @@ func (s *Session) lease(ctx context.Context, screen string) (string, error) {
 	if id != "" {
 		return id, nil
 	}
-	if _, err := s.Botd.StartScreen(ctx, screen); err != nil {
+	if _, err := s.Machine.StartScreen(ctx, screen); err != nil {
 		return "", err
 	}
-	l, err := s.Botd.AcquireLease(ctx, screen, "agent", s.Holder, LeaseTTL)
+	l, err := s.Machine.AcquireLease(ctx, screen, "agent", s.Holder, LeaseTTL)
 	if err != nil {
 		return "", err
 	}
@@ -140,7 +142,7 @@ func (s *Session) Release(ctx context.Context) {
 	s.leases = map[string]string{}
 	s.mu.Unlock()
 	for screen, id := range leases {
-		_ = s.Botd.ReleaseLease(ctx, screen, id)
+		_ = s.Machine.ReleaseLease(ctx, screen, id)
 	}
 }
 

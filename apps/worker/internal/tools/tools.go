@@ -204,7 +204,7 @@ func observe(ctx context.Context, s *Session, raw json.RawMessage) ([]Content, e
 	var a screenArg
 	var o client.Observation
 	err := leased(ctx, s, raw, &a, nil, func(screen, l string) (err error) {
-		o, err = s.Botd.Observe(ctx, screen, l)
+		o, err = s.Machine.Observe(ctx, screen, l)
 		return err
 	})
 	if err != nil {
@@ -226,7 +226,7 @@ func act(ctx context.Context, s *Session, raw json.RawMessage) ([]Content, error
 	}
 	var r client.ActResult
 	err := leased(ctx, s, raw, &a, check, func(screen, l string) (err error) {
-		r, err = s.Botd.Act(ctx, screen, l, a.Actions)
+		r, err = s.Machine.Act(ctx, screen, l, a.Actions)
 		return err
 	})
 	if err != nil {
@@ -252,7 +252,7 @@ func openPath(ctx context.Context, s *Session, raw json.RawMessage) ([]Content, 
 	}
 	var r json.RawMessage
 	err := leased(ctx, s, raw, &a, check, func(screen, l string) (err error) {
-		r, err = s.Botd.Open(ctx, screen, l, a.Target)
+		r, err = s.Machine.Open(ctx, screen, l, a.Target)
 		return err
 	})
 	if err != nil {
@@ -268,7 +268,7 @@ func launchApp(ctx context.Context, s *Session, raw json.RawMessage) ([]Content,
 	}
 	var r json.RawMessage
 	err := leased(ctx, s, raw, &a, nil, func(screen, l string) (err error) {
-		r, err = s.Botd.Launch(ctx, screen, l, a.App)
+		r, err = s.Machine.Launch(ctx, screen, l, a.App)
 		return err
 	})
 	if err != nil {
@@ -283,7 +283,7 @@ func readPage(ctx context.Context, s *Session, raw json.RawMessage) ([]Content, 
 	// person's screen out of reach all the same.
 	var p client.Page
 	err := leased(ctx, s, raw, &a, nil, func(screen, _ string) (err error) {
-		p, err = s.Botd.ReadPage(ctx, screen)
+		p, err = s.Machine.ReadPage(ctx, screen)
 		return err
 	})
 	if err != nil {
@@ -325,7 +325,7 @@ func typeSecret(ctx context.Context, s *Session, raw json.RawMessage) ([]Content
 		return nil
 	}
 	err := leased(ctx, s, raw, &a, check, func(screen, l string) error {
-		return s.Botd.TypeSecret(ctx, screen, l, origin, value)
+		return s.Machine.TypeSecret(ctx, screen, l, origin, value)
 	})
 	if err != nil {
 		if value != "" && strings.Contains(describe(err), value) {
@@ -348,7 +348,7 @@ func shell(ctx context.Context, s *Session, raw json.RawMessage) ([]Content, err
 	if len(a.Argv) == 0 {
 		return nil, &ToolError{Code: shared.CodeBadRequest, Msg: "argv needs at least one element"}
 	}
-	r, err := s.Botd.Exec(ctx, client.ExecRequest{Argv: a.Argv, Cwd: a.Cwd, TimeoutMs: a.TimeoutMs})
+	r, err := s.Machine.Exec(ctx, client.ExecRequest{Argv: a.Argv, Cwd: a.Cwd, TimeoutMs: a.TimeoutMs})
 	if err != nil {
 		return nil, err
 	}
@@ -362,7 +362,7 @@ func fileRead(ctx context.Context, s *Session, raw json.RawMessage) ([]Content, 
 	if err := decode(raw, &a); err != nil {
 		return nil, err
 	}
-	b, err := s.Botd.ReadFile(ctx, a.Path, MaxFileRead+1)
+	b, err := s.Machine.ReadFile(ctx, a.Path, MaxFileRead+1)
 	if err != nil {
 		return nil, err
 	}
@@ -387,7 +387,7 @@ func fileWrite(ctx context.Context, s *Session, raw json.RawMessage) ([]Content,
 	if a.Content == nil {
 		return nil, &ToolError{Code: shared.CodeBadRequest, Msg: "content is required"}
 	}
-	if err := s.Botd.WriteFile(ctx, a.Path, []byte(*a.Content)); err != nil {
+	if err := s.Machine.WriteFile(ctx, a.Path, []byte(*a.Content)); err != nil {
 		return nil, err
 	}
 	return []Content{text(fmt.Sprintf("wrote %d bytes to %s", len(*a.Content), a.Path))}, nil
@@ -400,7 +400,7 @@ func fileList(ctx context.Context, s *Session, raw json.RawMessage) ([]Content, 
 	if err := decode(raw, &a); err != nil {
 		return nil, err
 	}
-	r, err := s.Botd.ListFiles(ctx, a.Path)
+	r, err := s.Machine.ListFiles(ctx, a.Path)
 	if err != nil {
 		return nil, err
 	}
@@ -435,7 +435,7 @@ func requestTakeover(ctx context.Context, s *Session, raw json.RawMessage) ([]Co
 	delete(s.leases, screen)
 	s.mu.Unlock()
 	if id != "" {
-		_ = s.Botd.ReleaseLease(ctx, screen, id)
+		_ = s.Machine.ReleaseLease(ctx, screen, id)
 	}
 	if err := s.Takeover(ctx, screen, a.Reason); err != nil {
 		if errors.Is(err, context.Canceled) {

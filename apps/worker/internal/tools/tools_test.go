@@ -11,7 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/open-bot/computer/pkg/shared/client"
+	"github.com/open-bot/computer/apps/worker/internal/machines"
 )
 
 func TestInNamespace(t *testing.T) {
@@ -69,7 +69,7 @@ func TestCallsFailReadablyAndShellWorksWithoutScreens(t *testing.T) {
 	fb := &fakeBotd{}
 	srv := httptest.NewServer(fb)
 	defer srv.Close()
-	s, err := NewSession(client.New(srv.URL, "t", nil), "alice", "run-1")
+	s, err := NewSession(machines.NewBotd(srv.URL, "t"), "alice", "run-1")
 	require.NoError(t, err)
 	ctx := context.Background()
 

@@ -1,4 +1,4 @@
-package main
+package egressagent
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-func TestRunEgressFlags(t *testing.T) {
+func TestCommandFlags(t *testing.T) {
 	dir := t.TempDir()
 	empty := filepath.Join(dir, "empty")
 	if err := os.WriteFile(empty, []byte(" \n"), 0o600); err != nil {
@@ -26,7 +26,7 @@ func TestRunEgressFlags(t *testing.T) {
 		{"unknown flag", []string{"--token", "secret"}, "not defined"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := runEgress(context.Background(), tc.args)
+			err := Command(context.Background(), tc.args)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("got %v, want an error containing %q", err, tc.want)
 			}

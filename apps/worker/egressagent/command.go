@@ -1,4 +1,4 @@
-package main
+package egressagent
 
 import (
 	"context"
@@ -12,13 +12,13 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/open-bot/computer/apps/worker/egressagent"
 	"github.com/open-bot/computer/pkg/shared/egresspolicy"
 )
 
-// runEgress is `worker egress --botd URL --token-file FILE`: the egress agent
-// for botd's tunnel mode. It runs until ctx ends (SIGTERM/SIGINT).
-func runEgress(ctx context.Context, args []string) error {
+// Command is `worker egress --botd URL --token-file FILE` (args are what
+// follows "egress"): the egress agent for botd's tunnel mode. It runs until
+// ctx ends (SIGTERM/SIGINT).
+func Command(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("egress", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	botd := fs.String("botd", "", "botd's base URL, e.g. https://computer.example:7000")
@@ -52,7 +52,7 @@ func runEgress(ctx context.Context, args []string) error {
 	}
 	zerolog.TimeFieldFormat = time.RFC3339Nano
 	log := zerolog.New(os.Stderr).Level(lvl).With().Timestamp().Logger()
-	return egressagent.Run(ctx, egressagent.Options{
+	return Run(ctx, Options{
 		BotdURL:       *botd,
 		Token:         token,
 		Log:           log,

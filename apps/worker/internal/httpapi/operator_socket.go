@@ -1,15 +1,12 @@
-package main
+package httpapi
 
-// The operator's credential (CONTROL-PLANE.md, "Three credentials"): the
-// operator socket, DATA_DIR/operator.sock (mode 0600 in a 0700 DATA_DIR,
-// every connection's peer checked with SO_PEERCRED: root or the worker's
-// own user), or WORKER_OPERATOR_TOKEN(_FILE) over TCP. Operator actions —
-// adopt, dashboard sign-in links, attach — need one of them; WORKER_TOKEN,
-// the callers' token, never suffices.
+// The operator socket (CONTROL-PLANE.md, "Three credentials"):
+// DATA_DIR/operator.sock, mode 0600 in a 0700 DATA_DIR, every connection's
+// peer checked with SO_PEERCRED (root or the worker's own user). Every
+// request on it is the operator's (AsOperator).
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -17,77 +14,14 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
-
-	"github.com/open-bot/computer/apps/worker/internal/httpapi"
 )
 
-// operatorSocket is the operator socket's path under dataDir.
-func operatorSocket(dataDir string) string { return filepath.Join(dataDir, "operator.sock") }
-
-// checkSecretFile refuses a token file (named by env var name) that is not
-// a regular file owned by the worker's user with mode 0600 or stricter,
-// saying how to fix it.
-func checkSecretFile(name, path string) error {
-	st, err := os.Stat(path)
-	if err != nil {
-		return fmt.Errorf("%s: %w", name, err)
-	}
-	sys, _ := st.Sys().(*syscall.Stat_t)
-	uid := os.Geteuid()
-	switch {
-	case !st.Mode().IsRegular():
-		return fmt.Errorf("%s %s is not a regular file", name, path)
-	case sys == nil || int(sys.Uid) != uid:
-		owner := -1
-		if sys != nil {
-			owner = int(sys.Uid)
-		}
-		return fmt.Errorf("%s %s is owned by uid %d, not by the worker's user (uid %d): a token file must be the worker's own, mode 0600; fix: chown %d %s && chmod 600 %s",
-			name, path, owner, uid, uid, path, path)
-	case st.Mode().Perm()&0o077 != 0:
-		return fmt.Errorf("%s %s is mode %04o: a token file must be mode 0600 (or stricter), readable by the worker's user only; fix: chmod 600 %s",
-			name, path, st.Mode().Perm(), path)
-	}
-	return nil
-}
-
-// serverSecret reads the worker's own secret name from the env, or from the
-// file named by name_FILE, which checkSecretFile must accept.
-func serverSecret(name string) (val, file string, err error) {
-	if v := os.Getenv(name); v != "" {
-		return v, "", nil
-	}
-	f := os.Getenv(name + "_FILE")
-	if f == "" {
-		return "", "", nil
-	}
-	if err := checkSecretFile(name+"_FILE", f); err != nil {
-		return "", "", err
-	}
-	return secretEnv(name)
-}
-
-// operatorToken returns WORKER_OPERATOR_TOKEN(_FILE), or "" when neither is
-// set (then the operator socket is the only operator credential).
-func operatorToken(workerToken string) (string, error) {
-	tok, _, err := serverSecret("WORKER_OPERATOR_TOKEN")
-	switch {
-	case err != nil:
-		return "", err
-	case tok == "":
-		return "", nil
-	case len(tok) < 16:
-		return "", errors.New("WORKER_OPERATOR_TOKEN (or WORKER_OPERATOR_TOKEN_FILE) must be at least 16 characters")
-	case tok == workerToken:
-		return "", errors.New("WORKER_OPERATOR_TOKEN must differ from WORKER_TOKEN: the callers' token never acts as the operator")
-	}
-	return tok, nil
-}
+// OperatorSocket is the operator socket's path under dataDir.
+func OperatorSocket(dataDir string) string { return filepath.Join(dataDir, "operator.sock") }
 
 // peerListener admits only connections whose peer (SO_PEERCRED) is root or
 // the worker's own user; any other is closed unserved.
@@ -168,12 +102,12 @@ func listenOperator(path string, keepDirMode bool, log zerolog.Logger) (net.List
 	return peerListener{UnixListener: ln, log: log}, nil
 }
 
-// serveOperator serves h to the operator on the socket at path until ctx
+// ServeOperator serves h to the operator on the socket at path until ctx
 // ends or the returned stop is called. Every request on it is the
-// operator's (httpapi.AsOperator), and its Host is the worker's TCP
+// operator's (AsOperator), and its Host is the worker's TCP
 // address base (http://host:port), so links it mints are ones a browser
 // can open.
-func serveOperator(ctx context.Context, path, base string, keepDirMode bool, h http.Handler, log zerolog.Logger) (stop func(), err error) {
+func ServeOperator(ctx context.Context, path, base string, keepDirMode bool, h http.Handler, log zerolog.Logger) (stop func(), err error) {
 	ln, err := listenOperator(path, keepDirMode, log)
 	if err != nil {
 		return nil, err
@@ -182,7 +116,7 @@ func serveOperator(ctx context.Context, path, base string, keepDirMode bool, h h
 	if u, err := url.Parse(base); err == nil {
 		host = u.Host
 	}
-	op := httpapi.AsOperator(h)
+	op := AsOperator(h)
 	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if host != "" {
 			r.Host = host
@@ -201,10 +135,4 @@ func serveOperator(ctx context.Context, path, base string, keepDirMode bool, h h
 	}
 	context.AfterFunc(ctx, stop)
 	return stop, nil
-}
-
-// isTerminal reports whether f is a terminal.
-func isTerminal(f *os.File) bool {
-	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
-	return err == nil
 }

@@ -1,23 +1,21 @@
-package main
+package homes
 
 import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/open-bot/computer/apps/worker/internal/homes"
 )
 
 // COMPUTER_HOME_MAX_BYTES may not exceed what an import accepts (a
 // checkpoint above it could be stored and never restored).
 func TestHomeLimits(t *testing.T) {
 	get := func(env map[string]string) (int64, int64, error) {
-		return homeLimits(serveConfig{Getenv: func(k string) string { return env[k] }})
+		return LimitsFromEnv(func(k string) string { return env[k] })
 	}
 	max, free, err := get(nil)
 	require.NoError(t, err)
-	require.Equal(t, int64(homes.DefaultMaxBytes), max)
-	require.Equal(t, int64(homes.DefaultMinFree), free)
+	require.Equal(t, int64(DefaultMaxBytes), max)
+	require.Equal(t, int64(DefaultMinFree), free)
 	max, free, err = get(map[string]string{"COMPUTER_HOME_MAX_BYTES": "1048576", "COMPUTER_HOME_MIN_FREE_BYTES": "0"})
 	require.NoError(t, err)
 	require.Equal(t, int64(1<<20), max)

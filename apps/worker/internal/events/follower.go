@@ -1,21 +1,20 @@
-package main
-
-// Following botd's /events into runs (issue 15, requirement 4): the worker
-// keeps one websocket to each running computer's botd /events, reconnecting
-// with backoff, and turns what concerns a teammate into an event of that
-// bot's live run ("botd" events in the run's stream and store): apply-guard
-// blocks, a crashed browser or screen process, a preemption (a person took
-// the screen), and egress loss (every run of the computer).
+// Package events follows each running computer's event stream into runs
+// (issue 15, requirement 4): the worker keeps one connection to each
+// running computer's events (the machine's DialEvents: botd's /events),
+// reconnecting with backoff, and turns what concerns a teammate into an
+// event of that bot's live run ("botd" events in the run's stream and
+// store): apply-guard blocks, a crashed browser or screen process, a
+// preemption (a person took the screen), and egress loss (every run of the
+// computer).
+package events
 
 import (
 	"context"
 	"encoding/json"
-	"net/http"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/coder/websocket"
 	"github.com/rs/zerolog"
 
 	"github.com/open-bot/computer/apps/worker/internal/codexrpc"
@@ -36,14 +35,15 @@ const MaxBotdEvent = 256 << 10
 // clip cuts a text field botd sent for a run event.
 func clip(s string) string { return codexrpc.Clip(s, runs.MaxNoteField) }
 
-// eventFollower keeps a follower per running computer.
-type eventFollower struct {
+// Follower keeps a follower per running computer.
+type Follower struct {
 	comps *computers.Service
 	runs  *runs.Manager
 	log   zerolog.Logger
 	// every is how often the computer list is looked at.
 	every time.Duration
 
+	// mu guards follows and connected.
 	mu      sync.Mutex
 	follows map[string]context.CancelFunc
 	// connected counts live /events connections by computer (tests wait
@@ -51,13 +51,14 @@ type eventFollower struct {
 	connected map[string]int
 }
 
-func newEventFollower(comps *computers.Service, m *runs.Manager, log zerolog.Logger) *eventFollower {
-	return &eventFollower{comps: comps, runs: m, log: log, every: 2 * time.Second,
+// New returns a follower of comps' running computers into m's runs.
+func New(comps *computers.Service, m *runs.Manager, log zerolog.Logger) *Follower {
+	return &Follower{comps: comps, runs: m, log: log, every: 2 * time.Second,
 		follows: map[string]context.CancelFunc{}, connected: map[string]int{}}
 }
 
-// run follows every running computer until ctx ends.
-func (f *eventFollower) run(ctx context.Context) {
+// Run follows every running computer until ctx ends.
+func (f *Follower) Run(ctx context.Context) {
 	t := time.NewTicker(f.every)
 	defer t.Stop()
 	for {
@@ -77,7 +78,7 @@ func (f *eventFollower) run(ctx context.Context) {
 }
 
 // sync starts followers for running computers and stops the others.
-func (f *eventFollower) sync(ctx context.Context) {
+func (f *Follower) sync(ctx context.Context) {
 	cs, err := f.comps.List(ctx)
 	if err != nil {
 		return
@@ -106,7 +107,7 @@ func (f *eventFollower) sync(ctx context.Context) {
 }
 
 // Connected reports whether computer id's /events is being followed now.
-func (f *eventFollower) Connected(id string) bool {
+func (f *Follower) Connected(id string) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.connected[id] > 0
@@ -114,7 +115,7 @@ func (f *eventFollower) Connected(id string) bool {
 
 // follow reads one computer's /events, reconnecting with backoff (250 ms
 // doubling to 15 s, reset after a connection that lasted).
-func (f *eventFollower) follow(ctx context.Context, id string) {
+func (f *Follower) follow(ctx context.Context, id string) {
 	backoff := 250 * time.Millisecond
 	egressUp := true
 	for ctx.Err() == nil {
@@ -138,14 +139,13 @@ func (f *eventFollower) follow(ctx context.Context, id string) {
 	}
 }
 
-func (f *eventFollower) once(ctx context.Context, id string, egressUp *bool) error {
-	botd, _, err := f.comps.Botd(ctx, id)
+func (f *Follower) once(ctx context.Context, id string, egressUp *bool) error {
+	m, err := f.comps.Machine(ctx, id)
 	if err != nil {
 		return err
 	}
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	c, _, err := websocket.Dial(dctx, "ws"+strings.TrimPrefix(botd.BaseURL(), "http")+"/events",
-		&websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + botd.Token()}}})
+	c, err := m.DialEvents(dctx)
 	cancel()
 	if err != nil {
 		return err
@@ -178,7 +178,7 @@ func (f *eventFollower) once(ctx context.Context, id string, egressUp *bool) err
 }
 
 // apply turns one botd event into run events.
-func (f *eventFollower) apply(computerID, typ string, at time.Time, data json.RawMessage, egressUp *bool) {
+func (f *Follower) apply(computerID, typ string, at time.Time, data json.RawMessage, egressUp *bool) {
 	note := func(screen string, payload map[string]any) {
 		r, ok := f.runs.ScreenRun(computerID, screen)
 		if !ok {

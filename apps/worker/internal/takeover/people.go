@@ -1,8 +1,8 @@
-package main
+package takeover
 
-// Wiring of the takeover policy, the control relay, botd's events and the
-// dashboard into the worker (issue 15, requirements 3–5). Kept apart from
-// serve.go so the provider/checkpoint wiring merges cleanly.
+// What the worker serves to people (issue 15, requirements 3–5): the
+// takeover policy's control relay, the dashboard over the worker's
+// computers, runs and takeover, and the follower of the machines' events.
 
 import (
 	"context"
@@ -15,25 +15,25 @@ import (
 
 	"github.com/open-bot/computer/apps/worker/internal/computers"
 	"github.com/open-bot/computer/apps/worker/internal/dashboard"
+	"github.com/open-bot/computer/apps/worker/internal/events"
+	"github.com/open-bot/computer/apps/worker/internal/machines"
 	"github.com/open-bot/computer/apps/worker/internal/runs"
 	"github.com/open-bot/computer/apps/worker/internal/store"
-	"github.com/open-bot/computer/apps/worker/internal/takeover"
-	"github.com/open-bot/computer/pkg/shared/client"
 )
 
-// people is what the worker serves to people rather than to API callers:
+// People is what the worker serves to people rather than to API callers:
 // the control relay (/control/…, the link is the credential) and the
 // dashboard (/dashboard/…, a session cookie from a one-time login link).
 // Everything else goes to the API, behind the worker token.
-type people struct {
-	Takeover  *takeover.Service
+type People struct {
+	Takeover  *Service
 	Dashboard *dashboard.Dashboard
-	Events    *eventFollower
+	Events    *events.Follower
 }
 
-// newPeople builds the takeover service (already handed to the run
-// manager through its hook), the event follower and the dashboard.
-func newPeople(st store.Store, comps *computers.Service, m *runs.Manager, tk *takeover.Service, log zerolog.Logger) (*people, error) {
+// NewPeople builds the event follower and the dashboard around tk (the
+// takeover service, already handed to the run manager through its hook).
+func NewPeople(st store.Store, comps *computers.Service, m *runs.Manager, tk *Service, log zerolog.Logger) (*People, error) {
 	d, err := dashboard.New(dashboard.Options{
 		Lister:     &dashLister{st: st, comps: comps, tk: tk},
 		Controller: &dashController{tk: tk},
@@ -43,17 +43,17 @@ func newPeople(st store.Store, comps *computers.Service, m *runs.Manager, tk *ta
 	if err != nil {
 		return nil, err
 	}
-	return &people{Takeover: tk, Dashboard: d, Events: newEventFollower(comps, m, log.With().Str("sub", "events").Logger())}, nil
+	return &People{Takeover: tk, Dashboard: d, Events: events.New(comps, m, log.With().Str("sub", "events").Logger())}, nil
 }
 
-// handler routes /control/ and /dashboard/ to the people's handlers and
+// Handler routes /control/ and /dashboard/ to the people's handlers and
 // everything else to api.
-func (p *people) handler(api http.Handler) http.Handler {
+func (p *People) Handler(api http.Handler) http.Handler {
 	control := p.Takeover.Handler("")
 	dash := p.Dashboard.Handler()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
-		case strings.HasPrefix(r.URL.Path, takeover.Prefix):
+		case strings.HasPrefix(r.URL.Path, Prefix):
 			control.ServeHTTP(w, r)
 		case r.URL.Path == "/dashboard":
 			http.Redirect(w, r, "/dashboard/", http.StatusSeeOther)
@@ -67,7 +67,7 @@ func (p *people) handler(api http.Handler) http.Handler {
 
 // LoginLink is a one-time dashboard sign-in link on base (a secret for the
 // person at the terminal: print it, never log it).
-func (p *people) LoginLink(base string) (string, error) {
+func (p *People) LoginLink(base string) (string, error) {
 	path, err := p.Dashboard.LoginLink()
 	if err != nil {
 		return "", err
@@ -78,7 +78,7 @@ func (p *people) LoginLink(base string) (string, error) {
 type dashLister struct {
 	st    store.Store
 	comps *computers.Service
-	tk    *takeover.Service
+	tk    *Service
 }
 
 func (l *dashLister) Computers(ctx context.Context) ([]dashboard.Computer, error) {
@@ -111,8 +111,8 @@ func (l *dashLister) Bots(ctx context.Context, computerID string) ([]dashboard.B
 		return nil, err
 	}
 	states := map[string]string{}
-	if botd, _, err := l.comps.Botd(ctx, computerID); err == nil {
-		if scs, err := botd.Screens(ctx); err == nil {
+	if m, err := l.comps.Machine(ctx, computerID); err == nil {
+		if scs, err := m.Screens(ctx); err == nil {
 			for _, s := range scs {
 				states[s.ID] = s.State
 			}
@@ -177,7 +177,7 @@ func eventText(typ string, data []byte) string {
 			s += ": " + r
 		}
 		return s
-	case RunEventBotd:
+	case events.RunEventBotd:
 		s := fmt.Sprintf("%v", m["kind"])
 		if u, ok := m["url"].(string); ok {
 			s += " " + u
@@ -193,7 +193,7 @@ func eventText(typ string, data []byte) string {
 	return string(b)
 }
 
-type dashController struct{ tk *takeover.Service }
+type dashController struct{ tk *Service }
 
 func (c *dashController) TakeControl(ctx context.Context, computerID, botID string) (dashboard.ControlLink, error) {
 	l, err := c.tk.Take(ctx, computerID, botID, "")
@@ -206,9 +206,8 @@ func (c *dashController) ReleaseControl(ctx context.Context, computerID, botID s
 
 type dashScreens struct{ comps *computers.Service }
 
-func (s dashScreens) Botd(ctx context.Context, computerID string) (*client.Client, error) {
-	c, _, err := s.comps.Botd(ctx, computerID)
-	return c, err
+func (s dashScreens) Machine(ctx context.Context, computerID string) (machines.Machine, error) {
+	return s.comps.Machine(ctx, computerID)
 }
 
 // CheckScreen is the machine's screen limit (dashboard.ScreenChecker): a
