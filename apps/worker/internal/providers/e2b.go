@@ -14,6 +14,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/open-bot/computer/apps/worker/internal/machines"
 	"github.com/open-bot/computer/apps/worker/internal/providers/e2b"
 	"github.com/open-bot/computer/apps/worker/internal/secret"
 	"github.com/open-bot/computer/pkg/shared/client"
@@ -60,8 +61,8 @@ func (x *E2B) Reconnect(ctx context.Context, ref string, spec Spec) (Machine, er
 }
 
 // e2bMachine is the machine an open-bot sandbox is: its botd (reached
-// through the adapter's forwarder).
-func e2bMachine(c *client.Client) Machine { return hostedMachine{c: c} }
+// through the adapter's forwarder, whose base URL the client holds).
+func e2bMachine(c *client.Client) Machine { return machines.NewBotd(c.BaseURL(), c.Token()) }
 
 // Stop implements Provider (pause).
 func (x *E2B) Stop(ctx context.Context, ref string) error { return gone(x.p.Stop(ctx, ref)) }
