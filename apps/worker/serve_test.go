@@ -18,9 +18,13 @@ func TestServeStartErrors(t *testing.T) {
 	}
 	dir := t.TempDir()
 	c := cfg(dir)
-	c.Provider = "e2b"
+	c.Provider = "e3b"
 	_, err := newWorker(t.Context(), c, zerolog.Nop())
-	require.ErrorContains(t, err, `WORKER_PROVIDER="e2b": unknown provider kind (this worker has: attach, docker, local, single-screen)`)
+	require.ErrorContains(t, err, `WORKER_PROVIDER="e3b": unknown provider kind (this worker has: attach, docker, e2b, local, single-screen)`)
+	c.Provider = "e2b"
+	c.Getenv = func(string) string { return "" }
+	_, err = newWorker(t.Context(), c, zerolog.Nop())
+	require.ErrorContains(t, err, "WORKER_PROVIDER=e2b: set E2B_API_KEY or E2B_API_KEY_FILE")
 
 	junk := []byte("these are somebody's notes, not a database\n")
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "worker.db"), junk, 0o600))

@@ -23,13 +23,15 @@ type Setup struct {
 	Why    string
 	Local  *Local
 	Docker *Docker
+	// E2B is the e2b kind, made when an E2B key is configured.
+	E2B *E2B
 }
 
 // FromEnv builds the providers from the environment (os.Getenv when getenv
 // is nil); ctx bounds the probe of the Docker engine.
 //
 //	DATA_DIR                  /var/lib/open-bot   computers/, docker/, single-screen/
-//	WORKER_PROVIDER           (auto)              local, docker or single-screen (wraps the auto choice)
+//	WORKER_PROVIDER           (auto)              local, docker, e2b or single-screen (wraps the auto choice)
 //	WORKER_BOTD_BIN           botd next to the worker, else /opt/botd/botd
 //	WORKER_IMAGE              open-bot/computer:dev
 //	DOCKER_HOST               the engine (Docker's own variable)
@@ -41,6 +43,9 @@ type Setup struct {
 // MODEL_API_KEY_FILE, EGRESS_ALLOW; local machines also
 // CODEX_CONFIG_EXTRA_FILE and CODEX_BIN, which name host paths), plus any
 // names listed in WORKER_MACHINE_ENV (comma-separated).
+//
+// The e2b kind is there when E2B_API_KEY or E2B_API_KEY_FILE is set
+// (e2bFromEnv lists its settings); WORKER_PROVIDER=e2b requires one.
 func FromEnv(ctx context.Context, getenv func(string) string, log *zerolog.Logger) (*Setup, error) {
 	if getenv == nil {
 		getenv = os.Getenv
@@ -77,8 +82,12 @@ func FromEnv(ctx context.Context, getenv func(string) string, log *zerolog.Logge
 	want := str("WORKER_PROVIDER", "")
 	switch want {
 	case "", KindLocal, KindDocker, KindSingleScreen:
+	case KindE2B:
+		if !e2bConfigured(getenv) {
+			errs = append(errs, errors.New("WORKER_PROVIDER=e2b: set E2B_API_KEY or E2B_API_KEY_FILE (and E2B_API_URL for anything but E2B's own cloud)"))
+		}
 	default:
-		errs = append(errs, fmt.Errorf("WORKER_PROVIDER: %w: %q (want local, docker or single-screen)", ErrUnknownKind, want))
+		errs = append(errs, fmt.Errorf("WORKER_PROVIDER: %w: %q (want local, docker, e2b or single-screen)", ErrUnknownKind, want))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -94,6 +103,13 @@ func FromEnv(ctx context.Context, getenv func(string) string, log *zerolog.Logge
 		return nil, err
 	}
 	s.Registry[KindLocal] = s.Local
+	if s.E2B, err = e2bFromEnv(getenv, dataDir, common, log); err != nil {
+		s.Close(context.Background())
+		return nil, err
+	}
+	if s.E2B != nil {
+		s.Registry[KindE2B] = s.E2B
+	}
 
 	auto, why := s.probe(ctx)
 	single, err := NewSingleScreen(s.Registry[auto], filepath.Join(dataDir, "single-screen"))
@@ -134,6 +150,9 @@ func (s *Setup) Close(ctx context.Context) error {
 	}
 	if s.Docker != nil {
 		errs = append(errs, s.Docker.Close())
+	}
+	if s.E2B != nil {
+		s.E2B.Close()
 	}
 	return errors.Join(errs...)
 }
