@@ -116,6 +116,11 @@ type sandbox struct {
 	allowInternet         *bool
 	procs                 *procTable
 	users                 map[string]userInfo
+	// life serialises the sandbox's pause, resume and kill: a connect
+	// that arrives while the timeout's stop is under way waits for the
+	// container to have stopped before it starts it again (otherwise the
+	// "resumed" sandbox's container dies under it).
+	life sync.Mutex
 }
 
 // New makes an emulator; it holds no sandbox until one is created.
@@ -495,7 +500,17 @@ func (e *Emulator) armLocked(b *sandbox, end time.Time) {
 func (e *Emulator) expire(id string, gen int) {
 	e.mu.Lock()
 	b, ok := e.boxes[id]
-	if !ok || b.gen != gen || b.state != "running" {
+	e.mu.Unlock()
+	if !ok {
+		return
+	}
+	b.life.Lock()
+	defer b.life.Unlock()
+	// Checked again under the sandbox's lock: a connect or a new timeout
+	// may have re-armed it, or a pause or kill ended it, meanwhile.
+	e.mu.Lock()
+	cur, ok := e.boxes[id]
+	if !ok || cur != b || b.gen != gen || b.state != "running" {
 		e.mu.Unlock()
 		return
 	}
@@ -504,11 +519,11 @@ func (e *Emulator) expire(id string, gen int) {
 	defer cancel()
 	if b.autoPause {
 		e.cfg.Logf("e2b emulator: sandbox %s timed out: pausing", id)
-		_ = e.doPause(ctx, b)
+		_ = e.pauseHeld(ctx, b)
 		return
 	}
 	e.cfg.Logf("e2b emulator: sandbox %s timed out: killing", id)
-	_ = e.doKill(ctx, b)
+	_ = e.killHeld(ctx, b)
 }
 
 func (e *Emulator) lookup(w http.ResponseWriter, r *http.Request) (*sandbox, bool) {
@@ -608,6 +623,13 @@ func (e *Emulator) get(w http.ResponseWriter, r *http.Request) {
 }
 
 func (e *Emulator) doKill(ctx context.Context, b *sandbox) error {
+	b.life.Lock()
+	defer b.life.Unlock()
+	return e.killHeld(ctx, b)
+}
+
+// killHeld is doKill with b.life held.
+func (e *Emulator) killHeld(ctx context.Context, b *sandbox) error {
 	e.mu.Lock()
 	if cur, ok := e.boxes[b.id]; !ok || cur != b {
 		e.mu.Unlock()
@@ -637,8 +659,10 @@ func (e *Emulator) kill(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// doPause stops the container (its memory and processes go; its disk stays).
-func (e *Emulator) doPause(ctx context.Context, b *sandbox) error {
+// pauseHeld stops the container (its memory and processes go; its disk
+// stays). b.life is held, so no resume starts the container before its
+// stop has finished.
+func (e *Emulator) pauseHeld(ctx context.Context, b *sandbox) error {
 	e.mu.Lock()
 	b.state = "paused"
 	b.gen++
@@ -664,14 +688,21 @@ func (e *Emulator) pause(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid request body: %v", err)
 		return
 	}
+	b.life.Lock()
+	defer b.life.Unlock()
 	e.mu.Lock()
 	paused := b.state == "paused"
+	cur, live := e.boxes[b.id]
 	e.mu.Unlock()
+	if !live || cur != b {
+		writeError(w, http.StatusNotFound, "sandbox \"%s\" doesn't exist or you don't have access to it", b.id)
+		return
+	}
 	if paused {
 		writeError(w, http.StatusConflict, "sandbox %s is already paused", b.id)
 		return
 	}
-	if err := e.doPause(r.Context(), b); err != nil {
+	if err := e.pauseHeld(r.Context(), b); err != nil {
 		writeError(w, http.StatusInternalServerError, "pausing sandbox: %v", err)
 		return
 	}
@@ -696,10 +727,20 @@ func (e *Emulator) connect(w http.ResponseWriter, r *http.Request) {
 		d := 300
 		req.Timeout = &d
 	}
-	end := time.Now().Add(time.Duration(*req.Timeout) * time.Second)
+	// Under the sandbox's lock: a stop in progress (timeout or pause)
+	// finishes before this reads the state, so a resume starts a stopped
+	// container, never one that is still going down.
+	b.life.Lock()
+	defer b.life.Unlock()
 	e.mu.Lock()
 	paused := b.state == "paused"
+	cur, live := e.boxes[b.id]
 	e.mu.Unlock()
+	if !live || cur != b {
+		writeError(w, http.StatusNotFound, "sandbox \"%s\" doesn't exist or you don't have access to it", b.id)
+		return
+	}
+	end := time.Now().Add(time.Duration(*req.Timeout) * time.Second)
 	status := http.StatusOK
 	if paused {
 		if err := e.startAndMap(r.Context(), b, b.container); err != nil {
