@@ -321,8 +321,14 @@ func acceptanceReplace(t *testing.T, e *workerEnv, page pageProbe, pageURL, bot 
 	// home: nothing went into the home store. An explicit checkpoint (the
 	// route) exports the home, the tab and the cookie with it (botd
 	// quiesces the browser for its profile's copy, which flushes both to
-	// the home too).
-	noTar(t, e)
+	// the home too). A provider without a worker-owned home (e2b: the
+	// sandbox's disk is the machine's) exports at the run's end already.
+	cur, err := e.w.Store.GetComputer(ctx, e.computer)
+	require.NoError(t, err)
+	direct := e.w.Computers.HomeDir(cur, cur.Provider) != ""
+	if direct {
+		noTar(t, e)
+	}
 	botd, err := e.w.Computers.Machine(ctx, e.computer)
 	require.NoError(t, err)
 	waitTab := func(what string) {
@@ -348,6 +354,12 @@ func acceptanceReplace(t *testing.T, e *workerEnv, page pageProbe, pageURL, bot 
 	require.Equal(t, "the button was pressed\n", content)
 	waitTab("the page's tab after the explicit checkpoint")
 
+	if !direct {
+		// The machine is lost with its disk: the replacement is restored
+		// from the exported checkpoint.
+		replaceAndCheck(t, e, page, pageURL, bot, lose, false, afterReplace)
+		return final
+	}
 	// The machine is lost, not the worker-owned home: the replacement
 	// mounts it again.
 	replaceAndCheck(t, e, page, pageURL, bot, lose, false, afterReplace)
@@ -365,7 +377,9 @@ func replaceAndCheck(t *testing.T, e *workerEnv, page pageProbe, pageURL, bot st
 	before, err := e.w.Store.GetComputer(ctx, e.computer)
 	require.NoError(t, err)
 	home := e.w.Computers.HomeDir(before, before.Provider)
-	require.DirExists(t, home, "the worker-owned home")
+	if home != "" || homeToo {
+		require.DirExists(t, home, "the worker-owned home")
+	}
 	lose(before.ProviderRef, home)
 	if homeToo {
 		loseHome(t, home)
