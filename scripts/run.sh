@@ -124,9 +124,10 @@ open-bot is running: ${serving#worker: }
                 the worker hands them to the computer's botd)
   MCP client:  $WORKER_URL/mcp with X-Computer-Capability and X-Bot-Id: alice, or the local bridge
                WORKER_TOKEN_FILE=$TOKEN_FILE WORKER_CAPABILITY_FILE=$CAP_FILE bin/worker mcp --stdio --bot alice
-  checkpoint:  bin/worker computers checkpoint $id
+  checkpoint:  bin/worker computers checkpoint $id   (in a shell with the first run's exports:
+               the computer routes need WORKER_CAPABILITY)
   logs:        $STATE_DIR/worker.log
-  clean up:    bin/worker computers destroy $id   (removes the machine and its home)
+  clean up:    bin/worker computers destroy $id   (with those exports too; removes the machine and its home)
 Ctrl-C stops the worker.
 TXT
 wait -n "${pids[@]}"
