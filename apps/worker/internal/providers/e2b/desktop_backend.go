@@ -441,6 +441,9 @@ dir="${TMPDIR:-/tmp}/open-bot-desktop/sandbox"
 mkdir -p "$dir"
 up() { xdpyinfo -display :0 >/dev/null 2>&1; }
 if ! up; then
+  # Nothing answers on :0: a lock left by the display before a pause is
+  # stale (its pid may name another process after the resume).
+  rm -f /tmp/.X0-lock /tmp/.X11-unix/X0 2>/dev/null
   setsid Xvfb :0 -ac -screen 0 "$1x$2x24" -retro -dpi 96 -nolisten tcp >"$dir/xvfb.log" 2>&1 </dev/null &
   i=0; while ! up; do i=$((i+1)); [ $i -gt 150 ] && { echo "Xvfb :0 did not come up: $(tail -n 3 "$dir/xvfb.log")" >&2; exit 1; }; sleep 0.1; done
   date -u +%s%N >"$dir/booted"
