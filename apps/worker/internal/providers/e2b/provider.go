@@ -10,6 +10,12 @@
 // port 7000 through the vendor's port routing with the traffic token. The
 // machine it returns is botd's, so every feature works there.
 //
+// Mode "desktop" (E2B's stock desktop template): no botd; ReconnectDesktop
+// brings the sandbox's display :0 up as E2B's desktop SDK does and returns
+// the command-driven desktop machine (machines/desktop) on an envd backend
+// (desktop_backend.go): more screens are displays :1, :2, … started through
+// commands, their noVNC ports reached through forwarders like botd's.
+//
 // Lifecycle: create from a template with metadata naming the computer;
 // connect (which resumes a paused sandbox) on every Reconnect; pause as
 // Stop; kill as Destroy; the timeout refreshed while the computer is in use
