@@ -151,7 +151,8 @@ func (b *envdBackend) Exec(ctx context.Context, cmd desktop.Cmd) (desktop.Result
 		// feeding: the stdin feeder's end (its error, nil when it fed all).
 		feeding chan error
 	)
-	for !ended && stream.Receive() {
+	// Read to the stream's end, not the end event's: output may follow it.
+	for stream.Receive() {
 		ev := stream.Msg().GetEvent()
 		switch {
 		case ev.GetStart() != nil:
@@ -263,9 +264,14 @@ func (b *envdBackend) Start(ctx context.Context, cmd desktop.Cmd) (desktop.Proce
 				p.mu.Lock()
 				p.code, p.ended = int(ev.GetEnd().GetExitCode()), true
 				p.mu.Unlock()
-				pw.Close()
-				return
 			}
+		}
+		p.mu.Lock()
+		ended := p.ended
+		p.mu.Unlock()
+		if ended {
+			pw.Close()
+			return
 		}
 		err := stream.Err()
 		if err == nil {

@@ -135,11 +135,22 @@ func TestEnvdDesktopBackend(t *testing.T) {
 		u, err := b.PortURL(ctx, 6080)
 		require.NoError(t, err)
 		require.True(t, strings.HasPrefix(u, "http://127.0.0.1:"), u)
-		resp, err := http.Get(u + "/vnc.html")
-		require.NoError(t, err)
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		require.Equal(t, http.StatusOK, resp.StatusCode)
+		// websockify starts in the background: wait (≤ 30 s) until it serves.
+		var (
+			resp *http.Response
+			body []byte
+		)
+		for i := 0; i < 60; i++ {
+			resp, err = http.Get(u + "/vnc.html")
+			require.NoError(t, err)
+			body, _ = io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+		require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
 		require.Contains(t, string(body), "noVNC")
 	})
 }
