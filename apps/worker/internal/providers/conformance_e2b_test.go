@@ -109,8 +109,13 @@ func TestConformanceE2BDesktop(t *testing.T) {
 			r, err := m.Exec(ctx, sharedclient.ExecRequest{Argv: []string{"xdpyinfo", "-display", ":1"}})
 			require.NoError(t, err)
 			require.Equal(t, 0, r.ExitCode, "display :1 answers in the sandbox: %s", r.Stderr)
-			// observe returns a JPEG of the desktop.
-			for _, id := range []string{"alice", "bob"} {
+			// observe returns a JPEG of the desktop: a third bot's first
+			// observation (later ones carry no image while the screen is
+			// unchanged) of its display :2.
+			c, err := m.StartScreen(ctx, "carol")
+			require.NoError(t, err)
+			require.Equal(t, ":2", c.Display)
+			for _, id := range []string{"carol"} {
 				o := observe(t, ctx, m, id)
 				raw, err := base64.StdEncoding.DecodeString(o.Image)
 				require.NoError(t, err)
