@@ -154,6 +154,11 @@ type backend struct {
 	gone func(t *testing.T, ref string)
 	// botUser names the user the shell runs as (nil: bot).
 	botUser func(ref string) string
+	// archiveRoot is the workspace's directory inside an export or import
+	// archive ("": "bot/", botd's layout).
+	archiveRoot string
+	// secondScreen, when set, checks more once a second screen runs.
+	secondScreen func(t *testing.T, ctx context.Context, m Machine)
 }
 
 func TestConformanceLocal(t *testing.T) {
@@ -209,6 +214,10 @@ func conform(t *testing.T, b backend) {
 		}
 	})
 	const note = "written through the provider boundary\n"
+	root := b.archiveRoot
+	if root == "" {
+		root = "bot/"
+	}
 	steps := []struct {
 		name string
 		run  func(t *testing.T)
@@ -281,6 +290,9 @@ func conform(t *testing.T, b backend) {
 				require.NoError(t, err)
 				o := observe(t, ctx, m, "bob")
 				require.NotEmpty(t, o.Image)
+				if b.secondScreen != nil {
+					b.secondScreen(t, ctx, m)
+				}
 				return
 			}
 			require.Error(t, err)
@@ -297,7 +309,7 @@ func conform(t *testing.T, b backend) {
 		}},
 		{"export", func(t *testing.T) {
 			files := exportWorkspace(t, ctx, m)
-			require.Equal(t, note, files["bot/conformance/note.txt"], "the export holds the workspace")
+			require.Equal(t, note, files[root+"conformance/note.txt"], "the export holds the workspace")
 		}},
 		{"stop", func(t *testing.T) {
 			require.NoError(t, b.p.Stop(ctx, ref))
@@ -334,7 +346,7 @@ func conform(t *testing.T, b backend) {
 			m = m2
 		}},
 		{"import", func(t *testing.T) {
-			importWorkspace(t, ctx, m, map[string]string{"bot/imported/hello.txt": "restored\n"})
+			importWorkspace(t, ctx, m, map[string]string{root + "imported/hello.txt": "restored\n"})
 			got, err := m.ReadFile(ctx, "imported/hello.txt", 100)
 			require.NoError(t, err)
 			require.Equal(t, "restored\n", string(got))

@@ -32,8 +32,9 @@ func NewE2B(p *e2b.Provider) *E2B { return &E2B{p: p} }
 // Adapter is the adapter behind the kind.
 func (x *E2B) Adapter() *e2b.Provider { return x.p }
 
-// Describe: open-bot mode runs botd in the sandbox (its own screens); pause
-// keeps memory and disk.
+// Describe: open-bot mode runs botd in the sandbox (its own screens), and
+// desktop mode the command-driven desktop machine (displays :0, :1, … started
+// through envd); pause keeps memory and disk in both.
 func (x *E2B) Describe() Description {
 	return Description{Kind: KindE2B, Capabilities: Capabilities{MultiScreen: true, Stop: true, Persistent: true}}
 }
@@ -53,6 +54,14 @@ func (x *E2B) Provision(ctx context.Context, spec Spec) (string, error) {
 
 // Reconnect implements Provider.
 func (x *E2B) Reconnect(ctx context.Context, ref string, spec Spec) (Machine, error) {
+	if r, err := e2b.ParseRef(ref); err == nil && e2b.Desktop(r.Template) {
+		// The vendor's desktop: the command-driven desktop machine on envd.
+		m, err := x.p.ReconnectDesktop(ctx, ref)
+		if err != nil {
+			return nil, gone(err)
+		}
+		return m, nil
+	}
 	c, err := x.p.Reconnect(ctx, ref, e2b.Spec{ComputerID: spec.ComputerID, BotdToken: spec.BotdToken})
 	if err != nil {
 		return nil, gone(err)

@@ -58,6 +58,10 @@ type Options struct {
 	StartTimeout time.Duration
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
+	// BootedAt is when the sandbox's desktop came up, what Health reports
+	// (zero: when New ran). A backend that finds a running desktop again
+	// passes its start, so a reconnect is seen not to restart it.
+	BootedAt time.Time
 }
 
 // Machine is the command-driven desktop machine.
@@ -122,7 +126,11 @@ func New(o Options) (*Machine, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	m := &Machine{o: o, b: o.Backend, booted: o.Now(), screens: map[string]*screen{}, stop: make(chan struct{})}
+	booted := o.BootedAt
+	if booted.IsZero() {
+		booted = o.Now()
+	}
+	m := &Machine{o: o, b: o.Backend, booted: booted, screens: map[string]*screen{}, stop: make(chan struct{})}
 	m.events = newHub()
 	m.links = newLinkTable(o.Now)
 	m.leases = newLeaseTable(o.Now, m.leaseChanged)

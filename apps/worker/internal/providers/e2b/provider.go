@@ -10,6 +10,12 @@
 // port 7000 through the vendor's port routing with the traffic token. The
 // machine it returns is botd's, so every feature works there.
 //
+// Mode "desktop" (E2B's stock desktop template): no botd; ReconnectDesktop
+// brings the sandbox's display :0 up as E2B's desktop SDK does and returns
+// the command-driven desktop machine (machines/desktop) on an envd backend
+// (desktop_backend.go): more screens are displays :1, :2, … started through
+// commands, their noVNC ports reached through forwarders like botd's.
+//
 // Lifecycle: create from a template with metadata naming the computer;
 // connect (which resumes a paused sandbox) on every Reconnect; pause as
 // Stop; kill as Destroy; the timeout refreshed while the computer is in use
@@ -37,6 +43,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/open-bot/computer/apps/worker/internal/machines/desktop"
 	"github.com/open-bot/computer/apps/worker/internal/providers/e2b/envd/process"
 	"github.com/open-bot/computer/pkg/shared/client"
 )
@@ -226,9 +233,6 @@ func (p *Provider) Provision(ctx context.Context, spec Spec) (string, error) {
 	if tpl == "" {
 		tpl = p.o.Template
 	}
-	if Desktop(tpl) {
-		return "", fmt.Errorf("e2b provider: template %q (the vendor's desktop, driven by commands) is not available in this build: use a template built from the open-bot image", tpl)
-	}
 	machine := machineName(spec.ComputerID)
 	s, err := p.api.create(ctx, newSandbox{
 		TemplateID: tpl, Timeout: seconds(p.o.Timeout), AutoPause: true, Secure: true,
@@ -253,7 +257,7 @@ func (p *Provider) Reconnect(ctx context.Context, ref string, spec Spec) (*clien
 		return nil, err
 	}
 	if Desktop(r.Template) {
-		return nil, fmt.Errorf("e2b provider: sandbox %s is the vendor's desktop, which this build cannot drive", r.SandboxID)
+		return nil, fmt.Errorf("e2b provider: sandbox %s is the vendor's desktop: it has no botd (ReconnectDesktop drives it)", r.SandboxID)
 	}
 	if len(spec.BotdToken) < 16 {
 		return nil, errors.New("e2b provider: no botd token is kept for this computer")
@@ -430,6 +434,16 @@ type session struct {
 	once  sync.Once
 	token string // the envd access token this session was made with
 
+	// domain and traffic reach the sandbox's other ports (traffic: the
+	// traffic access token, kept in memory only); portMu guards ports, the
+	// forwarders PortURL made, and desk, the desktop machine of a desktop
+	// sandbox.
+	domain  string
+	traffic string
+	portMu  sync.Mutex
+	ports   map[int]*forwarder
+	desk    *desktop.Machine
+
 	// explMu guards expl and explAt, the last explanation.
 	explMu sync.Mutex
 	expl   explained
@@ -459,7 +473,10 @@ func (p *Provider) session(sb Sandbox) (*session, error) {
 	if sb.EnvdAccessToken != "" {
 		envdHdr.Set("X-Access-Token", sb.EnvdAccessToken)
 	}
-	s := &session{p: p, id: sb.SandboxID, token: sb.EnvdAccessToken, done: make(chan struct{})}
+	s := &session{p: p, id: sb.SandboxID, token: sb.EnvdAccessToken, done: make(chan struct{}), domain: domain, ports: map[int]*forwarder{}}
+	if sb.TrafficAccessToken != nil {
+		s.traffic = *sb.TrafficAccessToken
+	}
 	s.envd = newEnvd(envdURL.String(), &router{next: p.o.Transport, sandboxID: sb.SandboxID, port: envdPort, byHeader: byHeader, set: envdHdr})
 	botdURL, byHeader, err := sandboxTarget(p.o.SandboxURL, "https", domain, sb.SandboxID, botdPort)
 	if err != nil {
@@ -478,10 +495,36 @@ func (p *Provider) session(sb Sandbox) (*session, error) {
 	return s, nil
 }
 
+// inUse: botd's forwarder, or a port's (a desktop's viewer), was used.
+func (s *session) inUse(now time.Time, idle time.Duration) bool {
+	if s.fwd.inUse(now, idle) {
+		return true
+	}
+	s.portMu.Lock()
+	defer s.portMu.Unlock()
+	for _, f := range s.ports {
+		if f.inUse(now, idle) {
+			return true
+		}
+	}
+	return false
+}
+
 func (s *session) close() {
 	s.once.Do(func() {
 		close(s.done)
 		s.fwd.close()
+		s.portMu.Lock()
+		for _, f := range s.ports {
+			f.close()
+		}
+		s.ports = map[int]*forwarder{}
+		desk := s.desk
+		s.desk = nil
+		s.portMu.Unlock()
+		if desk != nil {
+			_ = desk.Close()
+		}
 	})
 }
 
@@ -501,7 +544,7 @@ func (s *session) refresh() {
 		case <-s.done:
 			return
 		case now := <-t.C:
-			if !s.fwd.inUse(now, s.p.o.Timeout-every) {
+			if !s.inUse(now, s.p.o.Timeout-every) {
 				continue
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
