@@ -485,6 +485,7 @@ func (p *Provider) ReconnectDesktop(ctx context.Context, ref string) (*desktop.M
 	if err != nil {
 		return nil, err
 	}
+	defer sess.hold()()
 	sess.portMu.Lock()
 	m := sess.desk
 	sess.portMu.Unlock()

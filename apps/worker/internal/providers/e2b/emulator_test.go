@@ -242,3 +242,44 @@ func (k *Key) mustOpen(t *testing.T) string {
 	require.NoError(t, err)
 	return v
 }
+
+// TestReconnectOutlivesShortTimeout: a Timeout shorter than botd's start
+// does not pause the sandbox under a reconnect (the session holds it, and
+// envd calls count as use), neither after Provision nor after a lapse.
+func TestReconnectOutlivesShortTimeout(t *testing.T) {
+	_, o := emulated(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	o.Timeout = 2 * time.Second
+	p, err := New(o)
+	require.NoError(t, err)
+	defer p.Close()
+	spec := Spec{ComputerID: "e2b-short", BotdToken: "botd-token-" + strings.Repeat("s", 16)}
+	ref, err := p.Provision(ctx, spec)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Destroy(context.Background(), ref) })
+	r, err := ParseRef(ref)
+	require.NoError(t, err)
+	c, err := p.Reconnect(ctx, ref, spec)
+	require.NoError(t, err, "botd starts on a sandbox whose timeout is shorter than its start")
+	_, err = c.Screens(ctx)
+	require.NoError(t, err)
+
+	// Left idle it lapses; a reconnect resumes it and starts botd again.
+	for {
+		d, err := p.api.get(ctx, r.SandboxID)
+		require.NoError(t, err)
+		if d.State == "paused" {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("an idle sandbox never lapsed")
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+	c, err = p.Reconnect(ctx, ref, spec)
+	require.NoError(t, err, "a reconnect after a lapse outlives a short timeout")
+	_, err = c.Screens(ctx)
+	require.NoError(t, err)
+}

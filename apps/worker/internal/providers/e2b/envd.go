@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"sync"
 
 	"connectrpc.com/connect"
 
@@ -38,6 +39,10 @@ type router struct {
 	port      int
 	byHeader  bool
 	set       http.Header
+	// use, when set, is called as a request starts and as its answer's
+	// body closes: envd calls (exec, files, a desktop's observe and act)
+	// are use of the sandbox for the timeout refresher.
+	use func()
 }
 
 func (r *router) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -49,7 +54,28 @@ func (r *router) RoundTrip(req *http.Request) (*http.Response, error) {
 	for k, vs := range r.set {
 		req.Header[k] = vs
 	}
-	return r.next.RoundTrip(req)
+	if r.use == nil {
+		return r.next.RoundTrip(req)
+	}
+	r.use()
+	resp, err := r.next.RoundTrip(req)
+	if err == nil && resp.Body != nil {
+		resp.Body = &usedBody{ReadCloser: resp.Body, use: r.use}
+	}
+	return resp, err
+}
+
+// usedBody calls use when the answer is read to its end and closed (a
+// process stream's end counts as use, however long it ran).
+type usedBody struct {
+	io.ReadCloser
+	use  func()
+	once sync.Once
+}
+
+func (b *usedBody) Close() error {
+	b.once.Do(b.use)
+	return b.ReadCloser.Close()
 }
 
 // envdClient talks to one sandbox's envd.

@@ -39,6 +39,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -273,6 +274,7 @@ func (p *Provider) Reconnect(ctx context.Context, ref string, spec Spec) (*clien
 	if err != nil {
 		return nil, err
 	}
+	defer sess.hold()()
 	running, err := sess.botdRunning(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("e2b provider: sandbox %s: %w", r.SandboxID, err)
@@ -444,6 +446,12 @@ type session struct {
 	ports   map[int]*forwarder
 	desk    *desktop.Machine
 
+	// lastUse is when an envd call last started or ended; holds counts
+	// reconnects in progress (the sandbox must not lapse while botd, or
+	// the desktop, is being brought up on it).
+	lastUse atomic.Int64
+	holds   atomic.Int32
+
 	// explMu guards expl and explAt, the last explanation.
 	explMu sync.Mutex
 	expl   explained
@@ -477,7 +485,7 @@ func (p *Provider) session(sb Sandbox) (*session, error) {
 	if sb.TrafficAccessToken != nil {
 		s.traffic = *sb.TrafficAccessToken
 	}
-	s.envd = newEnvd(envdURL.String(), &router{next: p.o.Transport, sandboxID: sb.SandboxID, port: envdPort, byHeader: byHeader, set: envdHdr})
+	s.envd = newEnvd(envdURL.String(), &router{next: p.o.Transport, sandboxID: sb.SandboxID, port: envdPort, byHeader: byHeader, set: envdHdr, use: s.used})
 	botdURL, byHeader, err := sandboxTarget(p.o.SandboxURL, "https", domain, sb.SandboxID, botdPort)
 	if err != nil {
 		return nil, err
@@ -495,8 +503,25 @@ func (p *Provider) session(sb Sandbox) (*session, error) {
 	return s, nil
 }
 
-// inUse: botd's forwarder, or a port's (a desktop's viewer), was used.
+// used records an envd call (exec, files, a desktop's observe or act).
+func (s *session) used() { s.lastUse.Store(time.Now().UnixNano()) }
+
+// hold keeps the sandbox in use until the returned func is called (a
+// reconnect: connect's timeout runs from its answer, and resuming, starting
+// botd and waiting for it can take longer than a short Timeout); the
+// refresher extends the timeout while it is held.
+func (s *session) hold() func() {
+	s.holds.Add(1)
+	s.used()
+	return func() { s.used(); s.holds.Add(-1) }
+}
+
+// inUse: a reconnect holds the session, an envd call was made, or botd's
+// forwarder, or a port's (a desktop's viewer), was used.
 func (s *session) inUse(now time.Time, idle time.Duration) bool {
+	if s.holds.Load() > 0 || now.Sub(time.Unix(0, s.lastUse.Load())) < idle {
+		return true
+	}
 	if s.fwd.inUse(now, idle) {
 		return true
 	}
