@@ -2,6 +2,7 @@ package shared
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"time"
 	"unicode"
@@ -332,4 +333,23 @@ func KeyName(k string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// DragSteps are the positions from a (exclusive) to b (inclusive), at most
+// step pixels apart, so applications see a drag move rather than jump (the
+// same path in botd and in the worker's command-driven desktop machine).
+func DragSteps(a, b Point, step int) []Point {
+	dx, dy := float64(b.X-a.X), float64(b.Y-a.Y)
+	n := int(math.Ceil(math.Hypot(dx, dy) / float64(step)))
+	if n < 1 {
+		n = 1
+	}
+	out := make([]Point, 0, n)
+	for i := 1; i <= n; i++ {
+		out = append(out, Point{
+			X: a.X + int(math.Round(dx*float64(i)/float64(n))),
+			Y: a.Y + int(math.Round(dy*float64(i)/float64(n))),
+		})
+	}
+	return out
 }

@@ -17,12 +17,12 @@ import (
 	"github.com/open-bot/computer/apps/botd/internal/cookies"
 	"github.com/open-bot/computer/apps/botd/internal/files"
 	"github.com/open-bot/computer/apps/botd/internal/httpx"
-	"github.com/open-bot/computer/apps/botd/internal/lease"
 	"github.com/open-bot/computer/apps/botd/internal/osuser"
 	"github.com/open-bot/computer/apps/botd/internal/runner"
 	"github.com/open-bot/computer/apps/botd/internal/safefs"
 	"github.com/open-bot/computer/apps/botd/internal/screen"
 	"github.com/open-bot/computer/pkg/shared"
+	"github.com/open-bot/computer/pkg/shared/lease"
 )
 
 // OpenSettle is how long /open waits for the screen to settle after a URL.

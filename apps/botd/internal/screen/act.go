@@ -199,7 +199,7 @@ func (m *Manager) WithLease(ctx context.Context, id, leaseID string, fn func(ctx
 	if _, err := m.leases.Check(id, leaseID); err != nil {
 		return err
 	}
-	release, err := s.q.acquire(ctx)
+	release, err := s.q.Acquire(ctx)
 	if err != nil {
 		return err
 	}

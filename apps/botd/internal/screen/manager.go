@@ -19,12 +19,13 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/open-bot/computer/apps/botd/internal/lease"
 	"github.com/open-bot/computer/apps/botd/internal/osuser"
 	"github.com/open-bot/computer/apps/botd/internal/runner"
 	"github.com/open-bot/computer/apps/botd/internal/safefs"
 	"github.com/open-bot/computer/apps/botd/internal/supervisor"
 	"github.com/open-bot/computer/pkg/shared"
+	"github.com/open-bot/computer/pkg/shared/fifo"
+	"github.com/open-bot/computer/pkg/shared/lease"
 )
 
 // Fixed geometry of every screen.
@@ -283,7 +284,7 @@ type Screen struct {
 
 	// q serializes everything that acts on or observes the screen, in
 	// arrival order.
-	q fifo
+	q fifo.Lock
 
 	// inMu guards gen, inflight, nextTicket, lastHash, lastLease.
 	inMu       sync.Mutex

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/open-bot/computer/apps/botd/internal/httpx"
-	"github.com/open-bot/computer/apps/botd/internal/lease"
 	"github.com/open-bot/computer/pkg/shared"
+	"github.com/open-bot/computer/pkg/shared/lease"
 )
 
 // maxActBody fits 50 actions of 10,000 escaped characters each.
