@@ -8,9 +8,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/open-bot/computer/apps/botd/internal/lease"
 	"github.com/open-bot/computer/apps/botd/internal/testenv"
 	"github.com/open-bot/computer/pkg/shared"
+	"github.com/open-bot/computer/pkg/shared/lease"
 )
 
 // Windows and clipboard tests use displays :1400+ (view ports 28640+).
