@@ -195,8 +195,10 @@ func TestIntegrationClipboard(t *testing.T) {
 	// The other screen's clipboard is its own.
 	require.Equal(t, "", read("clip-b"), "screen b never sees a's clipboard")
 
-	// An X client on b copies: botd reads it on b, a keeps its own.
-	code, out = runAs(t, e.desktop, env("clip-b"), "sh", "-c", `printf 'copied on b' | xclip -selection clipboard -i`)
+	// An X client on b copies (xclip forks to serve the selection; its
+	// output goes nowhere, so the shell's end is the copy's): botd reads
+	// it on b, a keeps its own.
+	code, out = runAs(t, e.desktop, env("clip-b"), "sh", "-c", `printf 'copied on b' | xclip -selection clipboard -i >/dev/null 2>&1`)
 	require.Equal(t, 0, code, out)
 	require.Equal(t, "copied on b", read("clip-b"))
 	require.Equal(t, text, read("clip-a"))
