@@ -89,7 +89,12 @@ func TestToolsWindowsAndClipboard(t *testing.T) {
 	// Bob cannot read alice's.
 	st, res = env.tool(t, "bob", "clipboard_read", map[string]any{"screen": "alice"})
 	require.Equal(t, http.StatusForbidden, st, res.text())
-	// Too large: refused before botd.
+	// Exactly 1 MiB goes through; one byte more is refused before botd.
+	st, res = env.tool(t, "alice", "clipboard_write", map[string]any{"text": strings.Repeat("q", shared.MaxClipboardBytes)})
+	require.Equal(t, http.StatusOK, st, res.text())
+	st, res = env.tool(t, "alice", "clipboard_read", map[string]any{})
+	require.Equal(t, http.StatusOK, st)
+	require.Len(t, res.text(), shared.MaxClipboardBytes+len(`{"text":""}`))
 	st, res = env.tool(t, "alice", "clipboard_write", map[string]any{"text": strings.Repeat("z", shared.MaxClipboardBytes+1)})
 	require.Equal(t, http.StatusRequestEntityTooLarge, st, res.text())
 	require.Contains(t, res.text(), "payload_too_large")
