@@ -30,7 +30,16 @@ const (
 	ActionScroll      = "scroll"
 	ActionType        = "type"
 	ActionWait        = "wait"
+
+	// Window actions (the window's id from a screen's window list).
+	ActionFocusWindow  = "focus_window"
+	ActionCloseWindow  = "close_window"
+	ActionMoveWindow   = "move_window"
+	ActionResizeWindow = "resize_window"
 )
+
+// MinWindowSize is the smallest width or height resize_window accepts.
+const MinWindowSize = 50
 
 // Settle times after an action, before the screenshot.
 const (
@@ -57,6 +66,20 @@ type Action struct {
 	ScrollY *int     `json:"scroll_y,omitempty"`
 	Text    *string  `json:"text,omitempty"`
 	Ms      *int     `json:"ms,omitempty"`
+	// Window is a window id ("0x…", from the screen's window list) for the
+	// window actions; Width and Height are resize_window's new size.
+	Window string `json:"window,omitempty"`
+	Width  *int   `json:"width,omitempty"`
+	Height *int   `json:"height,omitempty"`
+}
+
+// IsWindowAction reports whether t is one of the window actions.
+func IsWindowAction(t string) bool {
+	switch t {
+	case ActionFocusWindow, ActionCloseWindow, ActionMoveWindow, ActionResizeWindow:
+		return true
+	}
+	return false
 }
 
 // Settle is how long to wait after a for the screen to settle.
@@ -107,6 +130,11 @@ var allowed = map[string]map[string]bool{
 	ActionScroll:      {"x": true, "y": true, "scroll_x": true, "scroll_y": true},
 	ActionType:        {"text": true},
 	ActionWait:        {"ms": true},
+
+	ActionFocusWindow:  {"window": true},
+	ActionCloseWindow:  {"window": true},
+	ActionMoveWindow:   {"window": true, "x": true, "y": true},
+	ActionResizeWindow: {"window": true, "width": true, "height": true},
 }
 
 // fieldSet is one optional field and whether a carries it.
@@ -122,13 +150,14 @@ func (a Action) present() []fieldSet {
 		{"x", a.X != nil}, {"y", a.Y != nil}, {"button", a.Button != ""}, {"path", a.Path != nil},
 		{"keys", a.Keys != nil}, {"scroll_x", a.ScrollX != nil}, {"scroll_y", a.ScrollY != nil},
 		{"text", a.Text != nil}, {"ms", a.Ms != nil},
+		{"window", a.Window != ""}, {"width", a.Width != nil}, {"height", a.Height != nil},
 	}
 }
 
 func (a Action) validate(w, h int) *ActionError {
 	fields, ok := allowed[a.Type]
 	if !ok {
-		return &ActionError{Field: "type", Msg: fmt.Sprintf("unknown action type %q (want one of click, double_click, drag, keypress, move, screenshot, scroll, type, wait)", a.Type)}
+		return &ActionError{Field: "type", Msg: fmt.Sprintf("unknown action type %q (want one of click, double_click, drag, keypress, move, screenshot, scroll, type, wait, focus_window, close_window, move_window, resize_window)", a.Type)}
 	}
 	for _, f := range a.present() {
 		if f.set && !fields[f.name] {
@@ -222,8 +251,49 @@ func (a Action) validate(w, h int) *ActionError {
 		if *a.Ms < 0 || *a.Ms > MaxWaitMs {
 			return &ActionError{Field: "ms", Msg: fmt.Sprintf("must be 0..%d", MaxWaitMs)}
 		}
+	case ActionFocusWindow, ActionCloseWindow:
+		return needWindow(a.Window)
+	case ActionMoveWindow:
+		if err := needWindow(a.Window); err != nil {
+			return err
+		}
+		return needXY()
+	case ActionResizeWindow:
+		if err := needWindow(a.Window); err != nil {
+			return err
+		}
+		for _, f := range []struct {
+			name string
+			v    *int
+			max  int
+		}{{"width", a.Width, w}, {"height", a.Height, h}} {
+			if f.v == nil {
+				return &ActionError{Field: f.name, Msg: "required"}
+			}
+			if *f.v < MinWindowSize || *f.v > f.max {
+				return &ActionError{Field: f.name, Msg: fmt.Sprintf("%d: must be %d..%d", *f.v, MinWindowSize, f.max)}
+			}
+		}
 	}
 	return nil
+}
+
+// needWindow checks a window id's form ("0x" and up to 8 hex digits).
+func needWindow(id string) *ActionError {
+	if id == "" {
+		return &ActionError{Field: "window", Msg: "required"}
+	}
+	if _, ok := ParseWindowID(id); !ok {
+		return &ActionError{Field: "window", Msg: fmt.Sprintf("%q is not a window id (0x followed by hex digits, from the screen's window list)", cut(id, 40))}
+	}
+	return nil
+}
+
+func cut(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
 }
 
 // keyNames maps the case-insensitive names models use to X keysym names.

@@ -27,6 +27,9 @@ const (
 	CodeTimeout           Code = "timeout"
 	CodeUnavailable       Code = "unavailable"
 	CodeInternal          Code = "internal"
+	// CodeWindowGone: the window an action names is not on the screen (it
+	// closed, or the id was never one of its windows).
+	CodeWindowGone Code = "window_gone"
 )
 
 // ErrorBody is the inner object of the error envelope.

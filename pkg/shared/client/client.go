@@ -201,6 +201,31 @@ func (c *Client) Launch(ctx context.Context, id, leaseID, app string) (json.RawM
 	return r, c.Do(ctx, http.MethodPost, "/screens/"+esc(id)+"/launch", map[string]string{"leaseId": leaseID, "app": app}, &r)
 }
 
+// Windows is POST /screens/{id}/windows: the screen's application windows,
+// bottom to top.
+func (c *Client) Windows(ctx context.Context, id, leaseID string) ([]shared.Window, error) {
+	var r shared.Windows
+	if err := c.Do(ctx, http.MethodPost, "/screens/"+esc(id)+"/windows", map[string]string{"leaseId": leaseID}, &r); err != nil {
+		return nil, err
+	}
+	return r.Windows, nil
+}
+
+// Clipboard is POST /screens/{id}/clipboard/read: the screen's clipboard
+// text.
+func (c *Client) Clipboard(ctx context.Context, id, leaseID string) (string, error) {
+	var r shared.Clipboard
+	if err := c.Do(ctx, http.MethodPost, "/screens/"+esc(id)+"/clipboard/read", map[string]string{"leaseId": leaseID}, &r); err != nil {
+		return "", err
+	}
+	return r.Text, nil
+}
+
+// SetClipboard is POST /screens/{id}/clipboard/write.
+func (c *Client) SetClipboard(ctx context.Context, id, leaseID, text string) error {
+	return c.Do(ctx, http.MethodPost, "/screens/"+esc(id)+"/clipboard/write", map[string]string{"leaseId": leaseID, "text": text}, nil)
+}
+
 // TypeSecret is POST /screens/{id}/type-secret: botd types secret into the
 // focused field of the screen's front page only when that page (and every
 // frame down to the field) is on origin. The secret is in the body only.

@@ -67,6 +67,8 @@ func (d *Desktop) Do(ctx context.Context, a shared.Action) (err error) {
 			return fmt.Errorf("wait: %w", err)
 		}
 		return nil
+	case shared.ActionFocusWindow, shared.ActionCloseWindow, shared.ActionMoveWindow, shared.ActionResizeWindow:
+		return d.windowAction(ctx, a)
 	}
 	return d.input(ctx, a.Type, func(op *inputOp) error { return op.action(a) })
 }

@@ -25,6 +25,9 @@ func (m *Manager) Routes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /screens/{id}/observe", m.handleObserve)
 	mux.HandleFunc("POST /screens/{id}/act", m.handleAct)
 	mux.HandleFunc("POST /screens/{id}/launch", m.handleLaunch)
+	mux.HandleFunc("POST /screens/{id}/windows", m.handleWindows)
+	mux.HandleFunc("POST /screens/{id}/clipboard/read", m.handleClipboardRead)
+	mux.HandleFunc("POST /screens/{id}/clipboard/write", m.handleClipboardWrite)
 }
 
 func (m *Manager) fail(w http.ResponseWriter, r *http.Request, err error) {
@@ -239,4 +242,77 @@ func (m *Manager) handleLaunch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	httpx.WriteJSON(w, http.StatusOK, map[string]any{"app": req.App, "pid": pid})
+}
+
+// leaseOnly is a body that only names the caller's lease.
+type leaseOnly struct {
+	LeaseID string `json:"leaseId"`
+}
+
+func (m *Manager) handleWindows(w http.ResponseWriter, r *http.Request) {
+	id, err := m.known(r)
+	if err != nil {
+		m.fail(w, r, err)
+		return
+	}
+	var req leaseOnly
+	if err := httpx.DecodeJSON(w, r, &req, 0); err != nil {
+		m.fail(w, r, err)
+		return
+	}
+	ws, err := m.Windows(r.Context(), id, req.LeaseID)
+	if err != nil {
+		m.fail(w, r, err)
+		return
+	}
+	httpx.WriteJSON(w, http.StatusOK, shared.Windows{Windows: ws})
+}
+
+func (m *Manager) handleClipboardRead(w http.ResponseWriter, r *http.Request) {
+	id, err := m.known(r)
+	if err != nil {
+		m.fail(w, r, err)
+		return
+	}
+	var req leaseOnly
+	if err := httpx.DecodeJSON(w, r, &req, 0); err != nil {
+		m.fail(w, r, err)
+		return
+	}
+	text, err := m.Clipboard(r.Context(), id, req.LeaseID)
+	if err != nil {
+		m.fail(w, r, err)
+		return
+	}
+	httpx.WriteJSON(w, http.StatusOK, shared.Clipboard{Text: text})
+}
+
+type clipboardWriteRequest struct {
+	LeaseID string  `json:"leaseId"`
+	Text    *string `json:"text"`
+}
+
+// maxClipboardBody fits 1 MiB of text however JSON escapes it.
+const maxClipboardBody = 7 * shared.MaxClipboardBytes
+
+func (m *Manager) handleClipboardWrite(w http.ResponseWriter, r *http.Request) {
+	id, err := m.known(r)
+	if err != nil {
+		m.fail(w, r, err)
+		return
+	}
+	var req clipboardWriteRequest
+	if err := httpx.DecodeJSON(w, r, &req, maxClipboardBody); err != nil {
+		m.fail(w, r, err)
+		return
+	}
+	if req.Text == nil {
+		m.fail(w, r, shared.Errorf(http.StatusBadRequest, shared.CodeBadRequest, "text is required"))
+		return
+	}
+	if err := m.SetClipboard(r.Context(), id, req.LeaseID, *req.Text); err != nil {
+		m.fail(w, r, err)
+		return
+	}
+	httpx.WriteJSON(w, http.StatusOK, map[string]int{"bytes": len(*req.Text)})
 }

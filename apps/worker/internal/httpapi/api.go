@@ -223,7 +223,16 @@ func fail(w http.ResponseWriter, err error) {
 }
 
 func decode(w http.ResponseWriter, r *http.Request, v any) bool {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
+	return decodeMax(w, r, v, 1<<20)
+}
+
+// maxToolBody fits a tool call carrying 1 MiB of text (clipboard_write,
+// file_write) however JSON escapes it.
+const maxToolBody = 8 << 20
+
+// decodeMax is decode with a body limit of max bytes.
+func decodeMax(w http.ResponseWriter, r *http.Request, v any, max int64) bool {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, max))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		var mbe *http.MaxBytesError

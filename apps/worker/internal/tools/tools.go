@@ -57,9 +57,21 @@ var All = []Tool{
 		Schema:      `{"type":"object","properties":{` + screenProp + `},"additionalProperties":false}`,
 		run:         observe},
 	{Name: "computer_act", Graphical: true,
-		Description: "Run a batch of desktop actions in order and return one screenshot at the end. Action types: click{x,y,button}, double_click{x,y}, drag{path:[{x,y},...]}, keypress{keys:[...]}, move{x,y}, screenshot{}, scroll{x,y,scroll_x,scroll_y} (pixels, positive y scrolls down), type{text}, wait{ms}.",
-		Schema:      `{"type":"object","properties":{"actions":{"type":"array","minItems":1,"maxItems":50,"items":{"type":"object","properties":{"type":{"type":"string","enum":["click","double_click","drag","keypress","move","screenshot","scroll","type","wait"]},"x":{"type":"integer"},"y":{"type":"integer"},"button":{"type":"string","enum":["left","right","middle"]},"path":{"type":"array","items":{"type":"object","properties":{"x":{"type":"integer"},"y":{"type":"integer"}},"required":["x","y"]}},"keys":{"type":"array","items":{"type":"string"}},"scroll_x":{"type":"integer"},"scroll_y":{"type":"integer"},"text":{"type":"string"},"ms":{"type":"integer"}},"required":["type"]}},` + screenProp + `},"required":["actions"],"additionalProperties":false}`,
+		Description: "Run a batch of desktop actions in order and return one screenshot at the end. Action types: click{x,y,button}, double_click{x,y}, drag{path:[{x,y},...]}, keypress{keys:[...]}, move{x,y}, screenshot{}, scroll{x,y,scroll_x,scroll_y} (pixels, positive y scrolls down), type{text}, wait{ms}; and window actions on a window id from computer_windows: focus_window{window}, close_window{window}, move_window{window,x,y} (the frame's top-left corner), resize_window{window,width,height} (the frame's size).",
+		Schema:      `{"type":"object","properties":{"actions":{"type":"array","minItems":1,"maxItems":50,"items":{"type":"object","properties":{"type":{"type":"string","enum":["click","double_click","drag","keypress","move","screenshot","scroll","type","wait","focus_window","close_window","move_window","resize_window"]},"x":{"type":"integer"},"y":{"type":"integer"},"button":{"type":"string","enum":["left","right","middle"]},"path":{"type":"array","items":{"type":"object","properties":{"x":{"type":"integer"},"y":{"type":"integer"}},"required":["x","y"]}},"keys":{"type":"array","items":{"type":"string"}},"scroll_x":{"type":"integer"},"scroll_y":{"type":"integer"},"text":{"type":"string"},"ms":{"type":"integer"},"window":{"type":"string","description":"A window id from computer_windows (window actions only)."},"width":{"type":"integer"},"height":{"type":"integer"}},"required":["type"]}},` + screenProp + `},"required":["actions"],"additionalProperties":false}`,
 		run:         act},
+	{Name: "computer_windows", Graphical: true,
+		Description: "List the application windows on your screen, bottom to top: id, title, app, box {x,y,w,h} in screen pixels (the frame, title bar included), focused, minimized. Use it to find a window that is hidden or off to the side instead of hunting for it in screenshots, then focus, move, resize or close it with computer_act's window actions.",
+		Schema:      `{"type":"object","properties":{` + screenProp + `},"additionalProperties":false}`,
+		run:         windows},
+	{Name: "clipboard_read", Graphical: true,
+		Description: "Read your screen's clipboard text (what a paste there would insert; up to 1 MiB).",
+		Schema:      `{"type":"object","properties":{` + screenProp + `},"additionalProperties":false}`,
+		run:         clipboardRead},
+	{Name: "clipboard_write", Graphical: true,
+		Description: "Set your screen's clipboard text (up to 1 MiB), e.g. to paste a long text with ctrl+v instead of typing it.",
+		Schema:      `{"type":"object","properties":{"text":{"type":"string"},` + screenProp + `},"required":["text"],"additionalProperties":false}`,
+		run:         clipboardWrite},
 	{Name: "open_path", Graphical: true,
 		Description: "Open a URL in your screen's browser, or a workspace path (e.g. shared/report.pdf) in its desktop application.",
 		Schema:      `{"type":"object","properties":{"target":{"type":"string"},` + screenProp + `},"required":["target"],"additionalProperties":false}`,
@@ -214,6 +226,58 @@ func observe(ctx context.Context, s *Session, raw json.RawMessage) ([]Content, e
 		return nil, err
 	}
 	return observation(o), nil
+}
+
+func windows(ctx context.Context, s *Session, raw json.RawMessage) ([]Content, error) {
+	var a screenArg
+	var ws []shared.Window
+	err := leased(ctx, s, raw, &a, nil, func(screen, l string) (err error) {
+		ws, err = s.Machine.Windows(ctx, screen, l)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if ws == nil {
+		ws = []shared.Window{}
+	}
+	return []Content{jsonText(shared.Windows{Windows: ws})}, nil
+}
+
+func clipboardRead(ctx context.Context, s *Session, raw json.RawMessage) ([]Content, error) {
+	var a screenArg
+	var t string
+	err := leased(ctx, s, raw, &a, nil, func(screen, l string) (err error) {
+		t, err = s.Machine.Clipboard(ctx, screen, l)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return []Content{jsonText(shared.Clipboard{Text: t})}, nil
+}
+
+func clipboardWrite(ctx context.Context, s *Session, raw json.RawMessage) ([]Content, error) {
+	var a struct {
+		screenArg
+		Text *string `json:"text"`
+	}
+	check := func() error {
+		switch {
+		case a.Text == nil:
+			return &ToolError{Code: shared.CodeBadRequest, Msg: "text is required"}
+		case len(*a.Text) > shared.MaxClipboardBytes:
+			return &ToolError{Code: shared.CodeTooLarge, Msg: fmt.Sprintf("%d bytes; the clipboard takes at most %d", len(*a.Text), shared.MaxClipboardBytes)}
+		}
+		return nil
+	}
+	err := leased(ctx, s, raw, &a, check, func(screen, l string) error {
+		return s.Machine.SetClipboard(ctx, screen, l, *a.Text)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return []Content{text(fmt.Sprintf("the clipboard now holds %d bytes", len(*a.Text)))}, nil
 }
 
 func act(ctx context.Context, s *Session, raw json.RawMessage) ([]Content, error) {

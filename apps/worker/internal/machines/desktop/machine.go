@@ -575,3 +575,26 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 		return ctx.Err()
 	}
 }
+
+// errNeedsBotd answers what only botd does (window lists and actions
+// through the window manager, the clipboard): nothing of the batch ran.
+func errNeedsBotd(what string) error {
+	return apiErr(http.StatusNotImplemented, shared.CodeUnavailable,
+		"%s need botd (a computer on template open-bot); this sandbox's desktop is driven through commands only: use computer_act with pointer and keyboard actions instead", what)
+}
+
+// Windows implements machines.Machine: not on a command-driven desktop.
+func (m *Machine) Windows(ctx context.Context, id, leaseID string) ([]shared.Window, error) {
+	return nil, errNeedsBotd("window lists")
+}
+
+// Clipboard implements machines.Machine: not on a command-driven desktop.
+func (m *Machine) Clipboard(ctx context.Context, id, leaseID string) (string, error) {
+	return "", errNeedsBotd("the clipboard tools")
+}
+
+// SetClipboard implements machines.Machine: not on a command-driven
+// desktop.
+func (m *Machine) SetClipboard(ctx context.Context, id, leaseID, text string) error {
+	return errNeedsBotd("the clipboard tools")
+}

@@ -267,6 +267,11 @@ func (m *Machine) Act(ctx context.Context, id, leaseID string, actions []shared.
 		if err := shared.ValidateActions(actions, w, h); err != nil {
 			return apiErr(http.StatusBadRequest, shared.CodeInvalidAction, "%s", err.Error())
 		}
+		for _, a := range actions {
+			if shared.IsWindowAction(a.Type) {
+				return errNeedsBotd("window actions")
+			}
+		}
 		results := make([]actionResult, 0, len(actions))
 		for i, a := range actions {
 			if err := m.held(ctx, s); err != nil {
