@@ -154,24 +154,25 @@ func measureComputer(b *testing.B, ctx context.Context, p Provider, prefix strin
 
 	// Cold: the last computer stays for the figures on a running one.
 	var m Machine
+	lease := ""
 	for n := 0; n < benchColdStarts; n++ {
 		start := time.Now()
 		c, ref := newComputer(fmt.Sprintf("%s-%d", prefix, n))
-		o, err := c.Observe(ctx, "bench", benchLease(b, ctx, c, "bench"))
+		l := benchLease(b, ctx, c, "bench")
+		o, err := c.Observe(ctx, "bench", l)
 		require.NoError(b, err)
 		f.cold = append(f.cold, time.Since(start))
 		requireJPEG(b, o)
 		if n < benchColdStarts-1 {
 			require.NoError(b, p.Destroy(ctx, ref))
 		} else {
-			m = c
+			m, lease = c, l
 		}
 	}
 
 	// Observe on the running computer: a fresh lease before each sample
 	// (not timed), so each answer carries the JPEG; then the same lease
 	// again, an unchanged frame.
-	lease := ""
 	for i := 0; i < benchSamples; i++ {
 		if lease != "" {
 			require.NoError(b, m.ReleaseLease(ctx, "bench", lease))
