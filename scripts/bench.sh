@@ -138,6 +138,18 @@ BENCHES=(
   # xdotool + `scrot -p -q 72`, the JPEG back through the exec stream) on
   # the e2b-desktop stand-in, p50/p90 of 50.
   "./apps/worker/internal/machines/desktop|^BenchmarkDesktopObserve$|50x"
+  # issue 21.5: the same figures on the E2B emulator (in-process, template
+  # open-bot: botd in a sandbox container behind the adapter's forwarder and
+  # the emulator's port routing) and on docker, one row each per figure:
+  # provision -> first observation's JPEG (p50/p90 of 3 new computers), a
+  # full observe (fresh lease, JPEG) and an unchanged one, a click round
+  # trip with its observation (settle included), and checkpoint/restore of
+  # the same home (export of a workspace with 8 MiB of random files, import
+  # into a fresh computer: tar MB, p50 ms and MB/s of 3). Then the
+  # command-driven desktop machine's observe beside botd's on one display
+  # (a docker computer's screen :1, driven by both; p50/p90 of 30 each).
+  "./apps/worker/internal/providers|^BenchmarkE2BVsDocker$|1x"
+  "./apps/worker/internal/providers|^BenchmarkDesktopVsBotdObserve$|1x"
 )
 
 # Print "Benchmark...  value unit  value unit ..." lines as a table. The awk
