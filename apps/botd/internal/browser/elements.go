@@ -858,4 +858,6 @@ func (b *Browser) hitTest(ctx context.Context, c *candidate, p shared.Point) err
 func zoomOf(d *doc) float64 { return 1 }
 
 // String is for logs.
-func (c *candidate) String() string { return fmt.Sprintf("%s %s %q %+v %s", c.el.ID, c.el.Role, c.el.Name, c.el.Box, c.why) }
+func (c *candidate) String() string {
+	return fmt.Sprintf("%s %s %q %+v %s", c.el.ID, c.el.Role, c.el.Name, c.el.Box, c.why)
+}
