@@ -116,6 +116,9 @@ type doc struct {
 	byBackend map[cdpapi.BackendNodeID]int
 	// main is true for the front page's own document.
 	main bool
+	// zoom is the page's layout units per CSS pixel (page zoom × device
+	// scale: devicePixelRatio).
+	zoom float64
 }
 
 func (d *doc) str(i int64) string {
@@ -289,6 +292,7 @@ type candidate struct {
 
 // scan is one reading of the page's elements.
 type scan struct {
+	zoom  float64
 	all   []*candidate
 	byID  map[string]*candidate
 	shown []shared.Element
@@ -495,7 +499,7 @@ func (b *Browser) scanFront(ctx context.Context) (*scan, error) {
 	if err != nil {
 		return nil, b.wrap(err)
 	}
-	sc := &scan{byID: map[string]*candidate{}, shown: []shared.Element{}}
+	sc := &scan{byID: map[string]*candidate{}, shown: []shared.Element{}, zoom: 1}
 	if win.Bounds == nil || win.Bounds.WindowState == browser.WindowStateMinimized {
 		return sc, nil
 	}
@@ -515,6 +519,7 @@ func (b *Browser) scanFront(ctx context.Context) (*scan, error) {
 	if dpr <= 0 {
 		dpr = 1
 	}
+	sc.zoom = dpr
 	// The viewport sits at the bottom of the window, centred across it
 	// (the toolbar is above it; no frame below or beside it).
 	innerW, innerH := vp[2]*dpr, vp[3]*dpr
@@ -565,6 +570,7 @@ func (b *Browser) scanTarget(ctx context.Context, sc *scan, s *cdp.Session, kids
 	docs := make([]*doc, len(snap.Documents))
 	for i, ds := range snap.Documents {
 		docs[i] = newDoc(ds, snap.Strings, s)
+		docs[i].zoom = sc.zoom
 	}
 	// Place each document: the first at (ox,oy) within clip; the others
 	// inside their frame element (contentDocumentIndex) in their parent.
@@ -830,16 +836,21 @@ func (b *Browser) find(ctx context.Context, id string) (*candidate, error) {
 // hitTest asks the element's own target what is at screen point p and
 // fails unless it is the element or inside it.
 func (b *Browser) hitTest(ctx context.Context, c *candidate, p shared.Point) error {
-	// The target's top document: its viewport origin, from which the hit
-	// test counts CSS pixels.
+	// DOM.getNodeForLocation takes a point of the target's top document in
+	// CSS pixels, scroll included (it multiplies by the layout zoom and
+	// subtracts the scroll itself).
 	top := c.d
 	for top.parent != nil && top.parent.session == top.session {
 		top = top.parent
 	}
-	vx := (float64(p.X) - (top.ox + top.snap.ScrollOffsetX*top.u)) / top.u / zoomOf(top)
-	vy := (float64(p.Y) - (top.oy + top.snap.ScrollOffsetY*top.u)) / top.u / zoomOf(top)
+	z := top.zoom
+	if z <= 0 {
+		z = 1
+	}
+	dx := (float64(p.X) + 0.5 - top.ox) / top.u / z
+	dy := (float64(p.Y) + 0.5 - top.oy) / top.u / z
 	no := false
-	r, err := cdpapi.Call(ctx, c.d.session, dom.GetNodeForLocation, dom.GetNodeForLocationParams{X: int64(math.Round(vx)), Y: int64(math.Round(vy)), IncludeUserAgentShadowDOM: &no})
+	r, err := cdpapi.Call(ctx, c.d.session, dom.GetNodeForLocation, dom.GetNodeForLocationParams{X: int64(math.Floor(dx)), Y: int64(math.Floor(dy)), IncludeUserAgentShadowDOM: &no})
 	if err != nil {
 		if errors.Is(err, cdp.ErrDetached) {
 			return errStale(c.el.ID)
@@ -853,9 +864,6 @@ func (b *Browser) hitTest(ctx context.Context, c *candidate, p shared.Point) err
 	}
 	return shared.Errorf(http.StatusConflict, shared.CodeElementCovered, "element %s is covered at its centre (%d,%d) by something else", c.el.ID, p.X, p.Y)
 }
-
-// zoomOf is the layout units per CSS pixel in d (the page zoom).
-func zoomOf(d *doc) float64 { return 1 }
 
 // String is for logs.
 func (c *candidate) String() string {

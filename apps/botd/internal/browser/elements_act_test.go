@@ -163,4 +163,22 @@ func TestElementsAct(t *testing.T) {
 	if code != 409 || !strings.Contains(rbody, string(shared.CodeLeaseRequired)) {
 		t.Fatalf("stale lease: %d %s", code, rbody)
 	}
+
+	// A page that never settles (its renderer spins): the observation
+	// still comes back with its screenshot and says why there are no
+	// elements; the lease and the screen are unharmed.
+	if err := b.EvalFront(ctx, `setTimeout(() => { for (;;) {} }, 50); 1`); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	o, _, obody, err := e.observe(true)
+	if err != nil {
+		t.Fatalf("observe of a hung page: %v", err)
+	}
+	if o.ElementsError == nil || o.ElementsError.Code != shared.CodeElementsUnavailable || len(o.Elements) != 0 || !strings.Contains(obody, `"frameHash"`) {
+		t.Fatalf("hung page: %+v %.300s", o.ElementsError, obody)
+	}
+	if _, code, rbody = e.act(map[string]any{"type": "move", "x": 5, "y": 5}); code != 200 {
+		t.Fatalf("act after a hung page: %d %s", code, rbody)
+	}
 }
