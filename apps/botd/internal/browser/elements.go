@@ -526,12 +526,16 @@ func (b *Browser) scanFront(ctx context.Context) (*scan, error) {
 	ox := left + math.Max(0, (vp[4]-innerW)/2)
 	oy := top + math.Max(0, vp[5]-innerH)
 	clip := rect{ox, oy, ox + vp[0]*dpr, oy + vp[1]*dpr}.and(rect{0, 0, float64(b.o.Width), float64(b.o.Height)})
-	if err := b.scanTarget(ctx, sc, s, kids, nil, -1, ox, oy, dpr, clip, true, 0); err != nil {
+	// Layout units are CSS pixels times the layout zoom (page zoom ×
+	// device scale), which is the screen's pixels: one unit per pixel.
+	if err := b.scanTarget(ctx, sc, s, kids, nil, -1, ox, oy, 1, clip, true, 0); err != nil {
 		return nil, err
 	}
 	// Document order, the shown ones first up to the cap.
 	b.elems.mu.Lock()
-	if b.elems.issued == nil {
+	if b.elems.issued == nil || len(b.elems.issued) > maxIssued {
+		// Bounded: past the cap only this observation's ids stay known
+		// (older ones then answer element_not_found, not element_stale).
 		b.elems.issued = map[string]string{}
 	}
 	for _, c := range sc.all {
@@ -548,6 +552,9 @@ func (b *Browser) scanFront(ctx context.Context) (*scan, error) {
 	b.elems.mu.Unlock()
 	return sc, nil
 }
+
+// maxIssued bounds how many issued ids a browser remembers.
+const maxIssued = 20000
 
 // maxFrameDepth bounds how deep nested cross-origin frames are followed.
 const maxFrameDepth = 4
@@ -679,12 +686,25 @@ func mustClip(d *doc, ni int) rect {
 func (b *Browser) addCandidates(sc *scan, d *doc, nodes []*accessibility.Node, main bool) {
 	fn := b.frameNumber(d.frame, main)
 	for _, n := range nodes {
-		if n.Ignored || n.BackendDOMNodeID == 0 || n.Role == nil {
+		if n.BackendDOMNodeID == 0 {
 			continue
 		}
-		role := axString(n.Role)
-		name := cut(axString(n.Name))
+		role, name := axString(n.Role), cut(axString(n.Name))
 		st, focusable := states(n.Properties)
+		if n.Ignored {
+			// aria-hidden hides a control from screen readers, not from a
+			// person: a control hidden only that way is still listed.
+			ni, ok := d.byBackend[n.BackendDOMNodeID]
+			if !ok || !onlyAriaHidden(n.IgnoredReasons) {
+				continue
+			}
+			if role, name = nativeRole(d, ni); role == "" {
+				continue
+			}
+			st = append(st, "aria-hidden")
+		} else if n.Role == nil {
+			continue
+		}
 		switch {
 		case interactiveRoles[role]:
 		case labelledRoles[role] && name != "":
@@ -714,6 +734,78 @@ func (b *Browser) addCandidates(sc *scan, d *doc, nodes []*accessibility.Node, m
 		sc.all = append(sc.all, c)
 		sc.byID[id] = c
 	}
+}
+
+// onlyAriaHidden reports whether aria-hidden is all that hides a node.
+func onlyAriaHidden(reasons []*accessibility.Property) bool {
+	if len(reasons) == 0 {
+		return false
+	}
+	for _, r := range reasons {
+		if r.Name != "ariaHiddenElement" && r.Name != "ariaHiddenSubtree" {
+			return false
+		}
+	}
+	return true
+}
+
+// nativeRole is the role and name of a native control from the DOM (for
+// nodes the accessibility tree leaves out): "" when it is not one.
+func nativeRole(d *doc, ni int) (role, name string) {
+	tag := strings.ToUpper(d.str(int64(d.snap.Nodes.NodeName[ni])))
+	switch tag {
+	case "BUTTON":
+		role = "button"
+	case "A":
+		if d.attr(ni, "href") == "" {
+			return "", ""
+		}
+		role = "link"
+	case "SELECT":
+		role = "combobox"
+	case "TEXTAREA":
+		role = "textbox"
+	case "INPUT":
+		switch strings.ToLower(d.attr(ni, "type")) {
+		case "checkbox":
+			role = "checkbox"
+		case "radio":
+			role = "radio"
+		case "button", "submit", "reset", "image":
+			role = "button"
+		case "hidden":
+			return "", ""
+		default:
+			role = "textbox"
+		}
+	default:
+		return "", ""
+	}
+	for _, a := range []string{"aria-label", "title", "alt", "placeholder"} {
+		if v := d.attr(ni, a); v != "" {
+			return role, cut(v)
+		}
+	}
+	if tag == "INPUT" && role == "button" {
+		return role, cut(d.attr(ni, "value"))
+	}
+	return role, cut(d.text(ni))
+}
+
+// text is the text under node ni (its text nodes, in order).
+func (d *doc) text(ni int) string {
+	var b strings.Builder
+	pi := d.snap.Nodes.ParentIndex
+	for j := ni + 1; j < len(pi) && b.Len() < 4*shared.MaxElementName; j++ {
+		if !d.isAncestor(ni, j) {
+			break
+		}
+		if d.snap.Nodes.NodeType[j] == 3 {
+			b.WriteString(d.str(int64(d.snap.Nodes.NodeValue[j])))
+			b.WriteByte(' ')
+		}
+	}
+	return b.String()
 }
 
 // isPassword reports whether node ni is a password field (its value is
