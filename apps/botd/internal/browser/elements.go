@@ -495,7 +495,16 @@ func (b *Browser) scanFront(ctx context.Context) (*scan, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The window, the viewport, the snapshot and the page's accessibility
+	// tree are asked for at once; they do not depend on each other.
+	kids := b.autoAttach(ctx, s)
+	pre := fetchTarget(ctx, s)
+	var vp [7]float64
+	vpErr := make(chan error, 1)
+	go func() { vpErr <- b.eval(ctx, s, 0, viewportScript, &vp) }()
 	win, err := cdpapi.Call(ctx, b.conn.Browser(), browser.GetWindowForTarget, browser.GetWindowForTargetParams{TargetID: t.TargetID})
+	verr := <-vpErr
+	<-pre.done
 	if err != nil {
 		return nil, b.wrap(err)
 	}
@@ -503,10 +512,8 @@ func (b *Browser) scanFront(ctx context.Context) (*scan, error) {
 	if win.Bounds == nil || win.Bounds.WindowState == browser.WindowStateMinimized {
 		return sc, nil
 	}
-	kids := b.autoAttach(ctx, s)
-	var vp [7]float64
-	if err := b.eval(ctx, s, 0, viewportScript, &vp); err != nil {
-		return nil, b.wrap(err)
+	if verr != nil {
+		return nil, b.wrap(verr)
 	}
 	var left, top float64
 	if win.Bounds.Left != nil {
@@ -528,7 +535,7 @@ func (b *Browser) scanFront(ctx context.Context) (*scan, error) {
 	clip := rect{ox, oy, ox + vp[0]*dpr, oy + vp[1]*dpr}.and(rect{0, 0, float64(b.o.Width), float64(b.o.Height)})
 	// Layout units are CSS pixels times the layout zoom (page zoom ×
 	// device scale), which is the screen's pixels: one unit per pixel.
-	if err := b.scanTarget(ctx, sc, s, kids, nil, -1, ox, oy, 1, clip, true, 0); err != nil {
+	if err := b.scanTarget(ctx, sc, s, kids, pre, nil, -1, ox, oy, 1, clip, true, 0); err != nil {
 		return nil, err
 	}
 	// Document order, the shown ones first up to the cap.
@@ -553,6 +560,38 @@ func (b *Browser) scanFront(ctx context.Context) (*scan, error) {
 	return sc, nil
 }
 
+// fetched is one target's snapshot and root accessibility tree, asked for
+// together; done is closed when both answered.
+type fetched struct {
+	done   chan struct{}
+	snap   domsnapshot.CaptureSnapshotResult
+	err    error
+	ax0    []*accessibility.Node
+	ax0err error
+}
+
+func fetchTarget(ctx context.Context, s *cdp.Session) *fetched {
+	f := &fetched{done: make(chan struct{})}
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		yes := true
+		f.snap, f.err = cdpapi.Call(ctx, s, domsnapshot.CaptureSnapshot, domsnapshot.CaptureSnapshotParams{ComputedStyles: snapStyles, IncludePaintOrder: &yes})
+	}()
+	go func() {
+		defer wg.Done()
+		r, err := cdpapi.Call(ctx, s, accessibility.GetFullAXTree, accessibility.GetFullAXTreeParams{})
+		if err != nil {
+			f.ax0err = err
+			return
+		}
+		f.ax0 = r.Nodes
+	}()
+	go func() { wg.Wait(); close(f.done) }()
+	return f
+}
+
 // maxIssued bounds how many issued ids a browser remembers.
 const maxIssued = 20000
 
@@ -562,9 +601,12 @@ const maxFrameDepth = 4
 // scanTarget reads one target (the page, or a cross-origin iframe whose
 // frame element is node owner of parent): its snapshot, its documents'
 // accessibility trees, then its own iframe targets.
-func (b *Browser) scanTarget(ctx context.Context, sc *scan, s *cdp.Session, kids *children, parent *doc, owner int, ox, oy, u float64, clip rect, main bool, depth int) error {
-	yes := true
-	snap, err := cdpapi.Call(ctx, s, domsnapshot.CaptureSnapshot, domsnapshot.CaptureSnapshotParams{ComputedStyles: snapStyles, IncludePaintOrder: &yes})
+func (b *Browser) scanTarget(ctx context.Context, sc *scan, s *cdp.Session, kids *children, pre *fetched, parent *doc, owner int, ox, oy, u float64, clip rect, main bool, depth int) error {
+	if pre == nil {
+		pre = fetchTarget(ctx, s)
+	}
+	<-pre.done
+	snap, err := pre.snap, pre.err
 	if err != nil {
 		if parent != nil {
 			return nil // an iframe that went away meanwhile
@@ -618,8 +660,9 @@ func (b *Browser) scanTarget(ctx context.Context, sc *scan, s *cdp.Session, kids
 	}
 	res := make([]axRes, len(docs))
 	var wg sync.WaitGroup
+	res[0] = axRes{nodes: pre.ax0, err: pre.ax0err}
 	for i, d := range docs {
-		if !placed[i] || d.clip.empty() {
+		if i == 0 || !placed[i] || d.clip.empty() {
 			continue
 		}
 		wg.Add(1)
@@ -667,7 +710,7 @@ func (b *Browser) scanTarget(ctx context.Context, sc *scan, s *cdp.Session, kids
 			if fclip.empty() {
 				break
 			}
-			if err := b.scanTarget(ctx, sc, cs, b.autoAttach(ctx, cs), d, ni, fr.x0, fr.y0, d.u, fclip, false, depth+1); err != nil {
+			if err := b.scanTarget(ctx, sc, cs, b.autoAttach(ctx, cs), nil, d, ni, fr.x0, fr.y0, d.u, fclip, false, depth+1); err != nil {
 				b.log.Debug().Err(err).Msg("elements of a cross-origin frame")
 			}
 			break
