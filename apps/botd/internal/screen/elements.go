@@ -126,8 +126,13 @@ func (s *Screen) resolveElement(ctx context.Context, drv Driver, a shared.Action
 	if src == nil {
 		return a, shared.Errorf(http.StatusConflict, shared.CodeElementsUnavailable, "this computer does not resolve elements; use x and y")
 	}
-	p, err := src.Resolve(ctx, s.ID, a.Element)
+	rctx, cancel := context.WithTimeout(ctx, ElementsTimeout)
+	p, err := src.Resolve(rctx, s.ID, a.Element)
+	cancel()
 	if err != nil {
+		if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+			err = shared.Errorf(http.StatusServiceUnavailable, shared.CodeElementsUnavailable, "the page did not answer where element %s is within %v; nothing was done", a.Element, ElementsTimeout)
+		}
 		return a, err
 	}
 	x, y := p.X, p.Y
@@ -138,7 +143,13 @@ func (s *Screen) resolveElement(ctx context.Context, drv Driver, a shared.Action
 		if err := drv.Do(ctx, click); err != nil {
 			return a, err
 		}
-		if err := src.Focus(ctx, s.ID, a.Element); err != nil {
+		fctx, cancel := context.WithTimeout(ctx, ElementsTimeout)
+		err := src.Focus(fctx, s.ID, a.Element)
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+				err = shared.Errorf(http.StatusServiceUnavailable, shared.CodeElementsUnavailable, "the page did not answer in time to focus element %s", a.Element)
+			}
 			return a, err
 		}
 		return out, nil
