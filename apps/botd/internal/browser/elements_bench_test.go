@@ -28,7 +28,8 @@ func pct(xs []float64, p float64) float64 {
 // through the routes; goal: elements add <= 30 ms p50), and the elements'
 // JSON beside the screenshot's JPEG. Then, on three pages, the two box
 // sources side by side: one DOMSnapshot.captureSnapshot vs one
-// DOM.getBoxModel per accessibility node. Printed as the elements table.
+// DOM.getBoxModel per accessibility node. Printed as the elements table
+// (on stdout: a benchmark's log keeps only its first ten lines).
 func BenchmarkElements(b *testing.B) {
 	e := startCorpusEnv(b)
 	ctx := browsertest.Ctx(b, 30*time.Minute)
@@ -37,7 +38,7 @@ func BenchmarkElements(b *testing.B) {
 		var with, without []float64
 		total, found, reported, landed := 0, 0, 0, 0
 		var eBytes, jBytes int
-		b.Logf("elements-table: %-22s %7s %7s %6s %8s %8s %8s %8s %9s %8s  %s", "page", "visible", "hit", "hit%", "with50", "with90", "w/o50", "w/o90", "elem-KB", "jpeg-KB", "misses")
+		fmt.Printf("elements-table: %-22s %7s %7s %6s %8s %8s %8s %8s %9s %8s  %s\n", "page", "visible", "hit", "hit%", "with50", "with90", "w/o50", "w/o90", "elem-KB", "jpeg-KB", "misses")
 		for _, name := range names {
 			r := e.runPage(b, ctx, name, frames[name], 10)
 			with = append(with, r.withMs...)
@@ -49,11 +50,11 @@ func BenchmarkElements(b *testing.B) {
 			eBytes += r.elemBytes
 			jBytes += r.jpegBytes
 			p := 100 * float64(len(r.truth)-len(r.misses)) / float64(max(1, len(r.truth)))
-			b.Logf("elements-table: %-22s %7d %7d %5.1f%% %8.1f %8.1f %8.1f %8.1f %9.1f %8.1f  %s", name, len(r.truth), len(r.truth)-len(r.misses), p,
+			fmt.Printf("elements-table: %-22s %7d %7d %5.1f%% %8.1f %8.1f %8.1f %8.1f %9.1f %8.1f  %s\n", name, len(r.truth), len(r.truth)-len(r.misses), p,
 				pct(r.withMs, 50), pct(r.withMs, 90), pct(r.withoutMs, 50), pct(r.withoutMs, 90), float64(r.elemBytes)/1024, float64(r.jpegBytes)/1024, strings.Join(r.misses, ","))
 		}
 		all := 100 * float64(found) / float64(max(1, total))
-		b.Logf("elements-table: %-22s %7d %7d %5.1f%% %8.1f %8.1f %8.1f %8.1f %9.1f %8.1f  (reported %d, clicks that landed on a marked element %d)", "ALL", total, found, all,
+		fmt.Printf("elements-table: %-22s %7d %7d %5.1f%% %8.1f %8.1f %8.1f %8.1f %9.1f %8.1f  (reported %d, clicks that landed on a marked element %d)\n", "ALL", total, found, all,
 			pct(with, 50), pct(with, 90), pct(without, 50), pct(without, 90), float64(eBytes)/1024/float64(len(names)), float64(jBytes)/1024/float64(len(names)), reported, landed)
 		b.ReportMetric(all, "found+hit-%")
 		b.ReportMetric(pct(with, 50), "with-p50_ms")
@@ -85,7 +86,7 @@ func BenchmarkElements(b *testing.B) {
 				boxes = append(boxes, float64(bm.Microseconds())/1000)
 				n = nodes
 			}
-			b.Logf("elements-boxes: %-16s %5d AX nodes: one DOMSnapshot.captureSnapshot p50 %6.1f ms, one DOM.getBoxModel per node p50 %7.1f ms (%s)", name, n, pct(snaps, 50), pct(boxes, 50),
+			fmt.Printf("elements-boxes: %-16s %5d AX nodes: one DOMSnapshot.captureSnapshot p50 %6.1f ms, one DOM.getBoxModel per node p50 %7.1f ms (%s)\n", name, n, pct(snaps, 50), pct(boxes, 50),
 				fmt.Sprintf("%.1fx", pct(boxes, 50)/math.Max(0.01, pct(snaps, 50))))
 		}
 	}
