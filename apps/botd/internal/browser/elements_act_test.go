@@ -134,6 +134,17 @@ func TestElementsAct(t *testing.T) {
 		t.Fatalf("click after the overlay went: %d %s", code, rbody)
 	}
 
+	// Covered controls are left out of the list: a page-wide overlay with
+	// a dialog on it shows the dialog's buttons, not the ones beneath.
+	openPage("10-overlay-modal", 1)
+	els, _ = elems()
+	findEl(t, els, "button", "Accept all")
+	for _, el := range els {
+		if strings.HasPrefix(el.Name, "Behind overlay") {
+			t.Fatalf("a covered button is listed: %+v", el)
+		}
+	}
+
 	// Off screen: the page scrolls away from an observed element.
 	openPage("16-scrolled", 1)
 	els, _ = elems()
