@@ -560,36 +560,90 @@ func (b *Browser) scanFront(ctx context.Context) (*scan, error) {
 	return sc, nil
 }
 
-// fetched is one target's snapshot and root accessibility tree, asked for
-// together; done is closed when both answered.
+// fetched is one target's snapshot, asked for as early as possible; done
+// is closed when it answered.
 type fetched struct {
-	done   chan struct{}
-	snap   domsnapshot.CaptureSnapshotResult
-	err    error
-	ax0    []*accessibility.Node
-	ax0err error
+	done chan struct{}
+	snap domsnapshot.CaptureSnapshotResult
+	err  error
 }
 
 func fetchTarget(ctx context.Context, s *cdp.Session) *fetched {
 	f := &fetched{done: make(chan struct{})}
-	var wg sync.WaitGroup
-	wg.Add(2)
 	go func() {
-		defer wg.Done()
+		defer close(f.done)
 		yes := true
 		f.snap, f.err = cdpapi.Call(ctx, s, domsnapshot.CaptureSnapshot, domsnapshot.CaptureSnapshotParams{ComputedStyles: snapStyles, IncludePaintOrder: &yes})
 	}()
-	go func() {
-		defer wg.Done()
-		r, err := cdpapi.Call(ctx, s, accessibility.GetFullAXTree, accessibility.GetFullAXTreeParams{})
-		if err != nil {
-			f.ax0err = err
-			return
-		}
-		f.ax0 = r.Nodes
-	}()
-	go func() { wg.Wait(); close(f.done) }()
 	return f
+}
+
+// bigPage is the number of DOM nodes past which a target's accessibility
+// tree is read node by node (Accessibility.getPartialAXTree for the nodes
+// on screen that can be controls) instead of whole: the whole tree of a
+// 1,000-item list took ~300 ms, most of it for nodes nobody sees.
+const bigPage = 1500
+
+// partialCandidate reports whether node ni may be a control or a labelled
+// element worth asking the accessibility tree about.
+func (d *doc) partialCandidate(ni int, clickable map[int]bool) bool {
+	if d.snap.Nodes.NodeType[ni] != 1 {
+		return false
+	}
+	switch strings.ToUpper(d.str(int64(d.snap.Nodes.NodeName[ni]))) {
+	case "A", "BUTTON", "INPUT", "SELECT", "TEXTAREA", "SUMMARY", "H1", "H2", "H3", "H4", "H5", "H6", "IMG", "DIALOG", "OPTION":
+		return true
+	}
+	if clickable[ni] {
+		return true
+	}
+	for _, a := range []string{"role", "tabindex", "contenteditable", "aria-label"} {
+		if d.attr(ni, a) != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// partialAX asks for the accessibility node of every node of d that is on
+// screen and may be a control.
+func (b *Browser) partialAX(ctx context.Context, d *doc) []*accessibility.Node {
+	clickable := map[int]bool{}
+	if ic := d.snap.Nodes.IsClickable; ic != nil {
+		for _, i := range ic.Index {
+			clickable[int(i)] = true
+		}
+	}
+	var ids []cdpapi.BackendNodeID
+	for ni := range d.snap.Nodes.ParentIndex {
+		if d.layoutOf[ni] < 0 || !d.partialCandidate(ni, clickable) {
+			continue
+		}
+		vis, _ := d.clipOf(ni)
+		if d.toScreen(vis).and(d.clip).empty() {
+			continue
+		}
+		ids = append(ids, d.snap.Nodes.BackendNodeID[ni])
+	}
+	out := make([][]*accessibility.Node, len(ids))
+	var wg sync.WaitGroup
+	no := false
+	for i, id := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := cdpapi.Call(ctx, d.session, accessibility.GetPartialAXTree, accessibility.GetPartialAXTreeParams{BackendNodeID: id, FetchRelatives: &no})
+			if err == nil {
+				out[i] = r.Nodes
+			}
+		}()
+	}
+	wg.Wait()
+	var nodes []*accessibility.Node
+	for _, ns := range out {
+		nodes = append(nodes, ns...)
+	}
+	return nodes
 }
 
 // maxIssued bounds how many issued ids a browser remembers.
@@ -660,14 +714,21 @@ func (b *Browser) scanTarget(ctx context.Context, sc *scan, s *cdp.Session, kids
 	}
 	res := make([]axRes, len(docs))
 	var wg sync.WaitGroup
-	res[0] = axRes{nodes: pre.ax0, err: pre.ax0err}
+	total := 0
+	for _, d := range docs {
+		total += len(d.snap.Nodes.ParentIndex)
+	}
 	for i, d := range docs {
-		if i == 0 || !placed[i] || d.clip.empty() {
+		if !placed[i] || d.clip.empty() {
 			continue
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			if total > bigPage {
+				res[i].nodes = b.partialAX(ctx, d)
+				return
+			}
 			r, err := cdpapi.Call(ctx, s, accessibility.GetFullAXTree, accessibility.GetFullAXTreeParams{FrameID: d.frame})
 			if err != nil {
 				res[i].err = err
