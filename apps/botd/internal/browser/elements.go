@@ -40,7 +40,11 @@ import (
 //     minus inner size, the toolbar above it).
 //
 // One snapshot per target instead of one DOM.getBoxModel per node is what
-// keeps a long page cheap (BenchmarkElements measures both).
+// keeps a long page cheap (BenchmarkElements measures both; on this
+// machine, p50: 1.7 vs 5.1 ms for a 32-node form, 3.1 vs 9.9 ms for 75
+// nodes, 82 vs 397 ms for a 3,000-node list). Past bigPage nodes the
+// accessibility tree is read only for the on-screen nodes that may be
+// controls (the whole tree of that list cost ~300 ms).
 //
 // An element is left out when hidden, off screen (outside the viewport,
 // its iframe or a scrolling ancestor) or covered at its centre by
