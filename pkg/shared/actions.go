@@ -71,6 +71,10 @@ type Action struct {
 	Window string `json:"window,omitempty"`
 	Width  *int   `json:"width,omitempty"`
 	Height *int   `json:"height,omitempty"`
+	// Element targets an element of the last observation (its id) instead
+	// of a point: click, double_click, move and scroll act at its centre,
+	// type focuses it first. botd resolves it when the action runs.
+	Element string `json:"element,omitempty"`
 }
 
 // IsWindowAction reports whether t is one of the window actions.
@@ -102,8 +106,20 @@ func (e *ActionError) Error() string {
 	return fmt.Sprintf("actions[%d].%s: %s", e.Index, e.Field, e.Msg)
 }
 
-// ValidateActions checks a batch against a screen of w×h pixels.
+// ValidateActions checks a batch against a screen of w×h pixels. Element
+// targets are refused (ValidateActionsElements accepts them).
 func ValidateActions(actions []Action, w, h int) error {
+	return validateActions(actions, w, h, false)
+}
+
+// ValidateActionsElements is ValidateActions for a machine that resolves
+// element targets (botd): an action of ElementActions may carry "element"
+// instead of x and y (type: besides its text).
+func ValidateActionsElements(actions []Action, w, h int) error {
+	return validateActions(actions, w, h, true)
+}
+
+func validateActions(actions []Action, w, h int, elements bool) error {
 	if len(actions) == 0 {
 		return &ActionError{Index: 0, Field: "type", Msg: "the batch is empty"}
 	}
@@ -111,7 +127,7 @@ func ValidateActions(actions []Action, w, h int) error {
 		return &ActionError{Index: MaxActionsPerBatch, Field: "type", Msg: fmt.Sprintf("at most %d actions per batch", MaxActionsPerBatch)}
 	}
 	for i, a := range actions {
-		if err := a.validate(w, h); err != nil {
+		if err := a.validate(w, h, elements); err != nil {
 			err.Index = i
 			return err
 		}
@@ -149,17 +165,32 @@ func (a Action) present() []fieldSet {
 	return []fieldSet{
 		{"x", a.X != nil}, {"y", a.Y != nil}, {"button", a.Button != ""}, {"path", a.Path != nil},
 		{"keys", a.Keys != nil}, {"scroll_x", a.ScrollX != nil}, {"scroll_y", a.ScrollY != nil},
-		{"text", a.Text != nil}, {"ms", a.Ms != nil},
+		{"text", a.Text != nil}, {"ms", a.Ms != nil}, {"element", a.Element != ""},
 		{"window", a.Window != ""}, {"width", a.Width != nil}, {"height", a.Height != nil},
 	}
 }
 
-func (a Action) validate(w, h int) *ActionError {
+func (a Action) validate(w, h int, elements bool) *ActionError {
 	fields, ok := allowed[a.Type]
 	if !ok {
 		return &ActionError{Field: "type", Msg: fmt.Sprintf("unknown action type %q (want one of click, double_click, drag, keypress, move, screenshot, scroll, type, wait, focus_window, close_window, move_window, resize_window)", a.Type)}
 	}
+	if a.Element != "" {
+		switch {
+		case !ElementActions[a.Type]:
+			return &ActionError{Field: "element", Msg: fmt.Sprintf("not allowed on %s", a.Type)}
+		case !elements:
+			return &ActionError{Field: "element", Msg: "element targets are not supported on this machine; use x and y"}
+		case len(a.Element) > 64 || !validElementID(a.Element):
+			return &ActionError{Field: "element", Msg: "not an element id from an observation (like e12)"}
+		case a.X != nil || a.Y != nil:
+			return &ActionError{Field: "x", Msg: "give either element or x and y, not both"}
+		}
+	}
 	for _, f := range a.present() {
+		if f.name == "element" {
+			continue
+		}
 		if f.set && !fields[f.name] {
 			return &ActionError{Field: f.name, Msg: fmt.Sprintf("not allowed on %s", a.Type)}
 		}
@@ -171,6 +202,9 @@ func (a Action) validate(w, h int) *ActionError {
 		return nil
 	}
 	needXY := func() *ActionError {
+		if a.Element != "" {
+			return nil // resolved to the element's centre when it runs
+		}
 		if a.X == nil {
 			return &ActionError{Field: "x", Msg: "required"}
 		}
@@ -294,6 +328,18 @@ func cut(s string, n int) string {
 		return s[:n] + "…"
 	}
 	return s
+}
+
+// validElementID reports whether id looks like an element id: ASCII
+// letters, digits, '.', '_' and '-'.
+func validElementID(id string) bool {
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return id != ""
 }
 
 // keyNames maps the case-insensitive names models use to X keysym names.

@@ -169,12 +169,31 @@ type Observation struct {
 	FrameHash string          `json:"frameHash"`
 	Unchanged bool            `json:"unchanged"`
 	Blocked   json.RawMessage `json:"blocked,omitempty"`
+	// Elements is the screen's element list ([]shared.Element), present
+	// when asked for (ObserveElements, ActElements).
+	Elements json.RawMessage `json:"elements,omitempty"`
+	// ElementsError says why Elements is empty when they could not be read.
+	ElementsError *shared.ErrorBody `json:"elementsError,omitempty"`
 }
 
 // Observe is POST /screens/{id}/observe.
 func (c *Client) Observe(ctx context.Context, id, leaseID string) (Observation, error) {
 	var o Observation
 	return o, c.Do(ctx, http.MethodPost, "/screens/"+esc(id)+"/observe", map[string]string{"leaseId": leaseID}, &o)
+}
+
+// ObserveElements is POST /screens/{id}/observe with elements: the
+// screenshot and the screen's elements in screen pixels.
+func (c *Client) ObserveElements(ctx context.Context, id, leaseID string) (Observation, error) {
+	var o Observation
+	return o, c.Do(ctx, http.MethodPost, "/screens/"+esc(id)+"/observe", map[string]any{"leaseId": leaseID, "elements": true}, &o)
+}
+
+// ActElements is Act whose final observation carries the elements; its
+// actions may target elements.
+func (c *Client) ActElements(ctx context.Context, id, leaseID string, actions []shared.Action) (ActResult, error) {
+	var r ActResult
+	return r, c.Do(ctx, http.MethodPost, "/screens/"+esc(id)+"/act", map[string]any{"leaseId": leaseID, "actions": actions, "elements": true}, &r)
 }
 
 // ActResult is POST /screens/{id}/act's reply.

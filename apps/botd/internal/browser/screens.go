@@ -134,6 +134,7 @@ func (bs *Screens) Attach(sm *screen.Manager, mux *http.ServeMux) {
 	bs.sm = sm
 	bs.mu.Unlock()
 	sm.BeforeStop(func(ctx context.Context, s *screen.Screen) { bs.stop(ctx, s.ID) })
+	sm.SetElements(bs)
 	sm.OnStart(func(ctx context.Context, s *screen.Screen) error {
 		// The session's environment (its runtime directory) is known inside
 		// start hooks; should it not be, write the file as soon as it is.

@@ -122,6 +122,10 @@ type Manager struct {
 	blocked      func(id string) []any
 	browserState func(id string) shared.ProcessState
 
+	// elemMu guards elements.
+	elemMu   sync.Mutex
+	elements ElementSource
+
 	// launchMu guards launchers.
 	launchMu  sync.Mutex
 	launchers map[string]Launcher

@@ -151,6 +151,8 @@ func (m *Manager) handleRelease(w http.ResponseWriter, r *http.Request) {
 
 type observeRequest struct {
 	LeaseID string `json:"leaseId"`
+	// Elements adds the screen's elements to the observation.
+	Elements bool `json:"elements,omitempty"`
 }
 
 func (m *Manager) handleObserve(w http.ResponseWriter, r *http.Request) {
@@ -167,7 +169,7 @@ func (m *Manager) handleObserve(w http.ResponseWriter, r *http.Request) {
 	var obs *Observation
 	err = m.WithLease(r.Context(), id, req.LeaseID, func(ctx context.Context, s *Screen) error {
 		var err error
-		obs, err = s.Observe(ctx)
+		obs, err = s.ObserveWith(ctx, ObserveOptions{Elements: req.Elements})
 		return err
 	})
 	if err != nil {
@@ -180,6 +182,8 @@ func (m *Manager) handleObserve(w http.ResponseWriter, r *http.Request) {
 type actRequest struct {
 	LeaseID string          `json:"leaseId"`
 	Actions []shared.Action `json:"actions"`
+	// Elements adds the screen's elements to the final observation.
+	Elements bool `json:"elements,omitempty"`
 }
 
 func (m *Manager) handleAct(w http.ResponseWriter, r *http.Request) {
@@ -193,14 +197,14 @@ func (m *Manager) handleAct(w http.ResponseWriter, r *http.Request) {
 		m.fail(w, r, err)
 		return
 	}
-	if err := shared.ValidateActions(req.Actions, Width, Height); err != nil {
+	if err := shared.ValidateActionsElements(req.Actions, Width, Height); err != nil {
 		m.fail(w, r, shared.Errorf(http.StatusBadRequest, shared.CodeInvalidAction, "%s", err.Error()))
 		return
 	}
 	var res *ActResult
 	err = m.WithLease(r.Context(), id, req.LeaseID, func(ctx context.Context, s *Screen) error {
 		var err error
-		res, err = s.Act(ctx, req.Actions)
+		res, err = s.ActWith(ctx, req.Actions, ObserveOptions{Elements: req.Elements})
 		return err
 	})
 	if err != nil {
