@@ -10,6 +10,11 @@
 // the repository.
 package openapi
 
+// The TypeScript client's types (tsclient/schema.d.ts), generated from the
+// document with openapi-typescript at the version tsclient/package-lock.json
+// pins.
+//go:generate tsclient/generate.sh
+
 import (
 	_ "embed"
 	"net/http"
