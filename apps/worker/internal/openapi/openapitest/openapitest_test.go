@@ -93,3 +93,34 @@ func TestCheckerReports(t *testing.T) {
 	require.Len(t, got, 3, "paths outside /v1 are not checked")
 	require.Len(t, c.Seen(), 4)
 }
+
+// TestCheckerEvents: a run's event stream is checked as it is read: an
+// event whose data is not a RunEvent, and an end event whose data is not a
+// Run, are reported; keepalive comments are not events.
+func TestCheckerEvents(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Header().Set("Cache-Control", "no-store")
+		_, _ = io.WriteString(w, ": keepalive\n\n")
+		_, _ = io.WriteString(w, "id: 1\nevent: status\ndata: {\"seq\":1,\"at\":\"2026-12-02T00:00:00Z\",\"type\":\"status\",\"data\":{\"status\":\"running\"}}\n\n")
+		_, _ = io.WriteString(w, "id: 2\nevent: status\ndata: {\"seq\":2,\"type\":\"status\"}\n\n")
+		_, _ = io.WriteString(w, "event: end\ndata: {\"id\":\"r1\",\"status\":\"done\"}\n\n")
+	}))
+	defer srv.Close()
+	var got []string
+	v, err := Shared()
+	require.NoError(t, err)
+	client := &http.Client{Transport: &Checker{V: v, Report: func(err error) { got = append(got, err.Error()) }}}
+	req, _ := http.NewRequest("GET", srv.URL+"/v1/computers/c_1/runs/r1/events", nil)
+	req.Header.Set("Authorization", "Bearer t")
+	req.Header.Set("X-Computer-Capability", "c")
+	resp, err := client.Do(req)
+	require.NoError(t, err)
+	_, err = io.Copy(io.Discard, resp.Body)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Len(t, got, 2, "%q", got)
+	require.Contains(t, got[0], `event "status"`)
+	require.Contains(t, got[0], "missing property 'at'")
+	require.Contains(t, got[1], `event "end"`)
+}
