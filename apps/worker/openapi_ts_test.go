@@ -56,7 +56,20 @@ func TestOpenAPITypeScriptClient(t *testing.T) {
 	require.NoError(t, err)
 	got, err := os.ReadFile(filepath.Join(dir, "schema.d.ts"))
 	require.NoError(t, err)
-	require.Equal(t, string(want), string(got), "internal/openapi/tsclient/schema.d.ts is stale: run `go generate ./apps/worker/internal/openapi/` and commit it")
+	if !bytes.Equal(want, got) {
+		wl, gl := strings.Split(string(want), "\n"), strings.Split(string(got), "\n")
+		i := 0
+		for i < len(wl) && i < len(gl) && wl[i] == gl[i] {
+			i++
+		}
+		at := func(l []string) string {
+			if i < len(l) {
+				return l[i]
+			}
+			return "(end of file)"
+		}
+		t.Fatalf("internal/openapi/tsclient/schema.d.ts is stale: run `go generate ./apps/worker/internal/openapi/` and commit it (line %d: generated %q, committed %q)", i+1, at(wl), at(gl))
+	}
 	// tsc type-checks the client against the types (and emits dist/client.js).
 	tsc := exec.Command(filepath.Join(dir, "node_modules", ".bin", "tsc"), "-p", ".")
 	tsc.Dir = dir
