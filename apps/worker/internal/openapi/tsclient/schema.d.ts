@@ -225,7 +225,8 @@ export interface paths {
             path: {
                 /** @description The computer's id (c_…). */
                 id: components["parameters"]["ComputerID"];
-                bot: components["parameters"]["BotID"];
+                /** @description A bot of the computer. Removal also takes a legacy id with '-' (made before the bot-id rule), which every other route refuses with a message saying to remove it and add it again. */
+                bot: components["parameters"]["BotRef"];
             };
             cookie?: never;
         };
@@ -882,6 +883,8 @@ export interface components {
         /** @description The computer's id (c_…). */
         ComputerID: string;
         BotID: components["schemas"]["BotID"];
+        /** @description A bot of the computer. Removal also takes a legacy id with '-' (made before the bot-id rule), which every other route refuses with a message saying to remove it and add it again. */
+        BotRef: string;
         RunID: string;
     };
     requestBodies: never;
@@ -1226,7 +1229,8 @@ export interface operations {
             path: {
                 /** @description The computer's id (c_…). */
                 id: components["parameters"]["ComputerID"];
-                bot: components["parameters"]["BotID"];
+                /** @description A bot of the computer. Removal also takes a legacy id with '-' (made before the bot-id rule), which every other route refuses with a message saying to remove it and add it again. */
+                bot: components["parameters"]["BotRef"];
             };
             cookie?: never;
         };
