@@ -274,6 +274,9 @@ type worker struct {
 	// stop ends the background reconcile/sweep loop.
 	stop  context.CancelFunc
 	setup *providers.Setup
+	// apiMux is the API's router, every /v1 route on it (the OpenAPI
+	// test walks it).
+	apiMux *http.ServeMux
 }
 
 // Close stops the background loop and closes the store.
@@ -371,15 +374,17 @@ func newWorker(ctx context.Context, c serveConfig, log zerolog.Logger) (*worker,
 		return nil, err
 	}
 	go ppl.Events.Run(bg)
+	var apiMux *http.ServeMux
 	h := httpapi.Handler(httpapi.Options{Token: c.Token, OperatorToken: c.OperatorToken, Computers: comps, Runs: m, Log: log.With().Str("sub", "api").Logger(),
 		Mount: func(mux *http.ServeMux, gate func(http.HandlerFunc) http.HandlerFunc) {
+			apiMux = mux
 			httpapi.MountTakeover(mux, gate, tk)
 			httpapi.MountCheckpoint(mux, gate, comps)
 			mountLogin(mux, ppl)
 			mux.Handle(mcp.Path, mcp.Handler(mcp.Options{Computers: comps, Log: log.With().Str("sub", "mcp").Logger()}))
 		}})
 	return &worker{Store: st, Computers: comps, Runs: m, Handler: ppl.Handler(h), People: ppl, stop: stop, setup: setup,
-		DefaultProvider: def, Homes: homesName}, nil
+		DefaultProvider: def, Homes: homesName, apiMux: apiMux}, nil
 }
 
 // liveHomes is where the worker keeps the homes its local and docker

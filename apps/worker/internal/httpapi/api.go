@@ -23,6 +23,7 @@ import (
 
 	"github.com/open-bot/computer/apps/worker/internal/capability"
 	"github.com/open-bot/computer/apps/worker/internal/computers"
+	"github.com/open-bot/computer/apps/worker/internal/openapi"
 	"github.com/open-bot/computer/apps/worker/internal/runs"
 	"github.com/open-bot/computer/apps/worker/internal/store"
 	"github.com/open-bot/computer/pkg/shared"
@@ -73,6 +74,7 @@ func Handler(o Options) http.Handler {
 	mux.HandleFunc("POST /v1/computers/{id}/runs/{run}/resume", a.gate(a.resumeRun))
 
 	mux.HandleFunc("GET /v1/tools", a.listTools)
+	mux.HandleFunc("GET "+openapi.Path, openapi.Serve)
 	mux.HandleFunc("POST /v1/computers/{id}/tools/{name}", a.gate(a.callTool))
 
 	// Takeover and checkpoint routes are mounted here (helper "homes").
