@@ -592,7 +592,9 @@ type explained struct {
 
 // botdRunning reports whether the botd this adapter started is alive.
 func (s *session) botdRunning(ctx context.Context) (bool, error) {
-	r, err := s.tb.sh(ctx, `test -s `+botdPIDFile+` && kill -0 "$(cat `+botdPIDFile+`)" 2>/dev/null && echo yes || echo no`, nil, 30*time.Second)
+	// The pid file outlives a stop (it is on the sandbox's disk) and pids
+	// are reused after a start: the pid must still be botd's.
+	r, err := s.tb.sh(ctx, `p=$(cat `+botdPIDFile+` 2>/dev/null) && [ -n "$p" ] && tr '\0' ' ' < /proc/"$p"/cmdline 2>/dev/null | grep -q '^`+botdBin+` ' && echo yes || echo no`, nil, 30*time.Second)
 	if err != nil {
 		return false, err
 	}
