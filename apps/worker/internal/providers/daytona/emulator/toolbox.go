@@ -41,6 +41,7 @@ func (e *Emulator) toolboxRoutes() {
 	m.HandleFunc("POST /computeruse/start", e.cuStart)
 	m.HandleFunc("POST /computeruse/stop", e.cuStop)
 	m.HandleFunc("GET /computeruse/status", e.cuStatus)
+	m.HandleFunc("GET /computeruse/process-status", e.cuStatus)
 	m.HandleFunc("GET /computeruse/screenshot", e.screenshot)
 	m.HandleFunc("POST /computeruse/mouse/click", e.click)
 	m.HandleFunc("POST /computeruse/mouse/move", e.move)
