@@ -79,7 +79,7 @@ func TestSDKNode(t *testing.T) {
 		seen[strings.Fields(x)[0]]++
 	}
 	t.Logf("checked %d exchanges of the SDK against the spec: %v", len(s.Checker.Seen()), seen)
-	if seen["api"] == 0 || seen["toolbox"] == 0 || seen["toolbox(bulk-upload body)"] == 0 || seen["preview"] == 0 {
+	if seen["api"] == 0 || seen["toolbox"] == 0 || seen["toolbox(bulk-upload-body)"] == 0 || seen["toolbox(bulk-download-answer)"] == 0 || seen["preview"] == 0 {
 		t.Fatalf("the SDK's traffic did not pass the checker: %v", seen)
 	}
 }

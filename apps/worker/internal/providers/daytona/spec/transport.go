@@ -137,7 +137,7 @@ func (c *Checker) openapi(kind string, v *Validator, req *http.Request, asPath s
 		// The description publishes no body for bulk-upload: its
 		// multipart shape is checked here, the rest as published.
 		c.report(bulkUpload(req.Header.Get("Content-Type"), body))
-		kind += "(bulk-upload body)"
+		kind += "(bulk-upload-body)"
 		checked = checked.Clone(checked.Context())
 		checked.Header.Del("Content-Type")
 		checkedBody = nil
@@ -162,7 +162,7 @@ func (c *Checker) openapi(kind string, v *Validator, req *http.Request, asPath s
 		// file parts; the description's own words are checked instead:
 		// parts named file, or error with a JSON message, each named by
 		// the path it is for.
-		c.note(kind+"(bulk-download answer)", req, resp.StatusCode)
+		c.note(kind+"(bulk-download-answer)", req, resp.StatusCode)
 		c.report(bulkDownload(resp.Header.Get("Content-Type"), rbody))
 		return resp, nil
 	}
