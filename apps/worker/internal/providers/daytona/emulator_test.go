@@ -52,7 +52,7 @@ func testToken() string { return "tok-" + strings.Repeat("0123456789", 3) }
 // TestEmulatorOpenBotLifecycle: provision, botd through the preview URL,
 // the machine lost behind the API's back (its container killed: the
 // sandbox is in error) and recovered by the next Reconnect, stop and start,
-// delete, and a deleted sandbox is ErrNotFound.
+// archived and started, delete, and a deleted sandbox is ErrNotFound.
 func TestEmulatorOpenBotLifecycle(t *testing.T) {
 	env := emutest.Start(t, emutest.Options{})
 	p := emuProvider(t, env, Options{AutoStop: DefaultAutoStop})
@@ -99,6 +99,20 @@ func TestEmulatorOpenBotLifecycle(t *testing.T) {
 	c, err = p.Reconnect(ctx, ref, spec)
 	require.NoError(t, err, "Reconnect starts a stopped sandbox")
 	require.Equal(t, "up\nbot\n", exec(c))
+
+	// Archived (what auto-archive does to a sandbox stopped long): the
+	// next Reconnect starts it from the archive, the home kept.
+	_, err = c.Exec(ctx, client.ExecRequest{Argv: []string{"sh", "-c", "echo kept > archived.txt"}})
+	require.NoError(t, err)
+	require.NoError(t, p.Stop(ctx, ref))
+	_, err = p.api.lifecycle(ctx, r.SandboxID, "archive")
+	require.NoError(t, err)
+	require.Equal(t, "archived", state(t, p, ref))
+	c, err = p.Reconnect(ctx, ref, spec)
+	require.NoError(t, err, "Reconnect starts an archived sandbox")
+	got, err := c.Exec(ctx, client.ExecRequest{Argv: []string{"cat", "archived.txt"}})
+	require.NoError(t, err)
+	require.Equal(t, "kept\n", got.Stdout)
 
 	require.NoError(t, p.Destroy(ctx, ref))
 	require.NoError(t, p.Destroy(ctx, ref), "deleting a deleted sandbox is fine")
