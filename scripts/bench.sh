@@ -138,6 +138,12 @@ BENCHES=(
   # xdotool + `scrot -p -q 72`, the JPEG back through the exec stream) on
   # the e2b-desktop stand-in, p50/p90 of 50.
   "./apps/worker/internal/machines/desktop|^BenchmarkDesktopObserve$|50x"
+  # issue 24.3 (warm pool): per provider (local, docker; docker needs the
+  # image), side by side: create -> first observe (create, add a bot, its
+  # first computer_observe) p50/p90 of 6 without a pool (cold-) and from
+  # WORKER_POOL=<kind>=1 (pool-), the create alone (p50), and one idle
+  # pooled machine's CPU (% of a core over 5 s) and PSS (its processes).
+  "./apps/worker|^BenchmarkPool$|1x"
 )
 
 # Print "Benchmark...  value unit  value unit ..." lines as a table. The awk
