@@ -25,6 +25,7 @@ func (m *Manager) Routes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /screens/{id}/observe", m.handleObserve)
 	mux.HandleFunc("POST /screens/{id}/act", m.handleAct)
 	mux.HandleFunc("POST /screens/{id}/launch", m.handleLaunch)
+	mux.HandleFunc("POST /screens/spare", m.handleSpare)
 }
 
 func (m *Manager) fail(w http.ResponseWriter, r *http.Request, err error) {

@@ -19,10 +19,13 @@ package computers
 // once: a pooled machine goes back to the pool only when the create that
 // took it failed before the store knew it (a scope already taken).
 //
-// What is not pooled: a screen. botd names a screen, its browser profile,
-// its view ports and its leases after the bot that uses it, and the bot is
-// not known until it is added; its first screen starts at its first
-// graphical call, as without a pool.
+// The first screen. botd names a screen, its browser profile, its view
+// ports and its leases after the bot that uses it, and the bot is not known
+// until it is added. So the pool asks botd for a spare screen (POST
+// /screens/spare): the stack of a screen (Xvfb, the session, x11vnc)
+// started under no id, which the first screen that starts on the machine
+// takes — its profile made and its hooks run then, its session already
+// drawn. A browser starts, as always, when the bot first uses one.
 //
 // A create for a scope whose earlier computer was destroyed with its
 // checkpoints kept (keepHome=true) restores the newest of them into the
@@ -333,6 +336,14 @@ func (p *pool) fill(ctx context.Context, kind string) error {
 	if err != nil {
 		p.discard(context.WithoutCancel(ctx), pe, "it did not start")
 		return fmt.Errorf("start: %w", err)
+	}
+	// The first screen's stack, started under no id: the computer's first
+	// bot takes it (botd's spare screen). Without it (an older botd) that
+	// screen starts on demand, as without a pool.
+	if sp, ok := m.(interface{ PrepareSpareScreen(context.Context) error }); ok {
+		if err := sp.PrepareSpareScreen(rctx); err != nil {
+			p.log.Warn().Str("provider", kind).Str("computer", pe.id).Err(err).Msg("pool: no spare screen on this machine; its first screen starts on demand")
+		}
 	}
 	pe.m, pe.born = m, time.Now()
 	p.mu.Lock()
