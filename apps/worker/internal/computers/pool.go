@@ -73,6 +73,9 @@ var PoolKinds = []string{providers.KindLocal, providers.KindDocker}
 // MaxPoolSize caps one kind's pool.
 const MaxPoolSize = 16
 
+// refillDelay is how long a refill waits after a hand-out.
+const refillDelay = time.Second
+
 // ParsePool reads WORKER_POOL: comma-separated kind=count pairs (e.g.
 // "docker=2,local=1"); "" is no pool. Each kind at most once, one of
 // PoolKinds, count 0-MaxPoolSize.
@@ -419,8 +422,11 @@ func (p *pool) take(ctx context.Context, kind string) *pooled {
 		}
 		pe := l[0]
 		p.ready[kind] = l[1:]
+		// The refill waits a moment: the machine just handed out gets the
+		// host's CPU for its first calls.
+		p.nextTry[kind] = time.Now().Add(refillDelay)
 		p.mu.Unlock()
-		p.poke()
+		time.AfterFunc(refillDelay, p.poke)
 		if err := p.healthy(ctx, pe); err != nil {
 			p.log.Warn().Str("provider", kind).Str("computer", pe.id).Str("ref", short(pe.ref)).Err(err).
 				Msg("pool: a pooled machine failed its check before hand-out; replacing it")
@@ -445,7 +451,6 @@ func (p *pool) handedOut(pe *pooled) {
 	p.mu.Lock()
 	p.handed[pe.kind]++
 	p.mu.Unlock()
-	p.poke()
 }
 
 // check health-checks every ready machine and replaces the failed ones.
