@@ -38,7 +38,7 @@ const (
 // docker: the container's processes).
 func BenchmarkPool(b *testing.B) {
 	b.Run("local", func(b *testing.B) {
-		requireIntegration(b, "Xvfb", "chromium", "x11vnc", "xfwm4")
+		requireIntegration(b, "codex", "Xvfb", "chromium", "x11vnc", "xfwm4")
 		dir := openDir(b, "wire-poolbench-")
 		bin := buildBotd(b, dir)
 		env := func(pool string) map[string]string {

@@ -145,7 +145,7 @@ func observeFirst(t testing.TB, e *workerEnv, bot string) {
 
 // TestPoolLocal: the warm pool on the local provider.
 func TestPoolLocal(t *testing.T) {
-	requireIntegration(t, "Xvfb", "chromium", "x11vnc", "xfwm4")
+	requireIntegration(t, "codex", "Xvfb", "chromium", "x11vnc", "xfwm4")
 	dir := openDir(t, "wire-pool-local-")
 	machines := filepath.Join(dir, "machines")
 	env := map[string]string{
