@@ -153,14 +153,17 @@ func TestPoolLocal(t *testing.T) {
 		"WORKER_LOCAL_DISPLAY_BASE": fmt.Sprint(poolDisplayBase), "WORKER_LOCAL_PORT_BASE": fmt.Sprint(poolPortBase), "WORKER_LOCAL_SLOTS": poolSlots,
 	}
 	pe := newPoolWorker(t, env, machines)
-	testPool(t, pe, providers.KindLocal, func(id, ref string) {
-		// botd SIGKILLed and its home removed: it is not started again.
+	testPool(t, pe, providers.KindLocal, func(t *testing.T, id, ref string) {
+		// botd SIGKILLed and its home gone (a rename, then removed at
+		// leisure): it is not started again.
 		pid := pe.w.setup.Local.PID(ref)
 		require.NotZero(t, pid, "the pooled machine's botd runs")
 		home := filepath.Join(machines, "homes", id+".local", "home")
 		require.DirExists(t, home)
 		require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
-		require.NoError(t, os.RemoveAll(home))
+		lost := filepath.Join(machines, "lost-"+id)
+		require.NoError(t, os.Rename(home, lost))
+		t.Cleanup(func() { _ = os.RemoveAll(lost) })
 	}, func(ref string) bool {
 		_, err := os.Stat(filepath.Join(machines, "computers", ref))
 		return os.IsNotExist(err)
@@ -187,7 +190,7 @@ func TestPoolDocker(t *testing.T) {
 	env := map[string]string{"WORKER_PROVIDER": providers.KindDocker, "WORKER_IMAGE": image, "WORKER_POOL": "docker=2"}
 	pe := newPoolWorker(t, env, filepath.Join(dir, "machines"))
 	gone := func(ref string) bool { return exec.Command("docker", "inspect", ref).Run() != nil }
-	testPool(t, pe, providers.KindDocker, func(id, ref string) {
+	testPool(t, pe, providers.KindDocker, func(t *testing.T, id, ref string) {
 		out, err := exec.Command("docker", "rm", "-f", ref).CombinedOutput()
 		require.NoError(t, err, "docker rm -f: %s", out)
 		require.True(t, gone(ref))
@@ -197,7 +200,7 @@ func TestPoolDocker(t *testing.T) {
 // testPool runs the pool's cases on pe, whose pool keeps 2 machines of
 // kind. kill makes pooled machine id (ref) die behind the worker's back;
 // gone reports whether the machine behind ref was destroyed.
-func testPool(t *testing.T, pe *poolEnv, kind string, kill func(id, ref string), gone func(ref string) bool) {
+func testPool(t *testing.T, pe *poolEnv, kind string, kill func(t *testing.T, id, ref string), gone func(ref string) bool) {
 	t.Run("a create takes a pooled machine and the pool refills", func(t *testing.T) {
 		pooled := pe.ready(t, kind, 2)
 		e := pe.create(t, map[string]any{"team": "pool-take"})
@@ -213,7 +216,7 @@ func testPool(t *testing.T, pe *poolEnv, kind string, kill func(id, ref string),
 		deadID := pooled[0] // the next one a create would take
 		ref := pe.w.Computers.PooledRef(deadID)
 		require.NotEmpty(t, ref)
-		kill(deadID, ref)
+		kill(t, deadID, ref)
 		e := pe.create(t, map[string]any{"team": "pool-dead"})
 		require.NotEqual(t, deadID, e.computer, "the dead pooled machine was handed out")
 		require.NotEqual(t, ref, pe.ref(t, e.computer))
