@@ -40,7 +40,7 @@ type spareStack struct {
 }
 
 // PrepareSpare starts the spare (or waits for the one starting) and
-// returns once it is running. It fails when botd is closing, every slot is
+// returns once it is running and its session has drawn. It fails when botd is closing, every slot is
 // taken, or the stack did not start.
 func (m *Manager) PrepareSpare(ctx context.Context) error {
 	for {
@@ -92,6 +92,15 @@ func (m *Manager) startSpare(sp *spareStack) {
 	began := m.clock.Now()
 	s := &Screen{ID: spareID, m: m, slot: sp.slot, state: shared.StateStarting}
 	st, err := m.be.start(ctx, s, sp.slot)
+	if err == nil {
+		// Ready means drawn: the panel and the desktop are up (or
+		// DrawnTimeout passed), so the first observation waits for
+		// nothing.
+		select {
+		case <-st.drawn():
+		case <-st.died():
+		}
+	}
 	// The stack made a profile directory for its placeholder id: no
 	// screen has it.
 	_ = safefs.RemoveAllNoFollow(m.o.Home, filepath.Join("desktop", "screens", spareID))
