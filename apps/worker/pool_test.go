@@ -321,3 +321,17 @@ func testPool(t *testing.T, pe *poolEnv, kind string, kill func(t *testing.T, id
 		require.Empty(t, pe.w.Computers.Pool()[0].Ready)
 	})
 }
+
+// TestPoolBadValueFailsStart: a WORKER_POOL the worker cannot keep stops
+// its start with a message naming the variable.
+func TestPoolBadValueFailsStart(t *testing.T) {
+	for _, tc := range []struct{ pool, want string }{
+		{"local=lots", "WORKER_POOL=\"local=lots\": local=lots: want a whole number from 0 to 16"},
+		{"e2b=1", "\"e2b\" cannot be pooled"},
+		{"docker=1,docker=2", "docker is given twice"},
+	} {
+		_, err := newWorker(t.Context(), serveConfig{DataDir: t.TempDir(), Provider: providers.KindAttach, Token: "worker-token-0123456789",
+			Model: "m", Approvals: "decline", Getenv: envMap(map[string]string{"WORKER_POOL": tc.pool})}, testLog(t))
+		require.ErrorContains(t, err, tc.want, "WORKER_POOL=%s", tc.pool)
+	}
+}
