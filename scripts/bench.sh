@@ -157,6 +157,12 @@ BENCHES=(
   # JPEG; and the box sources compared (one DOMSnapshot vs getBoxModel per
   # node). Printed again as the elements table.
   "./apps/botd/internal/browser|^BenchmarkElements$|1x"
+  # issue 24.3 (warm pool): per provider (local, docker; docker needs the
+  # image), side by side: create -> first observe (create, add a bot, its
+  # first computer_observe) p50/p90 of 6 without a pool (cold-) and from
+  # WORKER_POOL=<kind>=1 (pool-), the create alone (p50), and one idle
+  # pooled machine's CPU (% of a core over 5 s) and PSS (its processes).
+  "./apps/worker|^BenchmarkPool$|1x"
 )
 
 # Print "Benchmark...  value unit  value unit ..." lines as a table. The awk

@@ -283,6 +283,10 @@ type worker struct {
 func (w *worker) Close() error {
 	w.stop()
 	var errs []error
+	// The pooled machines go first, while their providers still run.
+	pctx, pcancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	w.Computers.ClosePool(pctx)
+	pcancel()
 	if w.setup != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		errs = append(errs, w.setup.Close(ctx))
@@ -331,6 +335,15 @@ func newWorker(ctx context.Context, c serveConfig, log zerolog.Logger) (*worker,
 	}
 	checkpointer := homes.NewCheckpointer(hs)
 	checkpointer.MaxBytes = maxHome
+	getenv := c.Getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	poolSizes, err := computers.ParsePool(getenv("WORKER_POOL"))
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
 	reg, def, setup, err := providers.ForWorker(ctx, providers.WorkerOptions{Provider: c.Provider, MachinesDir: c.MachinesDir, DataDir: c.DataDir, Getenv: c.Getenv, Log: log})
 	if err != nil {
 		st.Close()
@@ -346,6 +359,10 @@ func newWorker(ctx context.Context, c serveConfig, log zerolog.Logger) (*worker,
 		Caps: capability.NewSet(), Log: log.With().Str("sub", "computers").Logger(),
 		Homes: checkpointer, IdleAfter: c.IdleAfter, LiveHomes: liveHomes(c, setup)})
 	if err != nil {
+		closeAll()
+		return nil, err
+	}
+	if err := startPool(ctx, comps, poolSizes, c, setup); err != nil {
 		closeAll()
 		return nil, err
 	}
@@ -370,6 +387,7 @@ func newWorker(ctx context.Context, c serveConfig, log zerolog.Logger) (*worker,
 	ppl, err := takeover.NewPeople(st, comps, m, tk, log)
 	if err != nil {
 		stop()
+		comps.ClosePool(context.Background())
 		closeAll()
 		return nil, err
 	}
@@ -380,6 +398,7 @@ func newWorker(ctx context.Context, c serveConfig, log zerolog.Logger) (*worker,
 			apiMux = mux
 			httpapi.MountTakeover(mux, gate, tk)
 			httpapi.MountCheckpoint(mux, gate, comps)
+			httpapi.MountPool(mux, comps)
 			mountLogin(mux, ppl)
 			mux.Handle(mcp.Path, mcp.Handler(mcp.Options{Computers: comps, Log: log.With().Str("sub", "mcp").Logger()}))
 		}})

@@ -28,6 +28,7 @@ func (m *Manager) Routes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /screens/{id}/windows", m.handleWindows)
 	mux.HandleFunc("POST /screens/{id}/clipboard/read", m.handleClipboardRead)
 	mux.HandleFunc("POST /screens/{id}/clipboard/write", m.handleClipboardWrite)
+	mux.HandleFunc("POST /screens/spare", m.handleSpare)
 }
 
 func (m *Manager) fail(w http.ResponseWriter, r *http.Request, err error) {
