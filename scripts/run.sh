@@ -9,7 +9,10 @@
 # this host: root on Debian, provisioned by scripts/provision.sh).
 # WORKER_PROVIDER=local|docker forces one; WORKER_PROVIDER=e2b makes it a
 # sandbox of E2B's API at E2B_API_URL (the emulator, apps/worker/cmd/e2b-emulator;
-# E2B's own service was never tried) with E2B_API_KEY or E2B_API_KEY_FILE. The script prints the worker URL,
+# E2B's own service was never tried) with E2B_API_KEY or E2B_API_KEY_FILE;
+# WORKER_PROVIDER=daytona one of Daytona's API at DAYTONA_API_URL (the
+# emulator, apps/worker/cmd/daytona-emulator; Daytona's own service was never
+# tried) with DAYTONA_API_KEY or DAYTONA_API_KEY_FILE. The script prints the worker URL,
 # where its token is and how to start a first run; tokens are never printed.
 # Operator actions (adopt, dashboard sign-in links, attach) go through the
 # worker's operator socket, $DATA_DIR/operator.sock (root or this user only),
@@ -33,8 +36,8 @@ mkdir -p "$STATE_DIR"
 chmod 700 "$STATE_DIR"
 
 want="${WORKER_PROVIDER:-}"
-case "$want" in "" | local | docker | e2b) ;; *)
-  echo "make run: WORKER_PROVIDER must be local, docker or e2b (or unset), not \"$want\"" >&2
+case "$want" in "" | local | docker | e2b | daytona) ;; *)
+  echo "make run: WORKER_PROVIDER must be local, docker, e2b or daytona (or unset), not \"$want\"" >&2
   exit 1
   ;;
 esac
@@ -57,6 +60,14 @@ if [ "$want" = e2b ]; then
   # e2b: the machine is a sandbox behind E2B_API_URL; this host only builds.
   if [ -z "${E2B_API_KEY:-}${E2B_API_KEY_FILE:-}" ]; then
     echo "make run: WORKER_PROVIDER=e2b needs E2B_API_KEY or E2B_API_KEY_FILE (and E2B_API_URL for the emulator)" >&2
+    exit 1
+  fi
+  [ "$root_debian" != yes ] || bash scripts/provision.sh --build
+elif [ "$want" = daytona ]; then
+  # daytona: the machine is a sandbox behind DAYTONA_API_URL; this host only
+  # builds.
+  if [ -z "${DAYTONA_API_KEY:-}${DAYTONA_API_KEY_FILE:-}" ]; then
+    echo "make run: WORKER_PROVIDER=daytona needs DAYTONA_API_KEY or DAYTONA_API_KEY_FILE (and DAYTONA_API_URL for the emulator)" >&2
     exit 1
   fi
   [ "$root_debian" != yes ] || bash scripts/provision.sh --build
