@@ -62,6 +62,10 @@ type Options struct {
 	// (zero: when New ran). A backend that finds a running desktop again
 	// passes its start, so a reconnect is seen not to restart it.
 	BootedAt time.Time
+	// Model, when set, is the model DialAgent's codex reaches: its key goes
+	// into the sandbox as a file only User can read, never an argument,
+	// an environment variable of a command sent, or a log line.
+	Model *Model
 }
 
 // Machine is the command-driven desktop machine.
