@@ -138,6 +138,31 @@ BENCHES=(
   # xdotool + `scrot -p -q 72`, the JPEG back through the exec stream) on
   # the e2b-desktop stand-in, p50/p90 of 50.
   "./apps/worker/internal/machines/desktop|^BenchmarkDesktopObserve$|50x"
+  # issue 21.5: the same figures on the E2B emulator (in-process, template
+  # open-bot: botd in a sandbox container behind the adapter's forwarder and
+  # the emulator's port routing) and on docker, one row each per figure:
+  # provision -> first observation's JPEG (p50/p90 of 3 new computers), a
+  # full observe (fresh lease, JPEG) and an unchanged one, a click round
+  # trip with its observation (settle included), and checkpoint/restore of
+  # the same home (export of a workspace with 8 MiB of random files, import
+  # into a fresh computer: tar MB, p50 ms and MB/s of 3). Then the
+  # command-driven desktop machine's observe beside botd's on one display
+  # (a docker computer's screen :1, driven by both; p50/p90 of 30 each).
+  "./apps/worker/internal/providers|^BenchmarkE2BVsDocker$|1x"
+  "./apps/worker/internal/providers|^BenchmarkDesktopVsBotdObserve$|1x"
+  # issue 23: elements on the 30-page corpus (testdata/elements): per page
+  # the visible interactive elements found and hit by a real click at their
+  # box centre (goal >= 98 %), the misses, observe with vs without elements
+  # p50/p90 (goal: <= 30 ms added at p50), the elements JSON beside the
+  # JPEG; and the box sources compared (one DOMSnapshot vs getBoxModel per
+  # node). Printed again as the elements table.
+  "./apps/botd/internal/browser|^BenchmarkElements$|1x"
+  # issue 24.3 (warm pool): per provider (local, docker; docker needs the
+  # image), side by side: create -> first observe (create, add a bot, its
+  # first computer_observe) p50/p90 of 6 without a pool (cold-) and from
+  # WORKER_POOL=<kind>=1 (pool-), the create alone (p50), and one idle
+  # pooled machine's CPU (% of a core over 5 s) and PSS (its processes).
+  "./apps/worker|^BenchmarkPool$|1x"
 )
 
 # Print "Benchmark...  value unit  value unit ..." lines as a table. The awk
@@ -173,8 +198,13 @@ floors_awk='/^BenchmarkColdStart|^BenchmarkSyncRoundRealBrowsers/ {
   if ($1 ~ /ColdStart/) printf "%-44s %10s %10s %7.2fx %6s\n", "browser cold start -> first page (bare)", v["p50_ms"], v["floor-p50_ms"], v["x-floor"], "1.3x"
   else printf "%-44s %10s %10s %7.2fx %6s\n", "CookieSync round, 4 browsers (getCookies)", v["p50_ms"], v["floor-p50_ms"], v["x-floor"], "2x"
 }'
+# issue 23: the elements corpus table, as BenchmarkElements logged it.
+elements_awk='/elements-table: |elements-boxes: / {
+  if (!hdr) { printf "\nelements: per corpus page (found+hit of the visible interactive elements; observe ms with/without elements; sizes)\n"; hdr = 1 }
+  line = $0; sub(/^.*elements-(table|boxes): /, "", line); print line
+}'
 # Check the table programs now, not after an hour of benchmarks.
-for prog in "$table_awk" "$egress_awk" "$floors_awk"; do awk "$prog" </dev/null; done
+for prog in "$table_awk" "$egress_awk" "$floors_awk" "$elements_awk"; do awk "$prog" </dev/null; done
 
 # The machine may be shared: say how loaded it was around the run.
 load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
@@ -204,4 +234,5 @@ awk "$table_awk" "$out"
 
 awk "$egress_awk" "$out"
 awk "$floors_awk" "$out"
+awk "$elements_awk" "$out"
 printf '\nload average before: %s   after: %s   (%s cores)\n' "$load_before" "$(cut -d' ' -f1-3 /proc/loadavg)" "$(nproc)"

@@ -54,7 +54,7 @@ packages=(
   xvfb xfce4-session xfwm4 xfce4-panel xfdesktop4 thunar xfce4-terminal mousepad
   dbus-x11 x11-utils x11-xserver-utils
   # the tools botd drives it with
-  xdotool scrot x11vnc xauth novnc
+  xdotool scrot x11vnc xauth novnc xclip
   # the browser and its fonts
   chromium fonts-noto-core fonts-noto-cjk fonts-noto-color-emoji
   # everyday command-line tools for the teammates

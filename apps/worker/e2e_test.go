@@ -286,6 +286,7 @@ func (e *workerEnv) serve(t testing.TB, model string) {
 	require.NoError(t, err)
 	srv := httptest.NewServer(w.Handler)
 	t.Cleanup(func() { srv.Close(); w.Close() })
+	checkAPI(t, srv.URL)
 	e.url, e.w = srv.URL, w
 }
 

@@ -214,6 +214,7 @@ func providerWorkerModel(t testing.TB, env map[string]string, machines, bot, mod
 		}
 		w.Close()
 	})
+	checkAPI(t, srv.URL)
 	e.url, e.w = srv.URL, w
 	var created struct {
 		Computer struct {

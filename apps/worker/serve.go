@@ -274,12 +274,19 @@ type worker struct {
 	// stop ends the background reconcile/sweep loop.
 	stop  context.CancelFunc
 	setup *providers.Setup
+	// apiMux is the API's router, every /v1 route on it (the OpenAPI
+	// test walks it).
+	apiMux *http.ServeMux
 }
 
 // Close stops the background loop and closes the store.
 func (w *worker) Close() error {
 	w.stop()
 	var errs []error
+	// The pooled machines go first, while their providers still run.
+	pctx, pcancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	w.Computers.ClosePool(pctx)
+	pcancel()
 	if w.setup != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		errs = append(errs, w.setup.Close(ctx))
@@ -328,6 +335,15 @@ func newWorker(ctx context.Context, c serveConfig, log zerolog.Logger) (*worker,
 	}
 	checkpointer := homes.NewCheckpointer(hs)
 	checkpointer.MaxBytes = maxHome
+	getenv := c.Getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	poolSizes, err := computers.ParsePool(getenv("WORKER_POOL"))
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
 	reg, def, setup, err := providers.ForWorker(ctx, providers.WorkerOptions{Provider: c.Provider, MachinesDir: c.MachinesDir, DataDir: c.DataDir, Getenv: c.Getenv, Log: log})
 	if err != nil {
 		st.Close()
@@ -343,6 +359,10 @@ func newWorker(ctx context.Context, c serveConfig, log zerolog.Logger) (*worker,
 		Caps: capability.NewSet(), Log: log.With().Str("sub", "computers").Logger(),
 		Homes: checkpointer, IdleAfter: c.IdleAfter, LiveHomes: liveHomes(c, setup)})
 	if err != nil {
+		closeAll()
+		return nil, err
+	}
+	if err := startPool(ctx, comps, poolSizes, c, setup); err != nil {
 		closeAll()
 		return nil, err
 	}
@@ -367,19 +387,23 @@ func newWorker(ctx context.Context, c serveConfig, log zerolog.Logger) (*worker,
 	ppl, err := takeover.NewPeople(st, comps, m, tk, log)
 	if err != nil {
 		stop()
+		comps.ClosePool(context.Background())
 		closeAll()
 		return nil, err
 	}
 	go ppl.Events.Run(bg)
+	var apiMux *http.ServeMux
 	h := httpapi.Handler(httpapi.Options{Token: c.Token, OperatorToken: c.OperatorToken, Computers: comps, Runs: m, Log: log.With().Str("sub", "api").Logger(),
 		Mount: func(mux *http.ServeMux, gate func(http.HandlerFunc) http.HandlerFunc) {
+			apiMux = mux
 			httpapi.MountTakeover(mux, gate, tk)
 			httpapi.MountCheckpoint(mux, gate, comps)
+			httpapi.MountPool(mux, comps)
 			mountLogin(mux, ppl)
 			mux.Handle(mcp.Path, mcp.Handler(mcp.Options{Computers: comps, Log: log.With().Str("sub", "mcp").Logger()}))
 		}})
 	return &worker{Store: st, Computers: comps, Runs: m, Handler: ppl.Handler(h), People: ppl, stop: stop, setup: setup,
-		DefaultProvider: def, Homes: homesName}, nil
+		DefaultProvider: def, Homes: homesName, apiMux: apiMux}, nil
 }
 
 // liveHomes is where the worker keeps the homes its local and docker

@@ -260,6 +260,7 @@ func vaultWorker(t testing.TB, c *computer, logs io.Writer, bots ...string) *wor
 	require.NoError(t, err)
 	srv := httptest.NewServer(w.Handler)
 	t.Cleanup(func() { srv.Close(); w.Close() })
+	checkAPI(t, srv.URL)
 	e.url, e.w = srv.URL, w
 	return e.addComputer(t, c, map[string]any{"team": "t1"}, bots...)
 }

@@ -2,6 +2,7 @@ package shared
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"time"
 	"unicode"
@@ -29,7 +30,16 @@ const (
 	ActionScroll      = "scroll"
 	ActionType        = "type"
 	ActionWait        = "wait"
+
+	// Window actions (the window's id from a screen's window list).
+	ActionFocusWindow  = "focus_window"
+	ActionCloseWindow  = "close_window"
+	ActionMoveWindow   = "move_window"
+	ActionResizeWindow = "resize_window"
 )
+
+// MinWindowSize is the smallest width or height resize_window accepts.
+const MinWindowSize = 50
 
 // Settle times after an action, before the screenshot.
 const (
@@ -56,6 +66,24 @@ type Action struct {
 	ScrollY *int     `json:"scroll_y,omitempty"`
 	Text    *string  `json:"text,omitempty"`
 	Ms      *int     `json:"ms,omitempty"`
+	// Window is a window id ("0x…", from the screen's window list) for the
+	// window actions; Width and Height are resize_window's new size.
+	Window string `json:"window,omitempty"`
+	Width  *int   `json:"width,omitempty"`
+	Height *int   `json:"height,omitempty"`
+	// Element targets an element of the last observation (its id) instead
+	// of a point: click, double_click, move and scroll act at its centre,
+	// type focuses it first. botd resolves it when the action runs.
+	Element string `json:"element,omitempty"`
+}
+
+// IsWindowAction reports whether t is one of the window actions.
+func IsWindowAction(t string) bool {
+	switch t {
+	case ActionFocusWindow, ActionCloseWindow, ActionMoveWindow, ActionResizeWindow:
+		return true
+	}
+	return false
 }
 
 // Settle is how long to wait after a for the screen to settle.
@@ -78,8 +106,20 @@ func (e *ActionError) Error() string {
 	return fmt.Sprintf("actions[%d].%s: %s", e.Index, e.Field, e.Msg)
 }
 
-// ValidateActions checks a batch against a screen of w×h pixels.
+// ValidateActions checks a batch against a screen of w×h pixels. Element
+// targets are refused (ValidateActionsElements accepts them).
 func ValidateActions(actions []Action, w, h int) error {
+	return validateActions(actions, w, h, false)
+}
+
+// ValidateActionsElements is ValidateActions for a machine that resolves
+// element targets (botd): an action of ElementActions may carry "element"
+// instead of x and y (type: besides its text).
+func ValidateActionsElements(actions []Action, w, h int) error {
+	return validateActions(actions, w, h, true)
+}
+
+func validateActions(actions []Action, w, h int, elements bool) error {
 	if len(actions) == 0 {
 		return &ActionError{Index: 0, Field: "type", Msg: "the batch is empty"}
 	}
@@ -87,7 +127,7 @@ func ValidateActions(actions []Action, w, h int) error {
 		return &ActionError{Index: MaxActionsPerBatch, Field: "type", Msg: fmt.Sprintf("at most %d actions per batch", MaxActionsPerBatch)}
 	}
 	for i, a := range actions {
-		if err := a.validate(w, h); err != nil {
+		if err := a.validate(w, h, elements); err != nil {
 			err.Index = i
 			return err
 		}
@@ -106,6 +146,11 @@ var allowed = map[string]map[string]bool{
 	ActionScroll:      {"x": true, "y": true, "scroll_x": true, "scroll_y": true},
 	ActionType:        {"text": true},
 	ActionWait:        {"ms": true},
+
+	ActionFocusWindow:  {"window": true},
+	ActionCloseWindow:  {"window": true},
+	ActionMoveWindow:   {"window": true, "x": true, "y": true},
+	ActionResizeWindow: {"window": true, "width": true, "height": true},
 }
 
 // fieldSet is one optional field and whether a carries it.
@@ -120,16 +165,32 @@ func (a Action) present() []fieldSet {
 	return []fieldSet{
 		{"x", a.X != nil}, {"y", a.Y != nil}, {"button", a.Button != ""}, {"path", a.Path != nil},
 		{"keys", a.Keys != nil}, {"scroll_x", a.ScrollX != nil}, {"scroll_y", a.ScrollY != nil},
-		{"text", a.Text != nil}, {"ms", a.Ms != nil},
+		{"text", a.Text != nil}, {"ms", a.Ms != nil}, {"element", a.Element != ""},
+		{"window", a.Window != ""}, {"width", a.Width != nil}, {"height", a.Height != nil},
 	}
 }
 
-func (a Action) validate(w, h int) *ActionError {
+func (a Action) validate(w, h int, elements bool) *ActionError {
 	fields, ok := allowed[a.Type]
 	if !ok {
-		return &ActionError{Field: "type", Msg: fmt.Sprintf("unknown action type %q (want one of click, double_click, drag, keypress, move, screenshot, scroll, type, wait)", a.Type)}
+		return &ActionError{Field: "type", Msg: fmt.Sprintf("unknown action type %q (want one of click, double_click, drag, keypress, move, screenshot, scroll, type, wait, focus_window, close_window, move_window, resize_window)", a.Type)}
+	}
+	if a.Element != "" {
+		switch {
+		case !ElementActions[a.Type]:
+			return &ActionError{Field: "element", Msg: fmt.Sprintf("not allowed on %s", a.Type)}
+		case !elements:
+			return &ActionError{Field: "element", Msg: "element targets are not supported on this machine; use x and y"}
+		case len(a.Element) > 64 || !validElementID(a.Element):
+			return &ActionError{Field: "element", Msg: "not an element id from an observation (like e12)"}
+		case a.X != nil || a.Y != nil:
+			return &ActionError{Field: "x", Msg: "give either element or x and y, not both"}
+		}
 	}
 	for _, f := range a.present() {
+		if f.name == "element" {
+			continue
+		}
 		if f.set && !fields[f.name] {
 			return &ActionError{Field: f.name, Msg: fmt.Sprintf("not allowed on %s", a.Type)}
 		}
@@ -141,6 +202,9 @@ func (a Action) validate(w, h int) *ActionError {
 		return nil
 	}
 	needXY := func() *ActionError {
+		if a.Element != "" {
+			return nil // resolved to the element's centre when it runs
+		}
 		if a.X == nil {
 			return &ActionError{Field: "x", Msg: "required"}
 		}
@@ -221,8 +285,61 @@ func (a Action) validate(w, h int) *ActionError {
 		if *a.Ms < 0 || *a.Ms > MaxWaitMs {
 			return &ActionError{Field: "ms", Msg: fmt.Sprintf("must be 0..%d", MaxWaitMs)}
 		}
+	case ActionFocusWindow, ActionCloseWindow:
+		return needWindow(a.Window)
+	case ActionMoveWindow:
+		if err := needWindow(a.Window); err != nil {
+			return err
+		}
+		return needXY()
+	case ActionResizeWindow:
+		if err := needWindow(a.Window); err != nil {
+			return err
+		}
+		for _, f := range []struct {
+			name string
+			v    *int
+			max  int
+		}{{"width", a.Width, w}, {"height", a.Height, h}} {
+			if f.v == nil {
+				return &ActionError{Field: f.name, Msg: "required"}
+			}
+			if *f.v < MinWindowSize || *f.v > f.max {
+				return &ActionError{Field: f.name, Msg: fmt.Sprintf("%d: must be %d..%d", *f.v, MinWindowSize, f.max)}
+			}
+		}
 	}
 	return nil
+}
+
+// needWindow checks a window id's form ("0x" and up to 8 hex digits).
+func needWindow(id string) *ActionError {
+	if id == "" {
+		return &ActionError{Field: "window", Msg: "required"}
+	}
+	if _, ok := ParseWindowID(id); !ok {
+		return &ActionError{Field: "window", Msg: fmt.Sprintf("%q is not a window id (0x followed by hex digits, from the screen's window list)", cut(id, 40))}
+	}
+	return nil
+}
+
+func cut(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
+
+// validElementID reports whether id looks like an element id: ASCII
+// letters, digits, '.', '_' and '-'.
+func validElementID(id string) bool {
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return id != ""
 }
 
 // keyNames maps the case-insensitive names models use to X keysym names.
@@ -262,4 +379,23 @@ func KeyName(k string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// DragSteps are the positions from a (exclusive) to b (inclusive), at most
+// step pixels apart, so applications see a drag move rather than jump (the
+// same path in botd and in the worker's command-driven desktop machine).
+func DragSteps(a, b Point, step int) []Point {
+	dx, dy := float64(b.X-a.X), float64(b.Y-a.Y)
+	n := int(math.Ceil(math.Hypot(dx, dy) / float64(step)))
+	if n < 1 {
+		n = 1
+	}
+	out := make([]Point, 0, n)
+	for i := 1; i <= n; i++ {
+		out = append(out, Point{
+			X: a.X + int(math.Round(dx*float64(i)/float64(n))),
+			Y: a.Y + int(math.Round(dy*float64(i)/float64(n))),
+		})
+	}
+	return out
 }

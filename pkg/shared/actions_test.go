@@ -3,6 +3,7 @@ package shared
 import (
 	"encoding/json"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -182,6 +183,23 @@ func TestSettle(t *testing.T) {
 	} {
 		if got := (Action{Type: typ}).Settle(); got != want {
 			t.Errorf("%s: settle %s, want %s", typ, got, want)
+		}
+	}
+}
+
+func TestDragSteps(t *testing.T) {
+	tests := []struct {
+		a, b Point
+		want []Point
+	}{
+		{Point{X: 0, Y: 0}, Point{X: 0, Y: 0}, []Point{{X: 0, Y: 0}}},
+		{Point{X: 10, Y: 10}, Point{X: 42, Y: 10}, []Point{{X: 26, Y: 10}, {X: 42, Y: 10}}},
+		{Point{X: 0, Y: 0}, Point{X: 5, Y: 5}, []Point{{X: 5, Y: 5}}},
+		{Point{X: 40, Y: 0}, Point{X: 0, Y: 0}, []Point{{X: 27, Y: 0}, {X: 13, Y: 0}, {X: 0, Y: 0}}},
+	}
+	for _, tc := range tests {
+		if got := DragSteps(tc.a, tc.b, 16); !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("DragSteps(%v, %v) = %v, want %v", tc.a, tc.b, got, tc.want)
 		}
 	}
 }

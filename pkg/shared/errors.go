@@ -27,6 +27,9 @@ const (
 	CodeTimeout           Code = "timeout"
 	CodeUnavailable       Code = "unavailable"
 	CodeInternal          Code = "internal"
+	// CodeWindowGone: the window an action names is not on the screen (it
+	// closed, or the id was never one of its windows).
+	CodeWindowGone Code = "window_gone"
 )
 
 // CodeTemplateUnavailable: a create named a template its provider does not

@@ -169,12 +169,31 @@ type Observation struct {
 	FrameHash string          `json:"frameHash"`
 	Unchanged bool            `json:"unchanged"`
 	Blocked   json.RawMessage `json:"blocked,omitempty"`
+	// Elements is the screen's element list ([]shared.Element), present
+	// when asked for (ObserveElements, ActElements).
+	Elements json.RawMessage `json:"elements,omitempty"`
+	// ElementsError says why Elements is empty when they could not be read.
+	ElementsError *shared.ErrorBody `json:"elementsError,omitempty"`
 }
 
 // Observe is POST /screens/{id}/observe.
 func (c *Client) Observe(ctx context.Context, id, leaseID string) (Observation, error) {
 	var o Observation
 	return o, c.Do(ctx, http.MethodPost, "/screens/"+esc(id)+"/observe", map[string]string{"leaseId": leaseID}, &o)
+}
+
+// ObserveElements is POST /screens/{id}/observe with elements: the
+// screenshot and the screen's elements in screen pixels.
+func (c *Client) ObserveElements(ctx context.Context, id, leaseID string) (Observation, error) {
+	var o Observation
+	return o, c.Do(ctx, http.MethodPost, "/screens/"+esc(id)+"/observe", map[string]any{"leaseId": leaseID, "elements": true}, &o)
+}
+
+// ActElements is Act whose final observation carries the elements; its
+// actions may target elements.
+func (c *Client) ActElements(ctx context.Context, id, leaseID string, actions []shared.Action) (ActResult, error) {
+	var r ActResult
+	return r, c.Do(ctx, http.MethodPost, "/screens/"+esc(id)+"/act", map[string]any{"leaseId": leaseID, "actions": actions, "elements": true}, &r)
 }
 
 // ActResult is POST /screens/{id}/act's reply.
@@ -199,6 +218,31 @@ func (c *Client) Open(ctx context.Context, id, leaseID, target string) (json.Raw
 func (c *Client) Launch(ctx context.Context, id, leaseID, app string) (json.RawMessage, error) {
 	var r json.RawMessage
 	return r, c.Do(ctx, http.MethodPost, "/screens/"+esc(id)+"/launch", map[string]string{"leaseId": leaseID, "app": app}, &r)
+}
+
+// Windows is POST /screens/{id}/windows: the screen's application windows,
+// bottom to top.
+func (c *Client) Windows(ctx context.Context, id, leaseID string) ([]shared.Window, error) {
+	var r shared.Windows
+	if err := c.Do(ctx, http.MethodPost, "/screens/"+esc(id)+"/windows", map[string]string{"leaseId": leaseID}, &r); err != nil {
+		return nil, err
+	}
+	return r.Windows, nil
+}
+
+// Clipboard is POST /screens/{id}/clipboard/read: the screen's clipboard
+// text.
+func (c *Client) Clipboard(ctx context.Context, id, leaseID string) (string, error) {
+	var r shared.Clipboard
+	if err := c.Do(ctx, http.MethodPost, "/screens/"+esc(id)+"/clipboard/read", map[string]string{"leaseId": leaseID}, &r); err != nil {
+		return "", err
+	}
+	return r.Text, nil
+}
+
+// SetClipboard is POST /screens/{id}/clipboard/write.
+func (c *Client) SetClipboard(ctx context.Context, id, leaseID, text string) error {
+	return c.Do(ctx, http.MethodPost, "/screens/"+esc(id)+"/clipboard/write", map[string]string{"leaseId": leaseID, "text": text}, nil)
 }
 
 // TypeSecret is POST /screens/{id}/type-secret: botd types secret into the

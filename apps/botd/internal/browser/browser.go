@@ -103,6 +103,8 @@ type Browser struct {
 	cancel context.CancelFunc
 	// maximized is closed once start-up's maximize is done (or gave up).
 	maximized chan struct{}
+	// elems is the element bookkeeping (elements.go).
+	elems elemState
 
 	// mu guards sessions, crashed, lastFront, lastTabChange, blocked and
 	// state.

@@ -17,12 +17,12 @@ import (
 	"github.com/open-bot/computer/apps/botd/internal/cookies"
 	"github.com/open-bot/computer/apps/botd/internal/files"
 	"github.com/open-bot/computer/apps/botd/internal/httpx"
-	"github.com/open-bot/computer/apps/botd/internal/lease"
 	"github.com/open-bot/computer/apps/botd/internal/osuser"
 	"github.com/open-bot/computer/apps/botd/internal/runner"
 	"github.com/open-bot/computer/apps/botd/internal/safefs"
 	"github.com/open-bot/computer/apps/botd/internal/screen"
 	"github.com/open-bot/computer/pkg/shared"
+	"github.com/open-bot/computer/pkg/shared/lease"
 )
 
 // OpenSettle is how long /open waits for the screen to settle after a URL.
@@ -134,6 +134,7 @@ func (bs *Screens) Attach(sm *screen.Manager, mux *http.ServeMux) {
 	bs.sm = sm
 	bs.mu.Unlock()
 	sm.BeforeStop(func(ctx context.Context, s *screen.Screen) { bs.stop(ctx, s.ID) })
+	sm.SetElements(bs)
 	sm.OnStart(func(ctx context.Context, s *screen.Screen) error {
 		// The session's environment (its runtime directory) is known inside
 		// start hooks; should it not be, write the file as soon as it is.

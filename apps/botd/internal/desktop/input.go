@@ -67,6 +67,8 @@ func (d *Desktop) Do(ctx context.Context, a shared.Action) (err error) {
 			return fmt.Errorf("wait: %w", err)
 		}
 		return nil
+	case shared.ActionFocusWindow, shared.ActionCloseWindow, shared.ActionMoveWindow, shared.ActionResizeWindow:
+		return d.windowAction(ctx, a)
 	}
 	return d.input(ctx, a.Type, func(op *inputOp) error { return op.action(a) })
 }
@@ -300,7 +302,7 @@ func (op *inputOp) drag(path []shared.Point) error {
 	}
 	prev := path[0]
 	for _, p := range path[1:] {
-		for _, q := range steps(prev, p, dragStep) {
+		for _, q := range shared.DragSteps(prev, p, dragStep) {
 			if err := op.send(motion(q.X, q.Y)); err != nil {
 				return err
 			}
@@ -317,24 +319,6 @@ func (op *inputOp) drag(path []shared.Point) error {
 		return err
 	}
 	return op.then(op.send(fakeEvent{typ: evButtonRelease, detail: buttonLeft}))
-}
-
-// steps are the positions from a (exclusive) to b (inclusive), at most
-// step pixels apart, so applications see a drag move rather than jump.
-func steps(a, b shared.Point, step int) []shared.Point {
-	dx, dy := float64(b.X-a.X), float64(b.Y-a.Y)
-	n := int(math.Ceil(math.Hypot(dx, dy) / float64(step)))
-	if n < 1 {
-		n = 1
-	}
-	out := make([]shared.Point, 0, n)
-	for i := 1; i <= n; i++ {
-		out = append(out, shared.Point{
-			X: a.X + int(math.Round(dx*float64(i)/float64(n))),
-			Y: a.Y + int(math.Round(dy*float64(i)/float64(n))),
-		})
-	}
-	return out
 }
 
 // wheelClicks converts a scroll in pixels to wheel clicks (see WheelPixels).

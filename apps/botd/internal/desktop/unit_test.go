@@ -9,8 +9,6 @@ import (
 	"testing"
 
 	"github.com/BurntSushi/xgb/xfixes"
-
-	"github.com/open-bot/computer/pkg/shared"
 )
 
 // xauthEntry encodes one Xauthority record.
@@ -94,23 +92,6 @@ func TestWheelClicks(t *testing.T) {
 	for px, want := range map[int]int{0: 0, 1: 1, -1: 1, 59: 1, 120: 1, 179: 1, 180: 2, 300: 3, -360: 3, 20000: 167} {
 		if got := wheelClicks(px); got != want {
 			t.Errorf("wheelClicks(%d) = %d, want %d", px, got, want)
-		}
-	}
-}
-
-func TestSteps(t *testing.T) {
-	tests := []struct {
-		a, b shared.Point
-		want []shared.Point
-	}{
-		{shared.Point{X: 0, Y: 0}, shared.Point{X: 0, Y: 0}, []shared.Point{{X: 0, Y: 0}}},
-		{shared.Point{X: 10, Y: 10}, shared.Point{X: 42, Y: 10}, []shared.Point{{X: 26, Y: 10}, {X: 42, Y: 10}}},
-		{shared.Point{X: 0, Y: 0}, shared.Point{X: 5, Y: 5}, []shared.Point{{X: 5, Y: 5}}},
-		{shared.Point{X: 40, Y: 0}, shared.Point{X: 0, Y: 0}, []shared.Point{{X: 27, Y: 0}, {X: 13, Y: 0}, {X: 0, Y: 0}}},
-	}
-	for _, tc := range tests {
-		if got := steps(tc.a, tc.b, 16); !reflect.DeepEqual(got, tc.want) {
-			t.Errorf("steps(%v, %v) = %v, want %v", tc.a, tc.b, got, tc.want)
 		}
 	}
 }

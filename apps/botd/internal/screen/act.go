@@ -199,7 +199,7 @@ func (m *Manager) WithLease(ctx context.Context, id, leaseID string, fn func(ctx
 	if _, err := m.leases.Check(id, leaseID); err != nil {
 		return err
 	}
-	release, err := s.q.acquire(ctx)
+	release, err := s.q.Acquire(ctx)
 	if err != nil {
 		return err
 	}
@@ -236,12 +236,23 @@ type Observation struct {
 	FrameHash string       `json:"frameHash"`
 	Unchanged bool         `json:"unchanged"`
 	Blocked   []any        `json:"blocked"`
+	// Elements are the screen's elements, when asked for (ObserveOptions).
+	Elements []shared.Element `json:"elements,omitzero"`
+	// ElementsError says why Elements is empty when they could not be read.
+	ElementsError *shared.ErrorBody `json:"elementsError,omitempty"`
 }
 
 // Observe captures the screen for ctx's session. A frame identical to the
 // last one returned to the same lease comes back as unchanged, without
 // image bytes. Nothing is returned when the lease changed meanwhile.
 func (s *Screen) Observe(ctx context.Context) (*Observation, error) {
+	return s.ObserveWith(ctx, ObserveOptions{})
+}
+
+// ObserveWith is Observe with options: with o.Elements the screen's
+// elements are read beside the capture and returned with it (an
+// unchanged frame still carries them).
+func (s *Screen) ObserveWith(ctx context.Context, o ObserveOptions) (*Observation, error) {
 	drv := s.Driver()
 	if drv == nil {
 		return nil, errUnavailable(s.ID, "is not running")
@@ -256,15 +267,21 @@ func (s *Screen) Observe(ctx context.Context) (*Observation, error) {
 		prev = s.lastHash
 	}
 	s.inMu.Unlock()
+	elems := s.startElements(ctx, o)
 	f, changed, err := drv.CaptureIfChanged(ctx, prev)
 	if err != nil {
+		if elems != nil {
+			<-elems
+		}
 		return nil, s.translate(ctx, err)
 	}
+	obs := &Observation{}
+	finishElements(obs, elems)
 	if err := s.Held(ctx); err != nil {
 		return nil, err
 	}
-	obs := &Observation{Width: f.Width, Height: f.Height, Pointer: shared.Point{X: f.Pointer.X, Y: f.Pointer.Y},
-		FrameHash: hashString(f.Hash), Blocked: []any{}}
+	obs.Width, obs.Height, obs.Pointer = f.Width, f.Height, shared.Point{X: f.Pointer.X, Y: f.Pointer.Y}
+	obs.FrameHash, obs.Blocked = hashString(f.Hash), []any{}
 	if prev != 0 && (!changed || f.Hash == prev) {
 		obs.Unchanged = true
 	} else {
@@ -317,6 +334,15 @@ type ActResult struct {
 // observation is still returned. Preemption and a lost display end the
 // whole call with an error and no frame.
 func (s *Screen) Act(ctx context.Context, actions []shared.Action) (*ActResult, error) {
+	return s.ActWith(ctx, actions, ObserveOptions{})
+}
+
+// ActWith is Act whose final observation follows o. An action that targets
+// an element is resolved when its turn comes (the element's current
+// centre); an element that is gone, stale, covered or off screen fails
+// that action with its code, ends the batch, and the observation still
+// comes back.
+func (s *Screen) ActWith(ctx context.Context, actions []shared.Action, o ObserveOptions) (*ActResult, error) {
 	drv := s.Driver()
 	if drv == nil {
 		return nil, errUnavailable(s.ID, "is not running")
@@ -333,7 +359,14 @@ func (s *Screen) Act(ctx context.Context, actions []shared.Action) (*ActResult, 
 		case shared.ActionWait:
 			err = s.Sleep(ctx, time.Duration(*a.Ms)*time.Millisecond)
 		default:
-			err = drv.Do(ctx, a)
+			var ra shared.Action
+			if ra, err = s.resolveElement(ctx, drv, a); err == nil {
+				err = drv.Do(ctx, ra)
+			}
+		}
+		if ae, ok := isElementErr(err); ok && ctx.Err() == nil {
+			res.Results = append(res.Results, ActionResult{Index: i, Type: a.Type, Error: &shared.ErrorBody{Code: ae.Code, Message: ae.Message}})
+			break
 		}
 		if err != nil {
 			terr := s.translate(ctx, err)
@@ -350,7 +383,7 @@ func (s *Screen) Act(ctx context.Context, actions []shared.Action) (*ActResult, 
 			return nil, err
 		}
 	}
-	obs, err := s.Observe(ctx)
+	obs, err := s.ObserveWith(ctx, o)
 	if err != nil {
 		return nil, err
 	}

@@ -26,6 +26,8 @@ type Driver interface {
 	// TypeSecret types secret like a type action, never putting it in an
 	// argv, a log or an error.
 	TypeSecret(ctx context.Context, secret string) error
+	// Windows lists the display's application windows, bottom to top.
+	Windows(ctx context.Context) ([]shared.Window, error)
 	Close() error
 }
 

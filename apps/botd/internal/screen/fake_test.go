@@ -90,6 +90,7 @@ type fakeStack struct {
 	dead    chan struct{}
 	dieOnce sync.Once
 	drv     *fakeDriver
+	clip    string
 }
 
 func (f *fakeStack) died() <-chan struct{}  { return f.dead }
@@ -99,6 +100,15 @@ func (f *fakeStack) driver() Driver         { return f.drv }
 func (f *fakeStack) stop(ctx context.Context) error {
 	f.b.record("stop " + f.id)
 	f.die() // like Xvfb's Done, which closes however X ends
+	return nil
+}
+func (f *fakeStack) readClipboard(ctx context.Context) (string, error) {
+	f.b.record("clipboard read " + f.id)
+	return f.clip, nil
+}
+func (f *fakeStack) writeClipboard(ctx context.Context, text string) error {
+	f.b.record("clipboard write " + f.id)
+	f.clip = text
 	return nil
 }
 func (f *fakeStack) launch(ctx context.Context, name string, argv []string) (int, error) {
@@ -167,6 +177,10 @@ func (d *fakeDriver) CaptureIfChanged(ctx context.Context, prev uint64) (Frame, 
 }
 
 func (d *fakeDriver) Close() error { return nil }
+
+func (d *fakeDriver) Windows(ctx context.Context) ([]shared.Window, error) {
+	return []shared.Window{{ID: "0x1", Title: "fake", App: "Fake", Box: shared.Rect{W: 10, H: 10}}}, nil
+}
 
 func (d *fakeDriver) TypeSecret(ctx context.Context, secret string) error {
 	d.mu.Lock()

@@ -4,8 +4,8 @@ import (
 	"sort"
 	"time"
 
-	"github.com/open-bot/computer/apps/botd/internal/lease"
 	"github.com/open-bot/computer/pkg/shared"
+	"github.com/open-bot/computer/pkg/shared/lease"
 )
 
 // Ports are a running screen's view and control ports, the

@@ -19,12 +19,13 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/open-bot/computer/apps/botd/internal/lease"
 	"github.com/open-bot/computer/apps/botd/internal/osuser"
 	"github.com/open-bot/computer/apps/botd/internal/runner"
 	"github.com/open-bot/computer/apps/botd/internal/safefs"
 	"github.com/open-bot/computer/apps/botd/internal/supervisor"
 	"github.com/open-bot/computer/pkg/shared"
+	"github.com/open-bot/computer/pkg/shared/fifo"
+	"github.com/open-bot/computer/pkg/shared/lease"
 )
 
 // Fixed geometry of every screen.
@@ -121,6 +122,10 @@ type Manager struct {
 	blocked      func(id string) []any
 	browserState func(id string) shared.ProcessState
 
+	// elemMu guards elements.
+	elemMu   sync.Mutex
+	elements ElementSource
+
 	// launchMu guards launchers.
 	launchMu  sync.Mutex
 	launchers map[string]Launcher
@@ -133,11 +138,13 @@ type Manager struct {
 	// find them taken by the first.
 	probeMu sync.Mutex
 
-	// mu guards screens, closed and every Screen's lifecycle fields (see
-	// Screen).
+	// mu guards screens, closed, spare and every Screen's lifecycle fields
+	// (see Screen).
 	mu      sync.Mutex
 	screens map[string]*Screen
 	closed  bool
+	// spare is a started stack the next screen takes (spare.go).
+	spare *spareStack
 }
 
 // New returns a Manager. Call Run to sweep, Close to stop every screen.
@@ -283,7 +290,7 @@ type Screen struct {
 
 	// q serializes everything that acts on or observes the screen, in
 	// arrival order.
-	q fifo
+	q fifo.Lock
 
 	// inMu guards gen, inflight, nextTicket, lastHash, lastLease.
 	inMu       sync.Mutex
@@ -400,6 +407,26 @@ func (m *Manager) Ensure(ctx context.Context, id string) (*Screen, error) {
 			_ = o.wait(ctx)
 			continue
 		}
+		if sp, starting := m.takeSpareLocked(); sp != nil {
+			// A spare is running: this screen takes it (spare.go).
+			o := newOp()
+			s.start, s.slot, s.state, s.lastErr = o, sp.slot, shared.StateStarting, ""
+			m.mu.Unlock()
+			m.screenChanged(s)
+			go m.runStartWith(s, sp.slot, o, m.adopt(s, sp))
+			if err := o.wait(ctx); err != nil {
+				return nil, err
+			}
+			continue
+		} else if starting != nil {
+			m.mu.Unlock()
+			select {
+			case <-starting:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			continue
+		}
 		if m.busyLocked() >= m.o.MaxScreens {
 			v := m.victimLocked()
 			if v == nil {
@@ -458,9 +485,12 @@ func (m *Manager) probeHost(cands []int) map[int]bool {
 	return free
 }
 
-// busyLocked counts screens that hold a slot.
+// busyLocked counts screens that hold a slot (a spare holds one too).
 func (m *Manager) busyLocked() int {
 	n := 0
+	if m.spare != nil {
+		n++
+	}
 	for _, s := range m.screens {
 		if s.slot >= 0 {
 			n++
@@ -472,6 +502,9 @@ func (m *Manager) busyLocked() int {
 // unusedSlotsLocked lists the slots no screen holds, lowest first.
 func (m *Manager) unusedSlotsLocked() []int {
 	used := map[int]bool{}
+	if m.spare != nil {
+		used[m.spare.slot] = true
+	}
 	for _, s := range m.screens {
 		if s.slot >= 0 {
 			used[s.slot] = true
@@ -498,10 +531,16 @@ func (m *Manager) freeSlotLocked(hostFree map[int]bool) int {
 }
 
 func (m *Manager) runStart(s *Screen, slot int, o *op) {
+	m.runStartWith(s, slot, o, func(ctx context.Context) (stack, error) { return m.be.start(ctx, s, slot) })
+}
+
+// runStartWith is runStart with the stack from start (a new one, or a
+// spare's).
+func (m *Manager) runStartWith(s *Screen, slot int, o *op, start func(ctx context.Context) (stack, error)) {
 	ctx, cancel := context.WithTimeout(context.Background(), StartTimeout)
 	defer cancel()
 	began := m.clock.Now()
-	st, err := m.be.start(ctx, s, slot)
+	st, err := start(ctx)
 	if err == nil {
 		// The hooks may already ask for Target and Env.
 		m.mu.Lock()
@@ -806,6 +845,8 @@ func (m *Manager) Close(ctx context.Context) {
 	}
 	m.mu.Unlock()
 	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); m.closeSpare(ctx) }()
 	for _, s := range all {
 		wg.Add(1)
 		go func() { defer wg.Done(); _ = m.stopScreen(ctx, s, "shutdown") }()

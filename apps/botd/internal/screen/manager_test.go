@@ -15,8 +15,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/open-bot/computer/apps/botd/internal/lease"
 	"github.com/open-bot/computer/pkg/shared"
+	"github.com/open-bot/computer/pkg/shared/lease"
 )
 
 func ctxT(t *testing.T) context.Context {
@@ -365,58 +365,17 @@ func TestPreemptionDuringWaitReturnsNoFrame(t *testing.T) {
 	require.Nil(t, res)
 }
 
-func TestFIFOKeepsArrivalOrder(t *testing.T) {
-	var q fifo
-	rel, err := q.acquire(ctxT(t))
-	require.NoError(t, err)
-	var mu sync.Mutex
-	var order []int
-	var wg sync.WaitGroup
-	for i := 0; i < 6; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r, err := q.acquire(ctxT(t))
-			require.NoError(t, err)
-			mu.Lock()
-			order = append(order, i)
-			mu.Unlock()
-			r()
-		}()
-		eventually(t, "queued", func() bool { return q.queued() == i+1 })
-	}
-	rel()
-	wg.Wait()
-	require.Equal(t, []int{0, 1, 2, 3, 4, 5}, order)
-}
-
-func TestFIFOAbandonedWaiter(t *testing.T) {
-	var q fifo
-	rel, err := q.acquire(ctxT(t))
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() { _, err := q.acquire(ctx); errc <- err }()
-	eventually(t, "queued", func() bool { return q.queued() == 1 })
-	cancel()
-	require.ErrorIs(t, <-errc, context.Canceled)
-	rel()
-	rel2, err := q.acquire(ctxT(t))
-	require.NoError(t, err)
-	rel2()
-}
-
 func TestActionsOnOneScreenRunInArrivalOrder(t *testing.T) {
 	f := newFixture(t, 4, 0)
 	l := leased(t, f, "a", lease.Agent)
 	_, err := f.m.Ensure(ctxT(t), "a")
 	require.NoError(t, err)
 	s := f.m.Get("a")
-	hold := make(chan struct{})
+	hold, holding := make(chan struct{}), make(chan struct{})
 	go func() {
-		_ = f.m.WithLease(ctxT(t), "a", l.ID, func(context.Context, *Screen) error { <-hold; return nil })
+		_ = f.m.WithLease(ctxT(t), "a", l.ID, func(context.Context, *Screen) error { close(holding); <-hold; return nil })
 	}()
-	eventually(t, "first holds the queue", func() bool { s.q.mu.Lock(); defer s.q.mu.Unlock(); return s.q.busy })
+	<-holding // the first holds the queue
 	var wg sync.WaitGroup
 	for i := 0; i < 5; i++ {
 		wg.Add(1)
@@ -425,7 +384,7 @@ func TestActionsOnOneScreenRunInArrivalOrder(t *testing.T) {
 			_, err := act(f, ctxT(t), "a", l.ID, shared.Action{Type: shared.ActionMove, X: intp(i), Y: intp(0)})
 			require.NoError(t, err)
 		}()
-		eventually(t, "queued", func() bool { return s.q.queued() == i+1 })
+		eventually(t, "queued", func() bool { return s.q.Queued() == i+1 })
 	}
 	close(hold)
 	wg.Wait()

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/open-bot/computer/apps/botd/internal/httpx"
-	"github.com/open-bot/computer/apps/botd/internal/lease"
 	"github.com/open-bot/computer/pkg/shared"
+	"github.com/open-bot/computer/pkg/shared/lease"
 )
 
 // maxActBody fits 50 actions of 10,000 escaped characters each.
@@ -25,6 +25,10 @@ func (m *Manager) Routes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /screens/{id}/observe", m.handleObserve)
 	mux.HandleFunc("POST /screens/{id}/act", m.handleAct)
 	mux.HandleFunc("POST /screens/{id}/launch", m.handleLaunch)
+	mux.HandleFunc("POST /screens/{id}/windows", m.handleWindows)
+	mux.HandleFunc("POST /screens/{id}/clipboard/read", m.handleClipboardRead)
+	mux.HandleFunc("POST /screens/{id}/clipboard/write", m.handleClipboardWrite)
+	mux.HandleFunc("POST /screens/spare", m.handleSpare)
 }
 
 func (m *Manager) fail(w http.ResponseWriter, r *http.Request, err error) {
@@ -148,6 +152,8 @@ func (m *Manager) handleRelease(w http.ResponseWriter, r *http.Request) {
 
 type observeRequest struct {
 	LeaseID string `json:"leaseId"`
+	// Elements adds the screen's elements to the observation.
+	Elements bool `json:"elements,omitempty"`
 }
 
 func (m *Manager) handleObserve(w http.ResponseWriter, r *http.Request) {
@@ -164,7 +170,7 @@ func (m *Manager) handleObserve(w http.ResponseWriter, r *http.Request) {
 	var obs *Observation
 	err = m.WithLease(r.Context(), id, req.LeaseID, func(ctx context.Context, s *Screen) error {
 		var err error
-		obs, err = s.Observe(ctx)
+		obs, err = s.ObserveWith(ctx, ObserveOptions{Elements: req.Elements})
 		return err
 	})
 	if err != nil {
@@ -177,6 +183,8 @@ func (m *Manager) handleObserve(w http.ResponseWriter, r *http.Request) {
 type actRequest struct {
 	LeaseID string          `json:"leaseId"`
 	Actions []shared.Action `json:"actions"`
+	// Elements adds the screen's elements to the final observation.
+	Elements bool `json:"elements,omitempty"`
 }
 
 func (m *Manager) handleAct(w http.ResponseWriter, r *http.Request) {
@@ -190,14 +198,14 @@ func (m *Manager) handleAct(w http.ResponseWriter, r *http.Request) {
 		m.fail(w, r, err)
 		return
 	}
-	if err := shared.ValidateActions(req.Actions, Width, Height); err != nil {
+	if err := shared.ValidateActionsElements(req.Actions, Width, Height); err != nil {
 		m.fail(w, r, shared.Errorf(http.StatusBadRequest, shared.CodeInvalidAction, "%s", err.Error()))
 		return
 	}
 	var res *ActResult
 	err = m.WithLease(r.Context(), id, req.LeaseID, func(ctx context.Context, s *Screen) error {
 		var err error
-		res, err = s.Act(ctx, req.Actions)
+		res, err = s.ActWith(ctx, req.Actions, ObserveOptions{Elements: req.Elements})
 		return err
 	})
 	if err != nil {
@@ -239,4 +247,77 @@ func (m *Manager) handleLaunch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	httpx.WriteJSON(w, http.StatusOK, map[string]any{"app": req.App, "pid": pid})
+}
+
+// leaseOnly is a body that only names the caller's lease.
+type leaseOnly struct {
+	LeaseID string `json:"leaseId"`
+}
+
+func (m *Manager) handleWindows(w http.ResponseWriter, r *http.Request) {
+	id, err := m.known(r)
+	if err != nil {
+		m.fail(w, r, err)
+		return
+	}
+	var req leaseOnly
+	if err := httpx.DecodeJSON(w, r, &req, 0); err != nil {
+		m.fail(w, r, err)
+		return
+	}
+	ws, err := m.Windows(r.Context(), id, req.LeaseID)
+	if err != nil {
+		m.fail(w, r, err)
+		return
+	}
+	httpx.WriteJSON(w, http.StatusOK, shared.Windows{Windows: ws})
+}
+
+func (m *Manager) handleClipboardRead(w http.ResponseWriter, r *http.Request) {
+	id, err := m.known(r)
+	if err != nil {
+		m.fail(w, r, err)
+		return
+	}
+	var req leaseOnly
+	if err := httpx.DecodeJSON(w, r, &req, 0); err != nil {
+		m.fail(w, r, err)
+		return
+	}
+	text, err := m.Clipboard(r.Context(), id, req.LeaseID)
+	if err != nil {
+		m.fail(w, r, err)
+		return
+	}
+	httpx.WriteJSON(w, http.StatusOK, shared.Clipboard{Text: text})
+}
+
+type clipboardWriteRequest struct {
+	LeaseID string  `json:"leaseId"`
+	Text    *string `json:"text"`
+}
+
+// maxClipboardBody fits 1 MiB of text however JSON escapes it.
+const maxClipboardBody = 7 * shared.MaxClipboardBytes
+
+func (m *Manager) handleClipboardWrite(w http.ResponseWriter, r *http.Request) {
+	id, err := m.known(r)
+	if err != nil {
+		m.fail(w, r, err)
+		return
+	}
+	var req clipboardWriteRequest
+	if err := httpx.DecodeJSON(w, r, &req, maxClipboardBody); err != nil {
+		m.fail(w, r, err)
+		return
+	}
+	if req.Text == nil {
+		m.fail(w, r, shared.Errorf(http.StatusBadRequest, shared.CodeBadRequest, "text is required"))
+		return
+	}
+	if err := m.SetClipboard(r.Context(), id, req.LeaseID, *req.Text); err != nil {
+		m.fail(w, r, err)
+		return
+	}
+	httpx.WriteJSON(w, http.StatusOK, map[string]int{"bytes": len(*req.Text)})
 }

@@ -36,6 +36,10 @@ type stack interface {
 	driver() Driver
 	// launch starts argv on the screen as the desktop user.
 	launch(ctx context.Context, name string, argv []string) (pid int, err error)
+	// readClipboard and writeClipboard get and set the screen's
+	// clipboard text (clipboard.go).
+	readClipboard(ctx context.Context) (string, error)
+	writeClipboard(ctx context.Context, text string) error
 	// drawn is closed once the session has drawn (the panel and the
 	// desktop are mapped), or after DrawnTimeout.
 	drawn() <-chan struct{}

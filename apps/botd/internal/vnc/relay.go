@@ -11,7 +11,7 @@ import (
 
 	"github.com/coder/websocket"
 
-	"github.com/open-bot/computer/apps/botd/internal/lease"
+	"github.com/open-bot/computer/pkg/shared/lease"
 )
 
 // maxClientMessage is the websocket read limit: the largest client message

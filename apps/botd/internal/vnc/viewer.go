@@ -15,9 +15,9 @@ import (
 	"time"
 
 	"github.com/open-bot/computer/apps/botd/internal/httpx"
-	"github.com/open-bot/computer/apps/botd/internal/lease"
 	"github.com/open-bot/computer/apps/botd/internal/screen"
 	"github.com/open-bot/computer/pkg/shared"
+	"github.com/open-bot/computer/pkg/shared/lease"
 )
 
 //go:embed assets

@@ -76,6 +76,8 @@ type Service struct {
 	// checkpointing holds one lock per computer: its checkpoints are
 	// serialized (each takes the next revision).
 	checkpointing map[string]*sync.Mutex
+	// pool is the warm pool (pool.go; nil: none), guarded by mu.
+	pool *pool
 }
 
 // New returns the service; it fails for an unknown default provider kind.
@@ -303,6 +305,9 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (View, string, 
 		_, _ = rand.Read(tok[:])
 		spec.BotdToken = hex.EncodeToString(tok[:])
 	}
+	if pe := s.takePooled(ctx, c.Provider); pe != nil {
+		return s.createPooled(ctx, c, pe)
+	}
 	sealed, err := s.o.Sealer.Seal([]byte(spec.BotdToken), c.ID)
 	if err != nil {
 		return View{}, "", err
@@ -350,10 +355,12 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (View, string, 
 	if err != nil {
 		return View{}, "", err
 	}
-	if _, err := s.connectWithin(ctx, c, ReconcileTimeout); err != nil {
+	m, err := s.connectWithin(ctx, c, ReconcileTimeout)
+	if err != nil {
 		c, _ = s.o.Store.GetComputer(context.WithoutCancel(ctx), c.ID)
 		return ViewOf(c), cap, nil // created; the state says what went wrong
 	}
+	s.restoreScopeAfterCreate(ctx, c, m)
 	c, err = s.o.Store.GetComputer(ctx, c.ID)
 	return ViewOf(c), cap, err
 }

@@ -23,6 +23,7 @@ import (
 
 	"github.com/open-bot/computer/apps/worker/internal/capability"
 	"github.com/open-bot/computer/apps/worker/internal/computers"
+	"github.com/open-bot/computer/apps/worker/internal/openapi"
 	"github.com/open-bot/computer/apps/worker/internal/runs"
 	"github.com/open-bot/computer/apps/worker/internal/store"
 	"github.com/open-bot/computer/pkg/shared"
@@ -73,6 +74,7 @@ func Handler(o Options) http.Handler {
 	mux.HandleFunc("POST /v1/computers/{id}/runs/{run}/resume", a.gate(a.resumeRun))
 
 	mux.HandleFunc("GET /v1/tools", a.listTools)
+	mux.HandleFunc("GET "+openapi.Path, openapi.Serve)
 	mux.HandleFunc("POST /v1/computers/{id}/tools/{name}", a.gate(a.callTool))
 
 	// Takeover and checkpoint routes are mounted here (helper "homes").
@@ -223,7 +225,16 @@ func fail(w http.ResponseWriter, err error) {
 }
 
 func decode(w http.ResponseWriter, r *http.Request, v any) bool {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
+	return decodeMax(w, r, v, 1<<20)
+}
+
+// maxToolBody fits a tool call carrying 1 MiB of text (clipboard_write,
+// file_write) however JSON escapes it.
+const maxToolBody = 8 << 20
+
+// decodeMax is decode with a body limit of max bytes.
+func decodeMax(w http.ResponseWriter, r *http.Request, v any, max int64) bool {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, max))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		var mbe *http.MaxBytesError

@@ -22,6 +22,7 @@ import (
 
 	"github.com/open-bot/computer/apps/worker/internal/capability"
 	"github.com/open-bot/computer/apps/worker/internal/computers"
+	"github.com/open-bot/computer/apps/worker/internal/openapi/openapitest"
 	"github.com/open-bot/computer/apps/worker/internal/providers"
 	"github.com/open-bot/computer/apps/worker/internal/runs"
 	"github.com/open-bot/computer/apps/worker/internal/secret"
@@ -57,6 +58,8 @@ type fixture struct {
 	logs *lockedBuf
 	dir  string
 	botd *httptest.Server // a "botd" that refuses every token
+	// client holds every exchange to the OpenAPI document (openapitest).
+	client *http.Client
 }
 
 func newFixture(t *testing.T) *fixture {
@@ -83,7 +86,8 @@ func newFixtureOn(t *testing.T, dir string, st store.Store) *fixture {
 		_, _ = io.WriteString(w, `{"error":{"code":"unauthorized","message":"bad token"}}`)
 	}))
 	t.Cleanup(botd.Close)
-	return &fixture{url: srv.URL, st: st, logs: logs, dir: dir, botd: botd}
+	client, _ := openapitest.Client(t)
+	return &fixture{url: srv.URL, st: st, logs: logs, dir: dir, botd: botd, client: client}
 }
 
 func (f *fixture) req(t *testing.T, method, path, tok, capa string, body any) (int, string) {
@@ -100,7 +104,10 @@ func (f *fixture) req(t *testing.T, method, path, tok, capa string, body any) (i
 	if capa != "" {
 		req.Header.Set(capability.Header, capa)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := f.client.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)

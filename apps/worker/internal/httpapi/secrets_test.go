@@ -123,7 +123,7 @@ func rawBody(t *testing.T, f *fixture, method, path, capa, body string) (int, st
 	req, _ := http.NewRequest(method, f.url+path, strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+token)
 	req.Header.Set("X-Computer-Capability", capa)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := f.client.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	var out json.RawMessage

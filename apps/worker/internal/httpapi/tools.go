@@ -35,7 +35,7 @@ func (a *api) callTool(w http.ResponseWriter, r *http.Request) {
 		BotID string          `json:"botId"`
 		Args  json.RawMessage `json:"args"`
 	}
-	if !decode(w, r, &req) {
+	if !decodeMax(w, r, &req, maxToolBody) {
 		return
 	}
 	name := r.PathValue("name")

@@ -87,6 +87,21 @@ func (b *Botd) Open(ctx context.Context, id, leaseID, target string) (json.RawMe
 	return b.c.Open(ctx, id, leaseID, target)
 }
 
+// Windows implements Machine.
+func (b *Botd) Windows(ctx context.Context, id, leaseID string) ([]shared.Window, error) {
+	return b.c.Windows(ctx, id, leaseID)
+}
+
+// Clipboard implements Machine.
+func (b *Botd) Clipboard(ctx context.Context, id, leaseID string) (string, error) {
+	return b.c.Clipboard(ctx, id, leaseID)
+}
+
+// SetClipboard implements Machine.
+func (b *Botd) SetClipboard(ctx context.Context, id, leaseID, text string) error {
+	return b.c.SetClipboard(ctx, id, leaseID, text)
+}
+
 // Launch implements Machine.
 func (b *Botd) Launch(ctx context.Context, id, leaseID, app string) (json.RawMessage, error) {
 	return b.c.Launch(ctx, id, leaseID, app)

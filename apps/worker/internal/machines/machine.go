@@ -59,6 +59,12 @@ type Machine interface {
 	ReadPage(ctx context.Context, id string) (client.Page, error)
 	// BrowserPages lists the URLs open in the screen's browser.
 	BrowserPages(ctx context.Context, id string) ([]string, error)
+	// Windows lists the screen's application windows (window actions go
+	// through Act); Clipboard and SetClipboard read and set its clipboard
+	// text. A machine that cannot answers 501 shared.CodeUnavailable.
+	Windows(ctx context.Context, id, leaseID string) ([]shared.Window, error)
+	Clipboard(ctx context.Context, id, leaseID string) (string, error)
+	SetClipboard(ctx context.Context, id, leaseID, text string) error
 
 	// Shell and files, rooted as botd roots them (relative paths are under
 	// the workspace).

@@ -25,13 +25,15 @@ type Setup struct {
 	Docker *Docker
 	// E2B is the e2b kind, made when an E2B key is configured.
 	E2B *E2B
+	// Daytona is the daytona kind, made when a Daytona key is configured.
+	Daytona *Daytona
 }
 
 // FromEnv builds the providers from the environment (os.Getenv when getenv
 // is nil); ctx bounds the probe of the Docker engine.
 //
 //	DATA_DIR                  /var/lib/open-bot   computers/, docker/, single-screen/
-//	WORKER_PROVIDER           (auto)              local, docker, e2b or single-screen (wraps the auto choice)
+//	WORKER_PROVIDER           (auto)              local, docker, e2b, daytona or single-screen (wraps the auto choice)
 //	WORKER_BOTD_BIN           botd next to the worker, else /opt/botd/botd
 //	WORKER_IMAGE              open-bot/computer:dev
 //	DOCKER_HOST               the engine (Docker's own variable)
@@ -45,7 +47,8 @@ type Setup struct {
 // names listed in WORKER_MACHINE_ENV (comma-separated).
 //
 // The e2b kind is there when E2B_API_KEY or E2B_API_KEY_FILE is set
-// (e2bFromEnv lists its settings); WORKER_PROVIDER=e2b requires one.
+// (e2bFromEnv lists its settings); WORKER_PROVIDER=e2b requires one. The
+// daytona kind likewise with DAYTONA_API_KEY(_FILE) (daytonaFromEnv).
 func FromEnv(ctx context.Context, getenv func(string) string, log *zerolog.Logger) (*Setup, error) {
 	if getenv == nil {
 		getenv = os.Getenv
@@ -86,8 +89,12 @@ func FromEnv(ctx context.Context, getenv func(string) string, log *zerolog.Logge
 		if !e2bConfigured(getenv) {
 			errs = append(errs, errors.New("WORKER_PROVIDER=e2b: set E2B_API_KEY or E2B_API_KEY_FILE (and E2B_API_URL for anything but E2B's own cloud)"))
 		}
+	case KindDaytona:
+		if !daytonaConfigured(getenv) {
+			errs = append(errs, errors.New("WORKER_PROVIDER=daytona: set DAYTONA_API_KEY or DAYTONA_API_KEY_FILE (and DAYTONA_API_URL for anything but Daytona's own cloud)"))
+		}
 	default:
-		errs = append(errs, fmt.Errorf("WORKER_PROVIDER: %w: %q (want local, docker, e2b or single-screen)", ErrUnknownKind, want))
+		errs = append(errs, fmt.Errorf("WORKER_PROVIDER: %w: %q (want local, docker, e2b, daytona or single-screen)", ErrUnknownKind, want))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -109,6 +116,13 @@ func FromEnv(ctx context.Context, getenv func(string) string, log *zerolog.Logge
 	}
 	if s.E2B != nil {
 		s.Registry[KindE2B] = s.E2B
+	}
+	if s.Daytona, err = daytonaFromEnv(getenv, dataDir, common, log); err != nil {
+		s.Close(context.Background())
+		return nil, err
+	}
+	if s.Daytona != nil {
+		s.Registry[KindDaytona] = s.Daytona
 	}
 
 	auto, why := s.probe(ctx)
@@ -153,6 +167,9 @@ func (s *Setup) Close(ctx context.Context) error {
 	}
 	if s.E2B != nil {
 		s.E2B.Close()
+	}
+	if s.Daytona != nil {
+		s.Daytona.Close()
 	}
 	return errors.Join(errs...)
 }

@@ -209,8 +209,11 @@ func statusOf(err error) int {
 	}
 	var te *ToolError
 	if errors.As(err, &te) {
-		if te.Code == shared.CodeForbidden {
+		switch te.Code {
+		case shared.CodeForbidden:
 			return http.StatusForbidden
+		case shared.CodeTooLarge:
+			return http.StatusRequestEntityTooLarge
 		}
 		return http.StatusBadRequest
 	}

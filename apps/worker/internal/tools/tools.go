@@ -10,6 +10,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/open-bot/computer/apps/worker/internal/machines"
 	"github.com/open-bot/computer/pkg/shared"
 	"github.com/open-bot/computer/pkg/shared/client"
 )
@@ -53,13 +54,25 @@ const screenProp = `"screen":{"type":"string","description":"Optional screen id:
 // All is every tool, in the order offered to the model.
 var All = []Tool{
 	{Name: "computer_observe", Graphical: true,
-		Description: "Take a screenshot of your screen (1280x800; coordinates in the image are screen pixels).",
-		Schema:      `{"type":"object","properties":{` + screenProp + `},"additionalProperties":false}`,
+		Description: "Take a screenshot of your screen (1280x800; coordinates in the image are screen pixels). With elements:true you also get the browser page's visible interactive and labelled elements as a list of {id, role, name, value?, states, box:{x,y,w,h}} in the same screen pixels. Ask for elements when working in the browser (forms, buttons, links, menus): act on an element by its id instead of guessing pixels, and read names, values and states (checked, disabled, expanded) without zooming into the image. Ids stay the same while the page does not change; observe again after the page changes. Password values are never listed.",
+		Schema:      `{"type":"object","properties":{"elements":{"type":"boolean","description":"Also list the page's visible interactive and labelled elements with ids you can act on."},` + screenProp + `},"additionalProperties":false}`,
 		run:         observe},
 	{Name: "computer_act", Graphical: true,
-		Description: "Run a batch of desktop actions in order and return one screenshot at the end. Action types: click{x,y,button}, double_click{x,y}, drag{path:[{x,y},...]}, keypress{keys:[...]}, move{x,y}, screenshot{}, scroll{x,y,scroll_x,scroll_y} (pixels, positive y scrolls down), type{text}, wait{ms}.",
-		Schema:      `{"type":"object","properties":{"actions":{"type":"array","minItems":1,"maxItems":50,"items":{"type":"object","properties":{"type":{"type":"string","enum":["click","double_click","drag","keypress","move","screenshot","scroll","type","wait"]},"x":{"type":"integer"},"y":{"type":"integer"},"button":{"type":"string","enum":["left","right","middle"]},"path":{"type":"array","items":{"type":"object","properties":{"x":{"type":"integer"},"y":{"type":"integer"}},"required":["x","y"]}},"keys":{"type":"array","items":{"type":"string"}},"scroll_x":{"type":"integer"},"scroll_y":{"type":"integer"},"text":{"type":"string"},"ms":{"type":"integer"}},"required":["type"]}},` + screenProp + `},"required":["actions"],"additionalProperties":false}`,
+		Description: "Run a batch of desktop actions in order and return one screenshot at the end. Action types: click{x,y,button}, double_click{x,y}, drag{path:[{x,y},...]}, keypress{keys:[...]}, move{x,y}, screenshot{}, scroll{x,y,scroll_x,scroll_y} (pixels, positive y scrolls down), type{text}, wait{ms}; and window actions on a window id from computer_windows: focus_window{window}, close_window{window}, move_window{window,x,y} (the frame's top-left corner), resize_window{window,width,height} (the frame's size). click, double_click, move and scroll may name an element from your last computer_observe with elements:true instead of x and y ({\"type\":\"click\",\"element\":\"e12\"}); type with an element focuses it first ({\"type\":\"type\",\"element\":\"e7\",\"text\":\"hello\"}). Prefer element ids in the browser: they are resolved to the element's current centre when the action runs, and an element that is gone (element_stale), unknown (element_not_found), covered by something (element_covered) or scrolled off screen (element_offscreen) fails that action with its code instead of clicking the wrong thing; observe again then. Set elements:true to get the elements again with the final screenshot.",
+		Schema:      `{"type":"object","properties":{"actions":{"type":"array","minItems":1,"maxItems":50,"items":{"type":"object","properties":{"type":{"type":"string","enum":["click","double_click","drag","keypress","move","screenshot","scroll","type","wait","focus_window","close_window","move_window","resize_window"]},"x":{"type":"integer"},"y":{"type":"integer"},"button":{"type":"string","enum":["left","right","middle"]},"path":{"type":"array","items":{"type":"object","properties":{"x":{"type":"integer"},"y":{"type":"integer"}},"required":["x","y"]}},"keys":{"type":"array","items":{"type":"string"}},"scroll_x":{"type":"integer"},"scroll_y":{"type":"integer"},"text":{"type":"string"},"ms":{"type":"integer"},"window":{"type":"string","description":"A window id from computer_windows (window actions only)."},"width":{"type":"integer"},"height":{"type":"integer"},"element":{"type":"string","description":"An element id from computer_observe with elements:true, instead of x and y."}},"required":["type"]}},"elements":{"type":"boolean","description":"Also list the page's elements with the final screenshot."},` + screenProp + `},"required":["actions"],"additionalProperties":false}`,
 		run:         act},
+	{Name: "computer_windows", Graphical: true,
+		Description: "List the application windows on your screen, bottom to top: id, title, app, box {x,y,w,h} in screen pixels (the frame, title bar included), focused, minimized. Use it to find a window that is hidden or off to the side instead of hunting for it in screenshots, then focus, move, resize or close it with computer_act's window actions.",
+		Schema:      `{"type":"object","properties":{` + screenProp + `},"additionalProperties":false}`,
+		run:         windows},
+	{Name: "clipboard_read", Graphical: true,
+		Description: "Read your screen's clipboard text (what a paste there would insert; up to 1 MiB).",
+		Schema:      `{"type":"object","properties":{` + screenProp + `},"additionalProperties":false}`,
+		run:         clipboardRead},
+	{Name: "clipboard_write", Graphical: true,
+		Description: "Set your screen's clipboard text (up to 1 MiB), e.g. to paste a long text with ctrl+v instead of typing it.",
+		Schema:      `{"type":"object","properties":{"text":{"type":"string"},` + screenProp + `},"required":["text"],"additionalProperties":false}`,
+		run:         clipboardWrite},
 	{Name: "open_path", Graphical: true,
 		Description: "Open a URL in your screen's browser, or a workspace path (e.g. shared/report.pdf) in its desktop application.",
 		Schema:      `{"type":"object","properties":{"target":{"type":"string"},` + screenProp + `},"required":["target"],"additionalProperties":false}`,
@@ -161,6 +174,12 @@ func observation(o client.Observation) []Content {
 	if len(o.Blocked) > 0 && string(o.Blocked) != "null" && string(o.Blocked) != "[]" {
 		meta["blocked"] = o.Blocked
 	}
+	if len(o.Elements) > 0 {
+		meta["elements"] = o.Elements
+	}
+	if o.ElementsError != nil {
+		meta["elementsError"] = o.ElementsError
+	}
 	out := []Content{jsonText(meta)}
 	if !o.Unchanged && o.Image != "" {
 		out = append(out, Content{Type: "image", ImageURL: "data:image/jpeg;base64," + o.Image})
@@ -204,10 +223,24 @@ func leased(ctx context.Context, s *Session, raw json.RawMessage, a screened, ch
 }
 
 func observe(ctx context.Context, s *Session, raw json.RawMessage) ([]Content, error) {
-	var a screenArg
+	var a struct {
+		screenArg
+		Elements bool `json:"elements"`
+	}
 	var o client.Observation
-	err := leased(ctx, s, raw, &a, nil, func(screen, l string) (err error) {
-		o, err = s.Machine.Observe(ctx, screen, l)
+	em, hasElements := s.Machine.(machines.ElementsMachine)
+	check := func() error {
+		if a.Elements && !hasElements {
+			return &ToolError{Code: shared.CodeElementsUnavailable, Msg: "this computer does not list elements; observe without elements and act by x and y"}
+		}
+		return nil
+	}
+	err := leased(ctx, s, raw, &a, check, func(screen, l string) (err error) {
+		if a.Elements {
+			o, err = em.ObserveElements(ctx, screen, l)
+		} else {
+			o, err = s.Machine.Observe(ctx, screen, l)
+		}
 		return err
 	})
 	if err != nil {
@@ -216,20 +249,85 @@ func observe(ctx context.Context, s *Session, raw json.RawMessage) ([]Content, e
 	return observation(o), nil
 }
 
+func windows(ctx context.Context, s *Session, raw json.RawMessage) ([]Content, error) {
+	var a screenArg
+	var ws []shared.Window
+	err := leased(ctx, s, raw, &a, nil, func(screen, l string) (err error) {
+		ws, err = s.Machine.Windows(ctx, screen, l)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if ws == nil {
+		ws = []shared.Window{}
+	}
+	return []Content{jsonText(shared.Windows{Windows: ws})}, nil
+}
+
+func clipboardRead(ctx context.Context, s *Session, raw json.RawMessage) ([]Content, error) {
+	var a screenArg
+	var t string
+	err := leased(ctx, s, raw, &a, nil, func(screen, l string) (err error) {
+		t, err = s.Machine.Clipboard(ctx, screen, l)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return []Content{jsonText(shared.Clipboard{Text: t})}, nil
+}
+
+func clipboardWrite(ctx context.Context, s *Session, raw json.RawMessage) ([]Content, error) {
+	var a struct {
+		screenArg
+		Text *string `json:"text"`
+	}
+	check := func() error {
+		switch {
+		case a.Text == nil:
+			return &ToolError{Code: shared.CodeBadRequest, Msg: "text is required"}
+		case len(*a.Text) > shared.MaxClipboardBytes:
+			return &ToolError{Code: shared.CodeTooLarge, Msg: fmt.Sprintf("%d bytes; the clipboard takes at most %d", len(*a.Text), shared.MaxClipboardBytes)}
+		}
+		return nil
+	}
+	err := leased(ctx, s, raw, &a, check, func(screen, l string) error {
+		return s.Machine.SetClipboard(ctx, screen, l, *a.Text)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return []Content{text(fmt.Sprintf("the clipboard now holds %d bytes", len(*a.Text)))}, nil
+}
+
 func act(ctx context.Context, s *Session, raw json.RawMessage) ([]Content, error) {
 	var a struct {
 		screenArg
-		Actions []shared.Action `json:"actions"`
+		Actions  []shared.Action `json:"actions"`
+		Elements bool            `json:"elements"`
 	}
+	em, hasElements := s.Machine.(machines.ElementsMachine)
 	check := func() error {
-		if err := shared.ValidateActions(a.Actions, 1280, 800); err != nil {
+		validate := shared.ValidateActions
+		if hasElements {
+			validate = shared.ValidateActionsElements
+		}
+		if err := validate(a.Actions, 1280, 800); err != nil {
 			return &ToolError{Code: shared.CodeInvalidAction, Msg: err.Error()}
+		}
+		if a.Elements && !hasElements {
+			return &ToolError{Code: shared.CodeElementsUnavailable, Msg: "this computer does not list elements; act by x and y"}
 		}
 		return nil
 	}
 	var r client.ActResult
 	err := leased(ctx, s, raw, &a, check, func(screen, l string) (err error) {
-		r, err = s.Machine.Act(ctx, screen, l, a.Actions)
+		if hasElements && (a.Elements || usesElements(a.Actions)) {
+			r, err = em.ActElements(ctx, screen, l, a.Actions)
+		} else {
+			r, err = s.Machine.Act(ctx, screen, l, a.Actions)
+		}
 		return err
 	})
 	if err != nil {
@@ -240,6 +338,16 @@ func act(ctx context.Context, s *Session, raw json.RawMessage) ([]Content, error
 		out = append([]Content{text("results: " + string(r.Results))}, out...)
 	}
 	return out, nil
+}
+
+// usesElements reports whether any action targets an element.
+func usesElements(actions []shared.Action) bool {
+	for _, a := range actions {
+		if a.Element != "" {
+			return true
+		}
+	}
+	return false
 }
 
 func openPath(ctx context.Context, s *Session, raw json.RawMessage) ([]Content, error) {

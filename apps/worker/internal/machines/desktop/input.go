@@ -47,7 +47,7 @@ func xdotoolArgv(a shared.Action) ([]string, error) {
 		argv := []string{"xdotool", "mousemove", itoa(p[0].X), itoa(p[0].Y), "mousedown", "1", "sleep", dragHold}
 		prev := p[0]
 		for _, q := range p[1:] {
-			for _, s := range steps(prev, q, dragStep) {
+			for _, s := range shared.DragSteps(prev, q, dragStep) {
 				argv = append(argv, "mousemove", itoa(s.X), itoa(s.Y))
 			}
 			prev = q
@@ -134,22 +134,4 @@ func wheelClicks(px int) int {
 		n = 1
 	}
 	return n
-}
-
-// steps are the positions from a (exclusive) to b (inclusive), at most
-// step pixels apart, so applications see a drag move rather than jump.
-func steps(a, b shared.Point, step int) []shared.Point {
-	dx, dy := float64(b.X-a.X), float64(b.Y-a.Y)
-	n := int(math.Ceil(math.Hypot(dx, dy) / float64(step)))
-	if n < 1 {
-		n = 1
-	}
-	out := make([]shared.Point, 0, n)
-	for i := 1; i <= n; i++ {
-		out = append(out, shared.Point{
-			X: a.X + int(math.Round(dx*float64(i)/float64(n))),
-			Y: a.Y + int(math.Round(dy*float64(i)/float64(n))),
-		})
-	}
-	return out
 }

@@ -32,6 +32,7 @@ import (
 
 	"github.com/open-bot/computer/pkg/shared"
 	"github.com/open-bot/computer/pkg/shared/client"
+	"github.com/open-bot/computer/pkg/shared/lease"
 )
 
 // Options configures a Machine; zero values get the defaults.
@@ -191,24 +192,24 @@ var (
 
 // leaseChanged cuts an agent off the moment a person takes its screen (and
 // ends a control stream when its person's lease ends), then tells /events.
-func (m *Machine) leaseChanged(c leaseChange) {
-	if c.what == "preempted" {
-		if s := m.get(c.screen); s != nil {
+func (m *Machine) leaseChanged(c lease.Change) {
+	if c.What == "preempted" {
+		if s := m.get(c.Screen); s != nil {
 			s.cutOff(errPreempted)
 		}
 	}
-	if c.old != nil && c.old.kind == KindUser && c.what != "acquired" {
-		m.links.endControl(c.screen, c.old.holder)
+	if c.Old != nil && c.Old.Kind == lease.User && c.What != "acquired" {
+		m.links.endControl(c.Screen, c.Old.Holder)
 	}
-	data := map[string]any{"screen": c.screen, "what": c.what}
-	if c.old != nil {
-		data["old"] = c.old.info()
+	data := map[string]any{"screen": c.Screen, "what": c.What}
+	if c.Old != nil {
+		data["old"] = c.Old.Info()
 	}
-	if c.new != nil {
-		data["new"] = c.new.info()
+	if c.New != nil {
+		data["new"] = c.New.Info()
 	}
 	m.events.publish(shared.EventLease, data)
-	if c.what == "preempted" {
+	if c.What == "preempted" {
 		m.events.publish(shared.EventPreempted, data)
 	}
 }
@@ -436,7 +437,7 @@ func (m *Machine) Health(ctx context.Context) (shared.ComputerHealth, error) {
 	}
 	m.mu.Lock()
 	for _, s := range m.screens {
-		sh := shared.ScreenHealth{ID: s.id, State: shared.StateStopped, Browser: shared.StateStopped, Lease: m.leases.current(s.id).info()}
+		sh := shared.ScreenHealth{ID: s.id, State: shared.StateStopped, Browser: shared.StateStopped, Lease: m.leases.current(s.id).Info()}
 		if s.running {
 			sh.State = shared.StateRunning
 		}
@@ -590,4 +591,27 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// errNeedsBotd answers what only botd does (window lists and actions
+// through the window manager, the clipboard): nothing of the batch ran.
+func errNeedsBotd(what string) error {
+	return apiErr(http.StatusNotImplemented, shared.CodeUnavailable,
+		"%s need botd (a computer on template open-bot); this sandbox's desktop is driven through commands only: use computer_act with pointer and keyboard actions instead", what)
+}
+
+// Windows implements machines.Machine: not on a command-driven desktop.
+func (m *Machine) Windows(ctx context.Context, id, leaseID string) ([]shared.Window, error) {
+	return nil, errNeedsBotd("window lists")
+}
+
+// Clipboard implements machines.Machine: not on a command-driven desktop.
+func (m *Machine) Clipboard(ctx context.Context, id, leaseID string) (string, error) {
+	return "", errNeedsBotd("the clipboard tools")
+}
+
+// SetClipboard implements machines.Machine: not on a command-driven
+// desktop.
+func (m *Machine) SetClipboard(ctx context.Context, id, leaseID, text string) error {
+	return errNeedsBotd("the clipboard tools")
 }

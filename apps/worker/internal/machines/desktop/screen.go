@@ -18,6 +18,7 @@ import (
 
 	"github.com/open-bot/computer/pkg/shared"
 	"github.com/open-bot/computer/pkg/shared/client"
+	"github.com/open-bot/computer/pkg/shared/fifo"
 )
 
 // screen is one screen's state in the worker. slot, running, width and
@@ -29,7 +30,7 @@ type screen struct {
 	width, height int
 
 	// q runs one lease-holding call at a time, in arrival order.
-	q fifo
+	q fifo.Lock
 
 	// inMu guards gen, inflight, nextTicket, lastHash and lastLease.
 	inMu       sync.Mutex
@@ -130,7 +131,7 @@ func (m *Machine) withLease(ctx context.Context, id, leaseID string, fn func(ctx
 	if err := m.leases.check(id, leaseID); err != nil {
 		return err
 	}
-	release, err := s.q.acquire(ctx)
+	release, err := s.q.Acquire(ctx)
 	if err != nil {
 		return err
 	}
@@ -265,6 +266,11 @@ func (m *Machine) Act(ctx context.Context, id, leaseID string, actions []shared.
 		m.mu.Unlock()
 		if err := shared.ValidateActions(actions, w, h); err != nil {
 			return apiErr(http.StatusBadRequest, shared.CodeInvalidAction, "%s", err.Error())
+		}
+		for _, a := range actions {
+			if shared.IsWindowAction(a.Type) {
+				return errNeedsBotd("window actions")
+			}
 		}
 		results := make([]actionResult, 0, len(actions))
 		for i, a := range actions {
@@ -413,56 +419,4 @@ func (m *Machine) stopSlot(ctx context.Context, slot int) error {
 		return fmt.Errorf("exit %d: %s", r.ExitCode, firstLine(r.Stderr))
 	}
 	return nil
-}
-
-// fifo is a lock handed to waiters strictly in arrival order (botd's).
-type fifo struct {
-	mu      sync.Mutex
-	busy    bool
-	waiters []chan struct{}
-}
-
-func (q *fifo) acquire(ctx context.Context) (func(), error) {
-	q.mu.Lock()
-	if !q.busy {
-		q.busy = true
-		q.mu.Unlock()
-		return q.releaseOnce(), nil
-	}
-	ch := make(chan struct{})
-	q.waiters = append(q.waiters, ch)
-	q.mu.Unlock()
-	select {
-	case <-ch:
-		return q.releaseOnce(), nil
-	case <-ctx.Done():
-		q.mu.Lock()
-		for i, w := range q.waiters {
-			if w == ch {
-				q.waiters = append(q.waiters[:i], q.waiters[i+1:]...)
-				q.mu.Unlock()
-				return nil, ctx.Err()
-			}
-		}
-		q.mu.Unlock()
-		q.release()
-		return nil, ctx.Err()
-	}
-}
-
-func (q *fifo) releaseOnce() func() {
-	var once sync.Once
-	return func() { once.Do(q.release) }
-}
-
-func (q *fifo) release() {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if len(q.waiters) == 0 {
-		q.busy = false
-		return
-	}
-	next := q.waiters[0]
-	q.waiters = q.waiters[1:]
-	close(next)
 }

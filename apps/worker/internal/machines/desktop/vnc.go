@@ -16,6 +16,7 @@ import (
 
 	"github.com/open-bot/computer/pkg/shared"
 	"github.com/open-bot/computer/pkg/shared/client"
+	"github.com/open-bot/computer/pkg/shared/lease"
 )
 
 // Viewer link bounds (botd's).
@@ -177,7 +178,7 @@ func (m *Machine) DialVNC(ctx context.Context, id string, link client.ViewerLink
 	m.mu.Unlock()
 	control := false
 	if c.mode == "control" {
-		if cur := m.leases.current(id); cur != nil && cur.kind == KindUser && cur.holder == c.holder {
+		if cur := m.leases.current(id); cur != nil && cur.Kind == lease.User && cur.Holder == c.holder {
 			control = true
 		}
 	}
@@ -210,7 +211,7 @@ func (m *Machine) DialVNC(ctx context.Context, id string, link client.ViewerLink
 		// forgotten.
 		m.links.addControl(ws, c)
 		// The lease may have ended between the check and the stream.
-		if cur := m.leases.current(id); cur == nil || cur.kind != KindUser || cur.holder != c.holder {
+		if cur := m.leases.current(id); cur == nil || cur.Kind != lease.User || cur.Holder != c.holder {
 			m.links.endControl(id, c.holder)
 		}
 	}

@@ -243,14 +243,14 @@ func (k *Key) mustOpen(t *testing.T) string {
 	return v
 }
 
-// TestReconnectOutlivesShortTimeout: a Timeout shorter than botd's start
+// TestReconnectOutlivesShortTimeout: a Timeout about as long as botd's start
 // does not pause the sandbox under a reconnect (the session holds it, and
 // envd calls count as use), neither after Provision nor after a lapse.
 func TestReconnectOutlivesShortTimeout(t *testing.T) {
 	_, o := emulated(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	o.Timeout = 2 * time.Second
+	o.Timeout = 4 * time.Second
 	p, err := New(o)
 	require.NoError(t, err)
 	defer p.Close()

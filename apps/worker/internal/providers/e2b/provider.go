@@ -512,12 +512,38 @@ func (s *session) used() { s.lastUse.Store(time.Now().UnixNano()) }
 
 // hold keeps the sandbox in use until the returned func is called (a
 // reconnect: connect's timeout runs from its answer, and resuming, starting
-// botd and waiting for it can take longer than a short Timeout); the
-// refresher extends the timeout while it is held.
+// botd and waiting for it can take longer than a short Timeout). While
+// held, the sandbox's timeout is extended every quarter Timeout, on a
+// ticker of its own (the refresher's third may be too late on a busy host).
 func (s *session) hold() func() {
 	s.holds.Add(1)
 	s.used()
-	return func() { s.used(); s.holds.Add(-1) }
+	stop := make(chan struct{})
+	every := max(s.p.o.Timeout/4, 250*time.Millisecond)
+	go func() {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-s.done:
+				return
+			case <-t.C:
+				ctx, cancel := context.WithTimeout(context.Background(), every)
+				_ = s.p.api.setTimeout(ctx, s.id, s.p.o.Timeout)
+				cancel()
+			}
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			close(stop)
+			s.used()
+			s.holds.Add(-1)
+		})
+	}
 }
 
 // inUse: a reconnect holds the session, an envd call was made, or botd's

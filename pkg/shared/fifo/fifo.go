@@ -1,31 +1,34 @@
-package screen
+// Package fifo is a lock handed to waiters strictly in the order they asked
+// for it: a screen's input queue, in botd and in the worker's command-driven
+// desktop machine alike.
+package fifo
 
 import (
 	"context"
 	"sync"
 )
 
-// fifo is a lock that is handed to waiters strictly in the order they asked
-// for it. A sync.Mutex does not promise that (a goroutine that just unlocked,
-// or a newly arriving one, can barge ahead of one that has waited), so two
+// Lock is handed to waiters strictly in the order they asked for it. A
+// sync.Mutex does not promise that (a goroutine that just unlocked, or a
+// newly arriving one, can barge ahead of one that has waited), so two
 // batches sent one after the other could run the other way round. Here each
 // waiter gets its own channel in a queue; release closes the channel of the
 // oldest waiter, and nobody else can take the lock in between.
 //
-// "Arrival order" is the order in which requests call acquire, which the
+// "Arrival order" is the order in which requests call Acquire, which the
 // handlers do right after decoding and validating the body and checking the
 // lease; requests that arrive at the same instant on different connections
-// have no order other than that one.
-type fifo struct {
+// have no order other than that one. The zero Lock is free.
+type Lock struct {
 	// mu guards busy and waiters.
 	mu      sync.Mutex
 	busy    bool
 	waiters []chan struct{}
 }
 
-// acquire blocks until it is this caller's turn or ctx ends. On success the
-// caller must call the returned release exactly once.
-func (q *fifo) acquire(ctx context.Context) (release func(), err error) {
+// Acquire blocks until it is this caller's turn or ctx ends. On success the
+// caller must call the returned release (once; later calls do nothing).
+func (q *Lock) Acquire(ctx context.Context) (release func(), err error) {
 	q.mu.Lock()
 	if !q.busy {
 		q.busy = true
@@ -54,13 +57,13 @@ func (q *fifo) acquire(ctx context.Context) (release func(), err error) {
 	}
 }
 
-func (q *fifo) releaseOnce() func() {
+func (q *Lock) releaseOnce() func() {
 	var once sync.Once
 	return func() { once.Do(q.release) }
 }
 
 // release hands the lock to the oldest waiter, or frees it.
-func (q *fifo) release() {
+func (q *Lock) release() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if len(q.waiters) == 0 {
@@ -72,8 +75,8 @@ func (q *fifo) release() {
 	close(next)
 }
 
-// queued is how many callers wait (for tests and listings).
-func (q *fifo) queued() int {
+// Queued is how many callers wait (for tests and listings).
+func (q *Lock) Queued() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return len(q.waiters)
