@@ -176,7 +176,7 @@ func (c cliComputer) scope() string {
 }
 
 const computersUsage = `usage: worker computers <create|list|adopt|add-bot|remove-bot|stop|start|recover|checkpoint|destroy> [flags]
-  create  [--team T | --session S | --account] [--kind team|private] [--provider KIND]
+  create  [--team T | --session S | --account] [--kind team|private] [--provider KIND] [--template open-bot|desktop]
           [--attach-url URL --attach-token-file FILE]   prints the capability once
           (attach is an operator action: this CLI reads FILE and sends the token by value)
   list    [--team T | --session S | --account]   (with one: that scope's live computer)
@@ -209,6 +209,7 @@ func runComputersWith(ctx context.Context, args []string, prog *progress.Printer
 	kind := fs.String("kind", "", "team or private")
 	purge := fs.Bool("purge", false, "remove-bot: also remove bots/<bot>/")
 	provider := fs.String("provider", "", "provider kind (default: the worker's WORKER_PROVIDER)")
+	template := fs.String("template", "", "create: the provider's template (e2b: open-bot or desktop; default: the worker's E2B_TEMPLATE)")
 	attURL := fs.String("attach-url", "", "attach: the botd URL")
 	attTok := fs.String("attach-token-file", "", "attach: a file holding the botd's token (read here, sent by value; never pass the token as an argument)")
 	if err := fs.Parse(args[1:]); err != nil {
@@ -250,6 +251,9 @@ func runComputersWith(ctx context.Context, args []string, prog *progress.Printer
 		}
 		if *provider != "" {
 			body["provider"] = *provider
+		}
+		if *template != "" {
+			body["template"] = *template
 		}
 		if *attURL != "" || *attTok != "" {
 			tok := ""

@@ -32,6 +32,10 @@ const (
 	CodeWindowGone Code = "window_gone"
 )
 
+// CodeTemplateUnavailable: a create named a template its provider does not
+// have (only e2b's take one: open-bot or desktop).
+const CodeTemplateUnavailable Code = "TEMPLATE_UNAVAILABLE"
+
 // ErrorBody is the inner object of the error envelope.
 type ErrorBody struct {
 	Code    Code   `json:"code"`

@@ -161,6 +161,11 @@ type CreateRequest struct {
 	Kind     string         `json:"kind,omitempty"`
 	Provider string         `json:"provider,omitempty"`
 	Attach   *AttachRequest `json:"attach,omitempty"`
+	// Template chooses the provider's template for this computer (e2b:
+	// open-bot or desktop; "" the worker's default). Providers without
+	// templates refuse one (400 TEMPLATE_UNAVAILABLE). It is kept with the
+	// computer: a replacement is made from the same template.
+	Template string `json:"template,omitempty"`
 }
 
 // AttachRequest names an existing botd (the attach provider, an operator
@@ -192,11 +197,15 @@ type View struct {
 	State     string `json:"state"`
 	Desired   string `json:"desiredState"`
 	LastError string `json:"lastError,omitempty"`
+	// Template is the provider template the computer is made from (e2b
+	// only).
+	Template string `json:"template,omitempty"`
 }
 
 // ViewOf renders a stored computer.
 func ViewOf(c store.Computer) View {
-	v := View{ID: c.ID, Kind: c.Kind, Provider: c.Provider, State: c.ObservedState, Desired: c.DesiredState, LastError: c.LastError}
+	v := View{ID: c.ID, Kind: c.Kind, Provider: c.Provider, State: c.ObservedState, Desired: c.DesiredState, LastError: c.LastError,
+		Template: c.Template}
 	switch c.ScopeKind {
 	case store.ScopeSession:
 		v.Scope.Session = c.ScopeID
@@ -272,7 +281,12 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (View, string, 
 	if !ok {
 		return View{}, "", bad("provider: unknown kind %q", c.Provider)
 	}
-	spec := providers.Spec{ComputerID: c.ID}
+	tpl, err := providers.CheckTemplate(p, c.Provider, req.Template)
+	if err != nil {
+		return View{}, "", err
+	}
+	c.Template = tpl
+	spec := providers.Spec{ComputerID: c.ID, Template: tpl}
 	if c.Provider == providers.KindAttach {
 		switch {
 		case req.Attach == nil:
@@ -363,7 +377,7 @@ func (s *Service) fail(id string, err error) {
 
 // spec rebuilds the provider spec of a stored computer (the token opened).
 func (s *Service) spec(c store.Computer) (providers.Spec, error) {
-	spec := providers.Spec{ComputerID: c.ID}
+	spec := providers.Spec{ComputerID: c.ID, Template: c.Template}
 	if len(c.BotdToken) > 0 {
 		tok, err := s.o.Sealer.Open(c.BotdToken, c.ID)
 		if err != nil {

@@ -359,6 +359,14 @@ func (s *Service) Move(ctx context.Context, id, kind string) (View, error) {
 		s.fail(id, err)
 		return View{}, err
 	}
+	// The new kind's machine is made from its default template (the
+	// computer's was the old kind's).
+	tpl, err := providers.CheckTemplate(s.o.Providers[kind], kind, "")
+	if err != nil {
+		s.fail(id, err)
+		return View{}, err
+	}
+	spec.Template = tpl
 	rctx, cancel := context.WithTimeout(ctx, ReconcileTimeout)
 	defer cancel()
 	if s.direct(kind) {
@@ -390,7 +398,7 @@ func (s *Service) Move(ctx context.Context, id, kind string) (View, error) {
 	}
 	zero := time.Time{}
 	empty := ""
-	if _, err := s.o.Store.UpdateComputer(ctx, id, store.StateUpdate{Provider: &kind, ProviderRef: &e.Ref,
+	if _, err := s.o.Store.UpdateComputer(ctx, id, store.StateUpdate{Provider: &kind, ProviderRef: &e.Ref, Template: &tpl,
 		Observed: ptr(store.StateRunning), Deadline: &zero, LastError: &empty}); err != nil {
 		_ = s.o.Providers[kind].Destroy(context.WithoutCancel(ctx), e.Ref)
 		return View{}, err

@@ -49,7 +49,7 @@ func gone(err error) error {
 
 // Provision implements Provider.
 func (x *E2B) Provision(ctx context.Context, spec Spec) (string, error) {
-	return x.p.Provision(ctx, e2b.Spec{ComputerID: spec.ComputerID, BotdToken: spec.BotdToken})
+	return x.p.Provision(ctx, e2b.Spec{ComputerID: spec.ComputerID, BotdToken: spec.BotdToken, Template: spec.Template})
 }
 
 // Reconnect implements Provider.

@@ -65,6 +65,10 @@ type Spec struct {
 	// it to the computer's group, mode 0710, and records there which users
 	// own the home, so a replacement's users take it over).
 	HomeDir string
+	// Template is the computer's template, as CheckTemplate returned it
+	// at create ("" for a provider without templates): a replacement is
+	// made from the same one.
+	Template string
 }
 
 // Provider makes, finds and ends machines of one kind.

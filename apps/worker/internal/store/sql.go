@@ -75,11 +75,15 @@ func fromMs(v int64) time.Time {
 const computerCols = `id, scope_kind, scope_id, kind, provider, provider_ref, botd_token, desired_state, observed_state,
  state_deadline, last_error, home_key, home_revision, created_at, updated_at`
 
+// computerSelect is what a read selects: computerCols (the columns of
+// migration 00001) and the template (00009).
+const computerSelect = computerCols + `, template`
+
 func scanComputer(sc interface{ Scan(...any) error }) (Computer, error) {
 	var c Computer
 	var deadline, created, updated int64
 	err := sc.Scan(&c.ID, &c.ScopeKind, &c.ScopeID, &c.Kind, &c.Provider, &c.ProviderRef, &c.BotdToken, &c.DesiredState,
-		&c.ObservedState, &deadline, &c.LastError, &c.HomeKey, &c.HomeRevision, &created, &updated)
+		&c.ObservedState, &deadline, &c.LastError, &c.HomeKey, &c.HomeRevision, &created, &updated, &c.Template)
 	c.StateDeadline, c.CreatedAt, c.UpdatedAt = fromMs(deadline), fromMs(created), fromMs(updated)
 	return c, err
 }
@@ -91,9 +95,9 @@ func (s *sqlStore) CreateComputer(ctx context.Context, c Computer) error {
 	}
 	// scope_key carries the one-live-computer-per-scope rule: a unique
 	// index over the computers not destroyed (migration 00003).
-	_, err := s.db.ExecContext(ctx, s.q(`INSERT INTO computers (`+computerCols+`, scope_key) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`),
+	_, err := s.db.ExecContext(ctx, s.q(`INSERT INTO computers (`+computerCols+`, scope_key, template) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`),
 		c.ID, c.ScopeKind, c.ScopeID, c.Kind, c.Provider, c.ProviderRef, c.BotdToken, c.DesiredState, c.ObservedState,
-		ms(c.StateDeadline), c.LastError, c.HomeKey, c.HomeRevision, ms(c.CreatedAt), ms(now), c.ScopeKind+":"+c.ScopeID)
+		ms(c.StateDeadline), c.LastError, c.HomeKey, c.HomeRevision, ms(c.CreatedAt), ms(now), c.ScopeKind+":"+c.ScopeID, c.Template)
 	if err = s.wrap(err); errors.Is(err, ErrExists) {
 		if _, gerr := s.GetComputer(ctx, c.ID); errors.Is(gerr, ErrNotFound) {
 			return ErrScopeTaken
@@ -103,12 +107,12 @@ func (s *sqlStore) CreateComputer(ctx context.Context, c Computer) error {
 }
 
 func (s *sqlStore) GetComputer(ctx context.Context, id string) (Computer, error) {
-	c, err := scanComputer(s.db.QueryRowContext(ctx, s.q(`SELECT `+computerCols+` FROM computers WHERE id=?`), id))
+	c, err := scanComputer(s.db.QueryRowContext(ctx, s.q(`SELECT `+computerSelect+` FROM computers WHERE id=?`), id))
 	return c, s.wrap(err)
 }
 
 func (s *sqlStore) ListComputers(ctx context.Context) ([]Computer, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT `+computerCols+` FROM computers ORDER BY created_at, id`)
+	rows, err := s.db.QueryContext(ctx, `SELECT `+computerSelect+` FROM computers ORDER BY created_at, id`)
 	if err != nil {
 		return nil, s.wrap(err)
 	}
@@ -145,6 +149,9 @@ func (s *sqlStore) UpdateComputer(ctx context.Context, id string, u StateUpdate)
 	}
 	if u.Provider != nil {
 		add("provider", *u.Provider)
+	}
+	if u.Template != nil {
+		add("template", *u.Template)
 	}
 	args = append(args, id)
 	res, err := s.db.ExecContext(ctx, s.q(`UPDATE computers SET `+strings.Join(sets, ", ")+` WHERE id=?`), args...)

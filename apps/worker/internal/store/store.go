@@ -82,6 +82,10 @@ type Computer struct {
 	HomeRevision  int64
 	CreatedAt     time.Time
 	UpdatedAt     time.Time
+	// Template is the provider template the computer was made from (e2b:
+	// open-bot or desktop), kept so a replacement is made from the same
+	// one; "" for providers without templates.
+	Template string
 }
 
 // StateUpdate changes a computer's state fields; nil fields are kept.
@@ -93,6 +97,9 @@ type StateUpdate struct {
 	// Provider changes the computer's provider kind (a move to another
 	// kind; set with the new kind's ProviderRef).
 	Provider *string
+	// Template changes the computer's template (a move to another kind
+	// takes that kind's).
+	Template *string
 }
 
 // Bot is a bot added to a computer.

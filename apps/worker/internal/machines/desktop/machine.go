@@ -63,6 +63,10 @@ type Options struct {
 	// (zero: when New ran). A backend that finds a running desktop again
 	// passes its start, so a reconnect is seen not to restart it.
 	BootedAt time.Time
+	// Model, when set, is the model DialAgent's codex reaches: its key goes
+	// into the sandbox as a file only User can read, never an argument,
+	// an environment variable of a command sent, or a log line.
+	Model *Model
 }
 
 // Machine is the command-driven desktop machine.
@@ -511,6 +515,13 @@ func (m *Machine) Open(ctx context.Context, id, leaseID, target string) (json.Ra
 		if err != nil {
 			return err
 		}
+		// A browser that starts cold takes a while to map its window: wait
+		// (bounded) until one shows, so the next observation sees the
+		// browser, not the desktop as it was before the open.
+		m.mu.Lock()
+		slot := s.slot
+		m.mu.Unlock()
+		_, _ = m.b.Exec(ctx, Cmd{Argv: []string{"sh", "-c", awaitBrowserScript}, User: m.o.User, Cwd: m.o.Home, Env: m.displayEnv(slot), MaxOutput: 1 << 10})
 		return sleepCtx(ctx, shared.SettleOpenURL)
 	})
 	if err != nil {
@@ -525,9 +536,15 @@ func (m *Machine) Open(ctx context.Context, id, leaseID, target string) (json.Ra
 // unprivileged container); a vendor's VM sandbox keeps it.
 const openScript = `if command -v chromium >/dev/null; then
   sb=""; unshare --user --pid --net true 2>/dev/null || sb="--no-sandbox"
-  exec chromium $sb --no-first-run --no-default-browser-check "$1"
+  exec chromium $sb --no-first-run --no-default-browser-check --start-maximized "$1"
 fi
 exec xdg-open "$1"`
+
+// awaitBrowserScript waits up to 30 s for a visible Chromium window on
+// $DISPLAY (at once when one is up already); without Chromium (xdg-open)
+// it does not wait.
+const awaitBrowserScript = `command -v chromium >/dev/null || exit 0
+timeout 30 xdotool search --sync --onlyvisible --class chromium >/dev/null 2>&1 || true`
 
 // spawn starts argv detached on the screen's display and returns its pid.
 func (m *Machine) spawn(ctx context.Context, s *screen, argv []string) (int, error) {

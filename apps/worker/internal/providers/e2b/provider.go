@@ -187,6 +187,10 @@ func New(o Options) (*Provider, error) {
 	return p, nil
 }
 
+// DefaultTemplate is the template a computer that names none gets
+// (Options.Template: E2B_TEMPLATE, open-bot unless set).
+func (p *Provider) DefaultTemplate() string { return p.o.Template }
+
 // Spec is what Provision and Reconnect need of a computer.
 type Spec struct {
 	ComputerID string
