@@ -496,7 +496,7 @@ export interface components {
          * @description A stable, machine-readable code (pkg/shared/errors.go): codes never change meaning; callers branch on them.
          * @enum {string}
          */
-        ErrorCode: "unauthorized" | "forbidden" | "not_found" | "method_not_allowed" | "bad_request" | "invalid_json" | "payload_too_large" | "invalid_action" | "invalid_id" | "user_has_control" | "lease_required" | "conflict" | "MULTI_SCREEN_UNAVAILABLE" | "FS_SANDBOX_DENIED" | "screen_unavailable" | "browser_error" | "timeout" | "unavailable" | "internal" | "window_gone" | "element_not_found" | "element_stale" | "element_covered" | "element_offscreen" | "elements_unavailable";
+        ErrorCode: "unauthorized" | "forbidden" | "not_found" | "method_not_allowed" | "bad_request" | "invalid_json" | "payload_too_large" | "invalid_action" | "invalid_id" | "user_has_control" | "lease_required" | "conflict" | "MULTI_SCREEN_UNAVAILABLE" | "FS_SANDBOX_DENIED" | "screen_unavailable" | "browser_error" | "timeout" | "unavailable" | "internal" | "window_gone" | "element_not_found" | "element_stale" | "element_covered" | "element_offscreen" | "elements_unavailable" | "TEMPLATE_UNAVAILABLE";
         /** @description The one JSON shape of every error response. */
         Error: {
             error: {
@@ -538,6 +538,8 @@ export interface components {
                 /** @description The botd's BOTD_TOKEN: sealed at rest, never returned. */
                 token: string;
             };
+            /** @description The template (the machine's image) of a new computer, for providers that have more than one: e2b takes open-bot (botd inside) or desktop (the vendor's stock desktop, driven through commands); the provider's default when absent. Other providers refuse one with 400 TEMPLATE_UNAVAILABLE. Kept with the computer: every replacement uses it. */
+            template?: string;
         };
         /** @description A computer as callers see it: identity and state, never a capability or token. */
         Computer: {
@@ -548,6 +550,8 @@ export interface components {
             state: components["schemas"]["ComputerState"];
             desiredState: components["schemas"]["ComputerState"];
             lastError?: string;
+            /** @description The computer's template, when its provider has templates (e2b: open-bot or desktop). */
+            template?: string;
         };
         ComputerCreated: {
             computer: components["schemas"]["Computer"];
@@ -593,6 +597,8 @@ export interface components {
             bots: components["schemas"]["Bot"][];
             screens: components["schemas"]["Screen"][];
             lastCheckpoint: components["schemas"]["Checkpoint"] | null;
+            /** @description The computer's template, when its provider has templates (e2b: open-bot or desktop). */
+            template?: string;
         };
         ComputerDetailAnswer: {
             computer: components["schemas"]["ComputerDetail"];
