@@ -191,7 +191,7 @@ func controlPlaneAgainstBotd(t *testing.T, dbURL string) {
 	for _, x := range list.Tools {
 		names = append(names, x.Name)
 	}
-	require.Equal(t, []string{"computer_observe", "computer_act", "open_path", "launch_app", "browser_read_page", "type_secret", "shell", "file_read", "file_write", "file_list"}, names)
+	require.Equal(t, []string{"computer_observe", "computer_act", "computer_windows", "clipboard_read", "clipboard_write", "open_path", "launch_app", "browser_read_page", "type_secret", "shell", "file_read", "file_write", "file_list"}, names)
 
 	st, res := env.tool(t, "alice", "shell", map[string]any{"argv": []string{"true"}})
 	require.Equal(t, http.StatusOK, st, res.text())

@@ -523,6 +523,12 @@ func (s *session) hold() func() {
 	go func() {
 		t := time.NewTicker(every)
 		defer t.Stop()
+		extend := func() {
+			ctx, cancel := context.WithTimeout(context.Background(), every)
+			_ = s.p.api.setTimeout(ctx, s.id, s.p.o.Timeout)
+			cancel()
+		}
+		extend() // at once: connect's answer may have been slow to arrive
 		for {
 			select {
 			case <-stop:
@@ -530,9 +536,7 @@ func (s *session) hold() func() {
 			case <-s.done:
 				return
 			case <-t.C:
-				ctx, cancel := context.WithTimeout(context.Background(), every)
-				_ = s.p.api.setTimeout(ctx, s.id, s.p.o.Timeout)
-				cancel()
+				extend()
 			}
 		}
 	}()

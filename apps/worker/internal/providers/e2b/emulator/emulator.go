@@ -740,7 +740,6 @@ func (e *Emulator) connect(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "sandbox \"%s\" doesn't exist or you don't have access to it", b.id)
 		return
 	}
-	end := time.Now().Add(time.Duration(*req.Timeout) * time.Second)
 	status := http.StatusOK
 	if paused {
 		if err := e.startAndMap(r.Context(), b, b.container); err != nil {
@@ -748,6 +747,11 @@ func (e *Emulator) connect(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		status = http.StatusCreated
+	}
+	// The timeout counts from the answer (a resume that took a while does
+	// not eat into it).
+	end := time.Now().Add(time.Duration(*req.Timeout) * time.Second)
+	if paused {
 		e.mu.Lock()
 		b.state = "running"
 		b.procs = newProcTable()
