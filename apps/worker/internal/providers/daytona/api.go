@@ -209,7 +209,7 @@ func (a *api) once(ctx context.Context, r request, payload []byte, ct string) (i
 	if err != nil {
 		return 0, 0, fmt.Errorf("daytona: %s: %w", r.op, err)
 	}
-	key, err := a.key.open()
+	key, err := a.key.Open()
 	if err != nil {
 		return 0, 0, fmt.Errorf("daytona: %s: the API key: %w", r.op, err)
 	}

@@ -219,7 +219,7 @@ func (a *api) once(ctx context.Context, op, method, u string, payload []byte, ou
 	if err != nil {
 		return 0, 0, fmt.Errorf("e2b: %s: %w", op, err)
 	}
-	key, err := a.key.open()
+	key, err := a.key.Open()
 	if err != nil {
 		return 0, 0, fmt.Errorf("e2b: %s: the API key: %w", op, err)
 	}

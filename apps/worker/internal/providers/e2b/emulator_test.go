@@ -162,7 +162,7 @@ func TestEmulatorOpenBotLifecycle(t *testing.T) {
 		require.True(t, seen(env, x.kind, x.method, x.suffix, x.status), "validated: %+v", x)
 	}
 
-	for _, secret := range []string{o.Key.mustOpen(t), token, "model-key-sentinel"} {
+	for _, secret := range []string{mustOpen(t, o.Key), token, "model-key-sentinel"} {
 		require.NotContains(t, logs.String(), secret, "the provider's log carries no secret")
 	}
 }
@@ -237,8 +237,8 @@ func TestEmulatorTimeoutLapses(t *testing.T) {
 	require.NoError(t, err, "reconnect resumes a lapsed sandbox")
 }
 
-func (k *Key) mustOpen(t *testing.T) string {
-	v, err := k.open()
+func mustOpen(t *testing.T, k *Key) string {
+	v, err := k.Open()
 	require.NoError(t, err)
 	return v
 }

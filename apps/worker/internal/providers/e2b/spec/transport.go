@@ -172,7 +172,7 @@ func (c *Checker) openapi(kind string, v *Validator, req *http.Request) (*http.R
 		}
 	}
 	if aliased {
-		c.report(v.validateRequest(checked, body, false))
+		c.report(v.ValidateRequestLoose(checked, body))
 	} else {
 		c.report(v.ValidateRequest(checked, body))
 	}
