@@ -212,7 +212,7 @@ func TestDashboardThroughWorker(t *testing.T) {
 	ch := startCDP(t)
 	s := ch.open(t, link)
 	var text string
-	waitFor(t, "the dashboard with alice's run", 30*time.Second, func() bool {
+	waitFor(t, "the dashboard with alice's run", 90*time.Second, func() bool {
 		_ = ch.eval(s, `document.body.innerText`, &text)
 		return strings.Contains(text, e.computer) && strings.Contains(text, "alice")
 	})

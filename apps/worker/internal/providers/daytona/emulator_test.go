@@ -128,7 +128,9 @@ func TestEmulatorOpenBotLifecycle(t *testing.T) {
 // to the sandbox at all — is marked active and not stopped for several
 // intervals; released, it is stopped by the vendor's auto-stop.
 func TestAutoStopSparesInUse(t *testing.T) {
-	const minute = 3 * time.Second
+	// 8 s: the first Reconnect (creating the container, starting botd)
+	// must fit in one emulated minute on a loaded CI machine (3 s did not).
+	const minute = 8 * time.Second
 	env := emutest.Start(t, emutest.Options{Minute: minute})
 	p := emuProvider(t, env, Options{AutoStop: 1, ActivityEvery: minute / 4})
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
