@@ -150,13 +150,8 @@ func validClipboard(text string) error {
 }
 
 // Clipboard reads screen id's clipboard under leaseID.
-func (m *Manager) Clipboard(ctx context.Context, id, leaseID string) (string, error) {
-	var text string
-	err := m.WithLease(ctx, id, leaseID, func(ctx context.Context, s *Screen) error {
-		st, err := s.runningStack()
-		if err != nil {
-			return err
-		}
+func (m *Manager) Clipboard(ctx context.Context, id, leaseID string) (text string, err error) {
+	err = m.withStack(ctx, id, leaseID, func(ctx context.Context, st stack) (err error) {
 		text, err = st.readClipboard(ctx)
 		return err
 	})
@@ -168,27 +163,29 @@ func (m *Manager) SetClipboard(ctx context.Context, id, leaseID, text string) er
 	if err := validClipboard(text); err != nil {
 		return err
 	}
-	return m.WithLease(ctx, id, leaseID, func(ctx context.Context, s *Screen) error {
-		st, err := s.runningStack()
-		if err != nil {
-			return err
-		}
+	return m.withStack(ctx, id, leaseID, func(ctx context.Context, st stack) error {
 		return st.writeClipboard(ctx, text)
 	})
 }
 
 // Windows lists screen id's application windows under leaseID.
-func (m *Manager) Windows(ctx context.Context, id, leaseID string) ([]shared.Window, error) {
-	var ws []shared.Window
-	err := m.WithLease(ctx, id, leaseID, func(ctx context.Context, s *Screen) error {
-		st, err := s.runningStack()
-		if err != nil {
-			return err
-		}
+func (m *Manager) Windows(ctx context.Context, id, leaseID string) (ws []shared.Window, err error) {
+	err = m.withStack(ctx, id, leaseID, func(ctx context.Context, st stack) (err error) {
 		ws, err = st.driver().Windows(ctx)
 		return err
 	})
 	return ws, err
+}
+
+// withStack runs fn on screen id's running stack under leaseID.
+func (m *Manager) withStack(ctx context.Context, id, leaseID string, fn func(context.Context, stack) error) error {
+	return m.WithLease(ctx, id, leaseID, func(ctx context.Context, s *Screen) error {
+		st, err := s.runningStack()
+		if err != nil {
+			return err
+		}
+		return fn(ctx, st)
+	})
 }
 
 // runningStack is the screen's stack, or screen_unavailable.

@@ -254,15 +254,25 @@ type leaseOnly struct {
 	LeaseID string `json:"leaseId"`
 }
 
-func (m *Manager) handleWindows(w http.ResponseWriter, r *http.Request) {
+// screenBody resolves the route's screen and decodes the body into v (at
+// most max bytes; 0 for the default), answering the error itself when
+// either fails.
+func (m *Manager) screenBody(w http.ResponseWriter, r *http.Request, v any, max int64) (string, bool) {
 	id, err := m.known(r)
+	if err == nil {
+		err = httpx.DecodeJSON(w, r, v, max)
+	}
 	if err != nil {
 		m.fail(w, r, err)
-		return
+		return "", false
 	}
+	return id, true
+}
+
+func (m *Manager) handleWindows(w http.ResponseWriter, r *http.Request) {
 	var req leaseOnly
-	if err := httpx.DecodeJSON(w, r, &req, 0); err != nil {
-		m.fail(w, r, err)
+	id, ok := m.screenBody(w, r, &req, 0)
+	if !ok {
 		return
 	}
 	ws, err := m.Windows(r.Context(), id, req.LeaseID)
@@ -274,14 +284,9 @@ func (m *Manager) handleWindows(w http.ResponseWriter, r *http.Request) {
 }
 
 func (m *Manager) handleClipboardRead(w http.ResponseWriter, r *http.Request) {
-	id, err := m.known(r)
-	if err != nil {
-		m.fail(w, r, err)
-		return
-	}
 	var req leaseOnly
-	if err := httpx.DecodeJSON(w, r, &req, 0); err != nil {
-		m.fail(w, r, err)
+	id, ok := m.screenBody(w, r, &req, 0)
+	if !ok {
 		return
 	}
 	text, err := m.Clipboard(r.Context(), id, req.LeaseID)
@@ -301,14 +306,9 @@ type clipboardWriteRequest struct {
 const maxClipboardBody = 7 * shared.MaxClipboardBytes
 
 func (m *Manager) handleClipboardWrite(w http.ResponseWriter, r *http.Request) {
-	id, err := m.known(r)
-	if err != nil {
-		m.fail(w, r, err)
-		return
-	}
 	var req clipboardWriteRequest
-	if err := httpx.DecodeJSON(w, r, &req, maxClipboardBody); err != nil {
-		m.fail(w, r, err)
+	id, ok := m.screenBody(w, r, &req, maxClipboardBody)
+	if !ok {
 		return
 	}
 	if req.Text == nil {
