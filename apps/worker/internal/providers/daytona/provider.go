@@ -40,11 +40,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/open-bot/computer/apps/worker/internal/providers/vendorkit"
 	"github.com/open-bot/computer/pkg/shared/client"
 )
 
@@ -464,8 +464,8 @@ type session struct {
 	// preview is the preview URL and token the forwarder was made with.
 	preview previewURL
 
-	lastUse atomic.Int64
-	holds   atomic.Int32
+	// act is toolbox calls and reconnects in progress.
+	act vendorkit.Activity
 
 	explMu sync.Mutex
 	expl   explained
@@ -505,20 +505,13 @@ func (p *Provider) session(ctx context.Context, sb Sandbox) (*session, error) {
 	return s, nil
 }
 
-func (s *session) used() { s.lastUse.Store(time.Now().UnixNano()) }
+func (s *session) used() { s.act.Used() }
 
 // hold keeps the sandbox in use until the returned func is called.
-func (s *session) hold() func() {
-	s.holds.Add(1)
-	s.used()
-	return func() { s.used(); s.holds.Add(-1) }
-}
+func (s *session) hold() func() { return s.act.Hold() }
 
 func (s *session) inUse(now time.Time, idle time.Duration) bool {
-	if s.holds.Load() > 0 || now.Sub(time.Unix(0, s.lastUse.Load())) < idle {
-		return true
-	}
-	return s.fwd.inUse(now, idle)
+	return s.act.Active(now, idle) || s.fwd.inUse(now, idle)
 }
 
 func (s *session) close() {

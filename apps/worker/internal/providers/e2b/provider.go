@@ -39,13 +39,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/open-bot/computer/apps/worker/internal/machines/desktop"
 	"github.com/open-bot/computer/apps/worker/internal/providers/e2b/envd/process"
+	"github.com/open-bot/computer/apps/worker/internal/providers/vendorkit"
 	"github.com/open-bot/computer/pkg/shared/client"
 )
 
@@ -450,11 +450,9 @@ type session struct {
 	ports   map[int]*forwarder
 	desk    *desktop.Machine
 
-	// lastUse is when an envd call last started or ended; holds counts
-	// reconnects in progress (the sandbox must not lapse while botd, or
-	// the desktop, is being brought up on it).
-	lastUse atomic.Int64
-	holds   atomic.Int32
+	// act is envd calls and reconnects in progress (the sandbox must not
+	// lapse while botd, or the desktop, is being brought up on it).
+	act vendorkit.Activity
 
 	// explMu guards expl and explAt, the last explanation.
 	explMu sync.Mutex
@@ -508,7 +506,7 @@ func (p *Provider) session(sb Sandbox) (*session, error) {
 }
 
 // used records an envd call (exec, files, a desktop's observe or act).
-func (s *session) used() { s.lastUse.Store(time.Now().UnixNano()) }
+func (s *session) used() { s.act.Used() }
 
 // hold keeps the sandbox in use until the returned func is called (a
 // reconnect: connect's timeout runs from its answer, and resuming, starting
@@ -516,8 +514,7 @@ func (s *session) used() { s.lastUse.Store(time.Now().UnixNano()) }
 // held, the sandbox's timeout is extended every quarter Timeout, on a
 // ticker of its own (the refresher's third may be too late on a busy host).
 func (s *session) hold() func() {
-	s.holds.Add(1)
-	s.used()
+	release := s.act.Hold()
 	stop := make(chan struct{})
 	every := max(s.p.o.Timeout/4, 250*time.Millisecond)
 	go func() {
@@ -544,8 +541,7 @@ func (s *session) hold() func() {
 	return func() {
 		once.Do(func() {
 			close(stop)
-			s.used()
-			s.holds.Add(-1)
+			release()
 		})
 	}
 }
@@ -553,10 +549,7 @@ func (s *session) hold() func() {
 // inUse: a reconnect holds the session, an envd call was made, or botd's
 // forwarder, or a port's (a desktop's viewer), was used.
 func (s *session) inUse(now time.Time, idle time.Duration) bool {
-	if s.holds.Load() > 0 || now.Sub(time.Unix(0, s.lastUse.Load())) < idle {
-		return true
-	}
-	if s.fwd.inUse(now, idle) {
+	if s.act.Active(now, idle) || s.fwd.inUse(now, idle) {
 		return true
 	}
 	s.portMu.Lock()
