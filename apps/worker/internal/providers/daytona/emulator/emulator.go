@@ -114,6 +114,9 @@ type sandbox struct {
 	previewToken             string
 	// life serialises the sandbox's start, stop and delete.
 	life sync.Mutex
+	// sessions are the toolbox's process sessions (guarded by the
+	// emulator's mu).
+	sessions map[string]*procSession
 }
 
 // New makes an emulator; it holds no sandbox until one is created.
