@@ -50,6 +50,9 @@ type Snapshot struct {
 	// desktop image that starts its display); otherwise a shell that only
 	// keeps the sandbox alive replaces them.
 	ImageEntrypoint bool
+	// Geometry is the computer-use display's WxH (default 1024x768, the
+	// vendor's computer-use default).
+	Geometry string
 }
 
 // Config configures an Emulator.
