@@ -3,6 +3,7 @@ package daytona
 import (
 	"context"
 	"io"
+	"net/http"
 	"testing"
 	"time"
 
@@ -72,4 +73,15 @@ func TestDesktopUseCountsAsActivity(t *testing.T) {
 	code, err := proc.Wait()
 	require.NoError(t, err)
 	require.Zero(t, code)
+
+	// A viewer's port (the computer-use noVNC on 6080 here) through its
+	// preview forwarder is use too.
+	u, err := b.PortURL(ctx, 6080)
+	require.NoError(t, err)
+	quiet("the viewer request")
+	resp, err := http.Get(u + "/vnc.html")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode, "noVNC answers through the preview URL")
+	require.True(t, sess.inUse(time.Now(), idle), "a request through a port's forwarder is use")
 }
