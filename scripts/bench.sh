@@ -150,6 +150,10 @@ BENCHES=(
   # (a docker computer's screen :1, driven by both; p50/p90 of 30 each).
   "./apps/worker/internal/providers|^BenchmarkE2BVsDocker$|1x"
   "./apps/worker/internal/providers|^BenchmarkDesktopVsBotdObserve$|1x"
+  # issue 22.6: the same figures on the Daytona emulator, snapshot open-bot
+  # (botd behind the sandbox's preview URL) and snapshot desktop (the
+  # command-driven desktop machine over the toolbox), beside docker's.
+  "./apps/worker/internal/providers|^BenchmarkDaytonaVsDocker$|1x"
   # issue 23: elements on the 30-page corpus (testdata/elements): per page
   # the visible interactive elements found and hit by a real click at their
   # box centre (goal >= 98 %), the misses, observe with vs without elements

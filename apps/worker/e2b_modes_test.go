@@ -271,73 +271,11 @@ func TestAcceptanceE2BDesktop(t *testing.T) {
 	ms := buildMockserve(t, dir)
 	page := &inContainer{t: t, dir: ms, cookie: mockmodel.NewButtonPage().Cookie}
 
-	const bot = "alice"
 	e := templateWorker(t, e2bEnv(emu, map[string]string{
 		"MODEL_UPSTREAM_URL": "http://127.0.0.1:18080/v1", "MODEL_API_KEY": scriptedKey,
 	}), filepath.Join(dir, "machines"))
-	status, cc, d := createComputer(t, e, map[string]any{"scope": map[string]string{"team": "t1"}, "template": "desktop"})
-	require.Equal(t, http.StatusCreated, status, "%+v", cc.Error)
-	require.Equal(t, "running", cc.Computer.State, cc.Computer.LastError)
-	require.Equal(t, http.StatusCreated, d.do(t, "POST", "/bots", map[string]string{"id": bot}, nil))
-	ctx := t.Context()
-	c, err := e.w.Store.GetComputer(ctx, d.computer)
-	require.NoError(t, err)
-	page.start(sandboxOf(t, c.ProviderRef))
-
-	runID := d.startRun(t, bot, acceptancePrompt("http://127.0.0.1:18081/", bot))
-	final, events := waitRun(t, d, runID, 10*time.Minute)
-	require.Equal(t, runs.StatusCompleted, final.Status, "run error: %s; tool calls: %+v", final.Error, final.ToolCalls)
-	requireSawAndPressed(t, final, page.Report(), page.Clicked(), page.Misses())
-	require.Contains(t, events, "checkpoint", "the run's end wrote a checkpoint: %v", events)
-
-	// The key reached codex as a file of the sandbox's user: in no
-	// container configuration and no command line there.
-	inspect, err := exec.Command("docker", "inspect", sandboxOf(t, c.ProviderRef)).CombinedOutput()
-	require.NoError(t, err, "%s", inspect)
-	require.NotContains(t, string(inspect), scriptedKey, "the model key is in docker inspect")
-	ps, err := exec.Command("docker", "exec", sandboxOf(t, c.ProviderRef), "ps", "-eo", "args").CombinedOutput()
-	require.NoError(t, err, "%s", ps)
-	require.NotContains(t, string(ps), scriptedKey, "the model key is in a command line in the sandbox")
-	mode, err := exec.Command("docker", "exec", sandboxOf(t, c.ProviderRef), "stat", "-c", "%a %U", "/home/user/.open-bot-agent/model_api_key").CombinedOutput()
-	require.NoError(t, err, "%s", mode)
-	require.Equal(t, "600 user", strings.TrimSpace(string(mode)))
-
-	m, err := e.w.Computers.Machine(ctx, d.computer)
-	require.NoError(t, err)
-	who, err := m.ReadFile(ctx, "bots/"+bot+"/whoami.txt", 1<<20)
-	require.NoError(t, err)
-	require.Equal(t, "user\n", string(who), "the shell tool ran as the desktop's user")
-
-	var got struct {
-		Computer struct {
-			LastCheckpoint *struct{ Revision, Size int64 } `json:"lastCheckpoint"`
-		} `json:"computer"`
-	}
-	require.Equal(t, http.StatusOK, d.do(t, "GET", "", nil, &got))
-	require.NotNil(t, got.Computer.LastCheckpoint)
-	var cp CheckpointAnswer
-	require.Equal(t, http.StatusOK, d.do(t, "POST", "/checkpoint", nil, &cp))
-	require.Greater(t, cp.Revision, got.Computer.LastCheckpoint.Revision)
-	_, content, ok := checkpointFile(t, d, "bots/"+bot+"/result.txt")
-	require.True(t, ok, "the exported checkpoint holds the run's file")
-	require.Equal(t, "the button was pressed\n", content)
-
-	// The replacement: a desktop sandbox with the checkpoint imported.
-	killSandbox(t, emu, c.ProviderRef)
-	var rec struct {
-		Computer computers.View `json:"computer"`
-	}
-	require.Equal(t, http.StatusOK, d.do(t, "POST", "/recover", nil, &rec))
-	require.Equal(t, "running", rec.Computer.State, rec.Computer.LastError)
-	after, err := e.w.Store.GetComputer(ctx, d.computer)
-	require.NoError(t, err)
-	require.NotEqual(t, c.ProviderRef, after.ProviderRef)
-	require.Equal(t, emutest.DesktopImage(), imageOf(t, sandboxOf(t, after.ProviderRef)))
-	m, err = e.w.Computers.Machine(ctx, d.computer)
-	require.NoError(t, err)
-	res, err := m.ReadFile(ctx, "bots/"+bot+"/result.txt", 1<<20)
-	require.NoError(t, err, "the model-created file came back")
-	require.Equal(t, "the button was pressed\n", string(res))
+	acceptanceDesktop(t, e, page, e2b.DesktopTemplate, emutest.DesktopImage(),
+		func(ref string) string { return sandboxOf(t, ref) }, func(ref string) { killSandbox(t, emu, ref) })
 }
 
 // pointerIn reads the X pointer of display in container (xdotool as
@@ -421,99 +359,188 @@ func TestTakeoverE2B(t *testing.T) {
 	}), filepath.Join(dir, "machines"))
 	for i, tpl := range []string{e2b.DefaultTemplate, e2b.DesktopTemplate} {
 		t.Run(tpl, func(t *testing.T) {
-			ctx := t.Context()
 			const bot = "alice"
 			status, cc, c := createComputer(t, e, map[string]any{"scope": map[string]string{"team": fmt.Sprintf("tk%d", i)}, "template": tpl})
 			require.Equal(t, http.StatusCreated, status, "%+v", cc.Error)
 			require.Equal(t, "running", cc.Computer.State, cc.Computer.LastError)
 			require.Equal(t, http.StatusCreated, c.do(t, "POST", "/bots", map[string]string{"id": bot}, nil))
-			row, err := e.w.Store.GetComputer(ctx, c.computer)
-			require.NoError(t, err)
-			container := sandboxOf(t, row.ProviderRef)
-			startMockserve(t, ms, container, "-script", "takeover", "-bot", bot)
-			status, text := toolCall(t, c, bot, "computer_observe", map[string]any{})
-			require.Equal(t, http.StatusOK, status, "the agent observes before any takeover: %s", text)
-
-			m, err := e.w.Computers.Machine(ctx, c.computer)
-			require.NoError(t, err)
-			scs, err := m.Screens(ctx)
-			require.NoError(t, err)
-			display, xauth := "", ""
-			for _, s := range scs {
-				if s.ID == bot {
-					display = s.Display
-					if tpl == e2b.DefaultTemplate { // botd's screens have their own X cookie
-						xauth = fmt.Sprintf("/home/desktop/.Xauthority-%d", s.Slot)
-					}
-				}
+			var xauthOf func(int) string
+			if tpl == e2b.DefaultTemplate { // botd's screens have their own X cookie
+				xauthOf = botdXauth
 			}
-			require.NotEmpty(t, display, "the bot's screen: %+v", scs)
-
-			// Busy: a live run that is not waiting → 409, nothing granted.
-			id := c.startRun(t, bot, "Sign in to the page; ask a person to do it.")
-			sse := followSSE(t, c, id)
-			sse.wait(t, "waiting shell", 3*time.Minute, func(ev sseEvent) bool { return ev.Type == "tool_call" && ev.Data["tool"] == "shell" })
-			status, _, msg := takeoverCall(t, c, "POST", bot, "")
-			require.Equal(t, http.StatusConflict, status)
-			require.Equal(t, "Stop the bot first", msg)
-			status, _, _ = takeoverCall(t, c, "POST", bot, "not-the-capability-0123456789abcdef")
-			require.Equal(t, http.StatusNotFound, status)
-
-			// The run asks for a person: its event carries the control link.
-			writeBotFile(t, c, bot, "bots/"+bot+"/go")
-			ev := sse.wait(t, "waiting_takeover", 2*time.Minute, func(ev sseEvent) bool {
-				return ev.Type == "status" && ev.Data["status"] == string(runs.StatusWaitingTakeover)
-			})
-			link, _ := ev.Data["controlUrl"].(string)
-			require.True(t, strings.HasPrefix(link, e.url), "a worker control link, got %v", ev.Data)
-			require.Equal(t, bot, ev.Data["screen"])
-			rfb := connectControl(t, link)
-			require.NoError(t, rfb.pointer(0, 123, 234))
-			waitFor(t, "the pointer to move on the sandbox's X", 30*time.Second, func() bool {
-				x, y := pointerIn(t, container, display, xauth)
-				return x == 123 && y == 234
-			})
-			status, text = toolCall(t, c, bot, "computer_observe", map[string]any{})
-			require.NotEqual(t, http.StatusOK, status, "the agent got the screen while a person holds it: %s", text)
-			require.Contains(t, text, "user_has_control")
-
-			// Release: closed by the server, the link refused, later input
-			// never acts, the run goes on.
-			status, _, _ = takeoverCall(t, c, "DELETE", bot, "")
-			require.Equal(t, http.StatusOK, status)
-			_ = rfb.pointer(0, 321, 123)
-			requireClosedByServer(t, rfb, 20*time.Second, "the released control connection")
-			dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			_, st, err := dialRFB(dctx, wsURL(link))
-			cancel()
-			require.Error(t, err)
-			require.Equal(t, http.StatusGone, st)
-			final, _ := waitRun(t, c, id, 3*time.Minute)
-			require.Equal(t, runs.StatusCompleted, final.Status, "after release the run continues: %+v", final)
-			var sawTakeover bool
-			for _, tc := range final.ToolCalls {
-				if tc.Tool == "request_takeover" {
-					sawTakeover = tc.Success && strings.Contains(tc.Output, "handed the screen back")
-				}
-			}
-			require.True(t, sawTakeover, "request_takeover returned after the release: %+v", final.ToolCalls)
-			x, y := pointerIn(t, container, display, xauth)
-			require.False(t, x == 321 && y == 123, "a pointer move after the release reached the sandbox's X")
-
-			// The execution lease held by another worker's run: busy too.
-			l, err := e.w.Store.AcquireLease(ctx, computers.LeaseKey(row, bot), "r_of_another_worker", time.Minute)
-			require.NoError(t, err)
-			status, _, msg = takeoverCall(t, c, "POST", bot, "")
-			require.Equal(t, http.StatusConflict, status)
-			require.Equal(t, "Stop the bot first", msg)
-			require.NoError(t, e.w.Store.ReleaseLease(ctx, l.Key, l.Epoch))
-			// An idle bot: take and release work without a run.
-			status, _, _ = takeoverCall(t, c, "POST", bot, "")
-			require.Equal(t, http.StatusOK, status)
-			status, _, _ = takeoverCall(t, c, "DELETE", bot, "")
-			require.Equal(t, http.StatusOK, status)
-			status, text = toolCall(t, c, bot, "computer_observe", map[string]any{})
-			require.Equal(t, http.StatusOK, status, "the agent has its screen back: %s", text)
+			takeoverFlow(t, e, c, bot, ms, func(ref string) string { return sandboxOf(t, ref) }, xauthOf)
 		})
 	}
+}
+
+// botdXauth is the X cookie file of botd's screen slot.
+func botdXauth(slot int) string { return fmt.Sprintf("/home/desktop/.Xauthority-%d", slot) }
+
+// takeoverFlow is TestTakeoverE2B's steps on computer c (bot's, made on
+// worker e), whose machine runs in the container containerOf names for its
+// ref, with mockserve (ms) started there: xauthOf, when set, is a screen
+// slot's X cookie file (botd's screens), nil where X needs none.
+func takeoverFlow(t *testing.T, e, c *workerEnv, bot, ms string, containerOf func(ref string) string, xauthOf func(slot int) string) {
+	t.Helper()
+	ctx := t.Context()
+	row, err := e.w.Store.GetComputer(ctx, c.computer)
+	require.NoError(t, err)
+	container := containerOf(row.ProviderRef)
+	startMockserve(t, ms, container, "-script", "takeover", "-bot", bot)
+	status, text := toolCall(t, c, bot, "computer_observe", map[string]any{})
+	require.Equal(t, http.StatusOK, status, "the agent observes before any takeover: %s", text)
+
+	m, err := e.w.Computers.Machine(ctx, c.computer)
+	require.NoError(t, err)
+	scs, err := m.Screens(ctx)
+	require.NoError(t, err)
+	display, xauth := "", ""
+	for _, s := range scs {
+		if s.ID == bot {
+			display = s.Display
+			if xauthOf != nil {
+				xauth = xauthOf(s.Slot)
+			}
+		}
+	}
+	require.NotEmpty(t, display, "the bot's screen: %+v", scs)
+
+	// Busy: a live run that is not waiting → 409, nothing granted.
+	id := c.startRun(t, bot, "Sign in to the page; ask a person to do it.")
+	sse := followSSE(t, c, id)
+	sse.wait(t, "waiting shell", 3*time.Minute, func(ev sseEvent) bool { return ev.Type == "tool_call" && ev.Data["tool"] == "shell" })
+	status, _, msg := takeoverCall(t, c, "POST", bot, "")
+	require.Equal(t, http.StatusConflict, status)
+	require.Equal(t, "Stop the bot first", msg)
+	status, _, _ = takeoverCall(t, c, "POST", bot, "not-the-capability-0123456789abcdef")
+	require.Equal(t, http.StatusNotFound, status)
+
+	// The run asks for a person: its event carries the control link.
+	writeBotFile(t, c, bot, "bots/"+bot+"/go")
+	ev := sse.wait(t, "waiting_takeover", 2*time.Minute, func(ev sseEvent) bool {
+		return ev.Type == "status" && ev.Data["status"] == string(runs.StatusWaitingTakeover)
+	})
+	link, _ := ev.Data["controlUrl"].(string)
+	require.True(t, strings.HasPrefix(link, e.url), "a worker control link, got %v", ev.Data)
+	require.Equal(t, bot, ev.Data["screen"])
+	rfb := connectControl(t, link)
+	require.NoError(t, rfb.pointer(0, 123, 234))
+	waitFor(t, "the pointer to move on the sandbox's X", 30*time.Second, func() bool {
+		x, y := pointerIn(t, container, display, xauth)
+		return x == 123 && y == 234
+	})
+	status, text = toolCall(t, c, bot, "computer_observe", map[string]any{})
+	require.NotEqual(t, http.StatusOK, status, "the agent got the screen while a person holds it: %s", text)
+	require.Contains(t, text, "user_has_control")
+
+	// Release: closed by the server, the link refused, later input
+	// never acts, the run goes on.
+	status, _, _ = takeoverCall(t, c, "DELETE", bot, "")
+	require.Equal(t, http.StatusOK, status)
+	_ = rfb.pointer(0, 321, 123)
+	requireClosedByServer(t, rfb, 20*time.Second, "the released control connection")
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	_, st, err := dialRFB(dctx, wsURL(link))
+	cancel()
+	require.Error(t, err)
+	require.Equal(t, http.StatusGone, st)
+	final, _ := waitRun(t, c, id, 3*time.Minute)
+	require.Equal(t, runs.StatusCompleted, final.Status, "after release the run continues: %+v", final)
+	var sawTakeover bool
+	for _, tc := range final.ToolCalls {
+		if tc.Tool == "request_takeover" {
+			sawTakeover = tc.Success && strings.Contains(tc.Output, "handed the screen back")
+		}
+	}
+	require.True(t, sawTakeover, "request_takeover returned after the release: %+v", final.ToolCalls)
+	x, y := pointerIn(t, container, display, xauth)
+	require.False(t, x == 321 && y == 123, "a pointer move after the release reached the sandbox's X")
+
+	// The execution lease held by another worker's run: busy too.
+	l, err := e.w.Store.AcquireLease(ctx, computers.LeaseKey(row, bot), "r_of_another_worker", time.Minute)
+	require.NoError(t, err)
+	status, _, msg = takeoverCall(t, c, "POST", bot, "")
+	require.Equal(t, http.StatusConflict, status)
+	require.Equal(t, "Stop the bot first", msg)
+	require.NoError(t, e.w.Store.ReleaseLease(ctx, l.Key, l.Epoch))
+	// An idle bot: take and release work without a run.
+	status, _, _ = takeoverCall(t, c, "POST", bot, "")
+	require.Equal(t, http.StatusOK, status)
+	status, _, _ = takeoverCall(t, c, "DELETE", bot, "")
+	require.Equal(t, http.StatusOK, status)
+	status, text = toolCall(t, c, bot, "computer_observe", map[string]any{})
+	require.Equal(t, http.StatusOK, status, "the agent has its screen back: %s", text)
+}
+
+// acceptanceDesktop is TestAcceptanceE2BDesktop's steps on worker e: a
+// computer made from template (a vendor's desktop, the sandbox's user
+// `user`), whose sandbox containerOf names (a container of image) and
+// lose loses behind the worker's back; page is mockserve's (the scripted
+// model and the button page), started in the sandbox.
+func acceptanceDesktop(t *testing.T, e *workerEnv, page *inContainer, template, image string, containerOf func(ref string) string, lose func(ref string)) {
+	t.Helper()
+	const bot = "alice"
+	status, cc, d := createComputer(t, e, map[string]any{"scope": map[string]string{"team": "t1"}, "template": template})
+	require.Equal(t, http.StatusCreated, status, "%+v", cc.Error)
+	require.Equal(t, "running", cc.Computer.State, cc.Computer.LastError)
+	require.Equal(t, http.StatusCreated, d.do(t, "POST", "/bots", map[string]string{"id": bot}, nil))
+	ctx := t.Context()
+	c, err := e.w.Store.GetComputer(ctx, d.computer)
+	require.NoError(t, err)
+	page.start(containerOf(c.ProviderRef))
+
+	runID := d.startRun(t, bot, acceptancePrompt("http://127.0.0.1:18081/", bot))
+	final, events := waitRun(t, d, runID, 10*time.Minute)
+	require.Equal(t, runs.StatusCompleted, final.Status, "run error: %s; tool calls: %+v", final.Error, final.ToolCalls)
+	requireSawAndPressed(t, final, page.Report(), page.Clicked(), page.Misses())
+	require.Contains(t, events, "checkpoint", "the run's end wrote a checkpoint: %v", events)
+
+	// The key reached codex as a file of the sandbox's user: in no
+	// container configuration and no command line there.
+	inspect, err := exec.Command("docker", "inspect", containerOf(c.ProviderRef)).CombinedOutput()
+	require.NoError(t, err, "%s", inspect)
+	require.NotContains(t, string(inspect), scriptedKey, "the model key is in docker inspect")
+	ps, err := exec.Command("docker", "exec", containerOf(c.ProviderRef), "ps", "-eo", "args").CombinedOutput()
+	require.NoError(t, err, "%s", ps)
+	require.NotContains(t, string(ps), scriptedKey, "the model key is in a command line in the sandbox")
+	mode, err := exec.Command("docker", "exec", containerOf(c.ProviderRef), "stat", "-c", "%a %U", "/home/user/.open-bot-agent/model_api_key").CombinedOutput()
+	require.NoError(t, err, "%s", mode)
+	require.Equal(t, "600 user", strings.TrimSpace(string(mode)))
+
+	m, err := e.w.Computers.Machine(ctx, d.computer)
+	require.NoError(t, err)
+	who, err := m.ReadFile(ctx, "bots/"+bot+"/whoami.txt", 1<<20)
+	require.NoError(t, err)
+	require.Equal(t, "user\n", string(who), "the shell tool ran as the desktop's user")
+
+	var got struct {
+		Computer struct {
+			LastCheckpoint *struct{ Revision, Size int64 } `json:"lastCheckpoint"`
+		} `json:"computer"`
+	}
+	require.Equal(t, http.StatusOK, d.do(t, "GET", "", nil, &got))
+	require.NotNil(t, got.Computer.LastCheckpoint)
+	var cp CheckpointAnswer
+	require.Equal(t, http.StatusOK, d.do(t, "POST", "/checkpoint", nil, &cp))
+	require.Greater(t, cp.Revision, got.Computer.LastCheckpoint.Revision)
+	_, content, ok := checkpointFile(t, d, "bots/"+bot+"/result.txt")
+	require.True(t, ok, "the exported checkpoint holds the run's file")
+	require.Equal(t, "the button was pressed\n", content)
+
+	// The replacement: a desktop sandbox with the checkpoint imported.
+	lose(c.ProviderRef)
+	var rec struct {
+		Computer computers.View `json:"computer"`
+	}
+	require.Equal(t, http.StatusOK, d.do(t, "POST", "/recover", nil, &rec))
+	require.Equal(t, "running", rec.Computer.State, rec.Computer.LastError)
+	after, err := e.w.Store.GetComputer(ctx, d.computer)
+	require.NoError(t, err)
+	require.NotEqual(t, c.ProviderRef, after.ProviderRef)
+	require.Equal(t, image, imageOf(t, containerOf(after.ProviderRef)))
+	m, err = e.w.Computers.Machine(ctx, d.computer)
+	require.NoError(t, err)
+	res, err := m.ReadFile(ctx, "bots/"+bot+"/result.txt", 1<<20)
+	require.NoError(t, err, "the model-created file came back")
+	require.Equal(t, "the button was pressed\n", string(res))
 }

@@ -37,11 +37,11 @@ type snapshotFlags map[string]emulator.Snapshot
 
 func (t snapshotFlags) String() string { return "" }
 
-// Set parses name=image[,user=USER][,image-entrypoint].
+// Set parses name=image[,user=USER][,image-entrypoint][,geometry=WxH].
 func (t snapshotFlags) Set(v string) error {
 	name, rest, ok := strings.Cut(v, "=")
 	if !ok || name == "" || rest == "" {
-		return errors.New("want name=image[,user=USER][,image-entrypoint]")
+		return errors.New("want name=image[,user=USER][,image-entrypoint][,geometry=WxH]")
 	}
 	image, opts, _ := strings.Cut(rest, ",")
 	tpl := emulator.Snapshot{Image: image}
@@ -52,6 +52,12 @@ func (t snapshotFlags) Set(v string) error {
 			tpl.User = strings.TrimPrefix(o, "user=")
 		case o == "image-entrypoint":
 			tpl.ImageEntrypoint = true
+		case strings.HasPrefix(o, "geometry="):
+			tpl.Geometry = strings.TrimPrefix(o, "geometry=")
+			var w, h int
+			if _, err := fmt.Sscanf(tpl.Geometry, "%dx%d", &w, &h); err != nil || w <= 0 || h <= 0 || fmt.Sprintf("%dx%d", w, h) != tpl.Geometry {
+				return fmt.Errorf("geometry %q: want WxH", tpl.Geometry)
+			}
 		default:
 			return fmt.Errorf("unknown snapshot option %q", o)
 		}
@@ -67,7 +73,7 @@ func main() {
 	minute := flag.Duration("minute", time.Minute, "how long a minute of auto-stop/auto-archive lasts (shorten to try auto-stop)")
 	base := flag.String("base", "", "the URL clients reach this emulator at (default http://<the request's Host>)")
 	templates := snapshotFlags{}
-	flag.Var(templates, "snapshot", "snapshot mapping name=image[,user=USER][,image-entrypoint] (repeatable; default open-bot → open-bot/computer:dev as root, desktop → open-bot/e2b-desktop:dev as user with its own entrypoint)")
+	flag.Var(templates, "snapshot", "snapshot mapping name=image[,user=USER][,image-entrypoint][,geometry=WxH] (repeatable; default open-bot → open-bot/computer:dev as root, desktop → open-bot/e2b-desktop:dev as user with its own entrypoint)")
 	flag.Parse()
 
 	host, _, err := net.SplitHostPort(*listen)

@@ -32,8 +32,10 @@ func NewDaytona(p *daytona.Provider) *Daytona { return &Daytona{p: p} }
 func (x *Daytona) Adapter() *daytona.Provider { return x.p }
 
 // Describe: the open-bot snapshot runs botd in the sandbox (its own
-// screens); stop keeps the disk (not memory: botd restarts, and its
-// workspace, home and browser profiles are on that disk).
+// screens), the desktop snapshot the command-driven desktop machine
+// (display :0 the vendor's computer-use desktop, :1, … started through
+// commands); stop keeps the disk (not memory: botd or the desktop
+// restarts, and the workspace, home and browser profiles are on that disk).
 func (x *Daytona) Describe() Description {
 	return Description{Kind: KindDaytona, Capabilities: Capabilities{MultiScreen: true, Stop: true, Persistent: true}}
 }
@@ -48,11 +50,20 @@ func daytonaGone(err error) error {
 
 // Provision implements Provider.
 func (x *Daytona) Provision(ctx context.Context, spec Spec) (string, error) {
-	return x.p.Provision(ctx, daytona.Spec{ComputerID: spec.ComputerID, BotdToken: spec.BotdToken})
+	return x.p.Provision(ctx, daytona.Spec{ComputerID: spec.ComputerID, BotdToken: spec.BotdToken, Snapshot: spec.Template})
 }
 
 // Reconnect implements Provider.
 func (x *Daytona) Reconnect(ctx context.Context, ref string, spec Spec) (Machine, error) {
+	if r, err := daytona.ParseRef(ref); err == nil && daytona.Desktop(r.Snapshot) {
+		// The vendor's computer-use desktop: the command-driven desktop
+		// machine on the toolbox.
+		m, err := x.p.ReconnectDesktop(ctx, ref)
+		if err != nil {
+			return nil, daytonaGone(err)
+		}
+		return m, nil
+	}
 	c, err := x.p.Reconnect(ctx, ref, daytona.Spec{ComputerID: spec.ComputerID, BotdToken: spec.BotdToken})
 	if err != nil {
 		return nil, daytonaGone(err)
@@ -134,3 +145,18 @@ func daytonaFromEnv(getenv func(string) string, dataDir string, env []string, lo
 func daytonaConfigured(getenv func(string) string) bool {
 	return strings.TrimSpace(getenv("DAYTONA_API_KEY")) != "" || strings.TrimSpace(getenv("DAYTONA_API_KEY_FILE")) != ""
 }
+
+// Templates: open-bot (botd in the sandbox, a snapshot built from the
+// computer image), desktop (the vendor's stock computer-use desktop) and
+// the worker's DAYTONA_SNAPSHOT, its default. A computer's template is the
+// snapshot its sandbox is made from.
+func (x *Daytona) Templates() ([]string, string) {
+	def := x.p.DefaultSnapshot()
+	names := []string{daytona.DefaultSnapshot, daytona.DesktopSnapshot}
+	if def != daytona.DefaultSnapshot && def != daytona.DesktopSnapshot {
+		names = append(names, def)
+	}
+	return names, def
+}
+
+var _ Templater = (*Daytona)(nil)

@@ -29,7 +29,7 @@ func CheckTemplate(p Provider, kind, name string) (string, error) {
 			return "", nil
 		}
 		return "", shared.Errorf(http.StatusBadRequest, shared.CodeTemplateUnavailable,
-			"template: the %s provider has no templates (only e2b computers take one); leave template out", kind)
+			"template: the %s provider has no templates (only e2b and daytona computers take one); leave template out", kind)
 	}
 	names, def := t.Templates()
 	if name == "" {

@@ -175,26 +175,35 @@ func (m *Machine) capture(ctx context.Context, s *screen) (frame, error) {
 	m.mu.Lock()
 	slot := s.slot
 	m.mu.Unlock()
-	r, err := m.b.Exec(ctx, Cmd{Argv: []string{"sh", "-c", captureScript}, User: m.o.User, Cwd: m.o.Home,
-		Env: m.displayEnv(slot), MaxOutput: 32 << 20})
-	if err != nil {
-		return frame{}, err
-	}
-	if r.ExitCode != 0 {
-		return frame{}, fmt.Errorf("screenshot of %s failed (exit %d): %s", m.display(slot), r.ExitCode, firstLine(r.Stderr))
-	}
-	f := frame{jpeg: r.Stdout}
-	for _, line := range strings.Split(string(r.Stderr), "\n") {
-		k, v, ok := strings.Cut(strings.TrimSpace(line), "=")
-		if !ok {
-			continue
+	var f frame
+	if sa := m.screenAPI(slot); sa != nil {
+		img, p, err := sa.Screenshot(ctx)
+		if err != nil {
+			return frame{}, fmt.Errorf("screenshot of %s: %w", m.display(slot), err)
 		}
-		n, _ := strconv.Atoi(v)
-		switch k {
-		case "X":
-			f.pointer.X = n
-		case "Y":
-			f.pointer.Y = n
+		f = frame{jpeg: img, pointer: p}
+	} else {
+		r, err := m.b.Exec(ctx, Cmd{Argv: []string{"sh", "-c", captureScript}, User: m.o.User, Cwd: m.o.Home,
+			Env: m.displayEnv(slot), MaxOutput: 32 << 20})
+		if err != nil {
+			return frame{}, err
+		}
+		if r.ExitCode != 0 {
+			return frame{}, fmt.Errorf("screenshot of %s failed (exit %d): %s", m.display(slot), r.ExitCode, firstLine(r.Stderr))
+		}
+		f = frame{jpeg: r.Stdout}
+		for _, line := range strings.Split(string(r.Stderr), "\n") {
+			k, v, ok := strings.Cut(strings.TrimSpace(line), "=")
+			if !ok {
+				continue
+			}
+			n, _ := strconv.Atoi(v)
+			switch k {
+			case "X":
+				f.pointer.X = n
+			case "Y":
+				f.pointer.Y = n
+			}
 		}
 	}
 	cfg, format, err := image.DecodeConfig(bytes.NewReader(f.jpeg))
@@ -323,6 +332,7 @@ func (m *Machine) do(ctx context.Context, s *screen, a shared.Action) error {
 		}
 		return nil
 	}
+	sa := m.screenAPI(slot)
 	switch a.Type {
 	case shared.ActionScreenshot:
 		return nil // the batch's observation is the screenshot
@@ -335,11 +345,25 @@ func (m *Machine) do(ctx context.Context, s *screen, a shared.Action) error {
 					return err
 				}
 			}
+			if sa != nil {
+				c := chunk
+				if ok, err := sa.Input(ctx, shared.Action{Type: shared.ActionType, Text: &c}); ok {
+					if err != nil {
+						return err
+					}
+					continue
+				}
+			}
 			if err := run([]string{"xdotool", "type", "--delay", strconv.Itoa(typeDelayMs), "--", chunk}); err != nil {
 				return err
 			}
 		}
 		return nil
+	}
+	if sa != nil {
+		if ok, err := sa.Input(ctx, a); ok {
+			return err
+		}
 	}
 	argv, err := xdotoolArgv(a)
 	if err != nil {

@@ -538,7 +538,7 @@ export interface components {
                 /** @description The botd's BOTD_TOKEN: sealed at rest, never returned. */
                 token: string;
             };
-            /** @description The template (the machine's image) of a new computer, for providers that have more than one: e2b takes open-bot (botd inside) or desktop (the vendor's stock desktop, driven through commands); the provider's default when absent. Other providers refuse one with 400 TEMPLATE_UNAVAILABLE. Kept with the computer: every replacement uses it. */
+            /** @description The template (the machine's image) of a new computer, for providers that have more than one: e2b and daytona take open-bot (botd inside) or desktop (the vendor's stock desktop, driven through commands); the provider's default when absent. Other providers refuse one with 400 TEMPLATE_UNAVAILABLE. Kept with the computer: every replacement uses it. */
             template?: string;
         };
         /** @description A computer as callers see it: identity and state, never a capability or token. */
@@ -550,7 +550,7 @@ export interface components {
             state: components["schemas"]["ComputerState"];
             desiredState: components["schemas"]["ComputerState"];
             lastError?: string;
-            /** @description The computer's template, when its provider has templates (e2b: open-bot or desktop). */
+            /** @description The computer's template, when its provider has templates (e2b, daytona: open-bot or desktop). */
             template?: string;
         };
         ComputerCreated: {
@@ -597,7 +597,7 @@ export interface components {
             bots: components["schemas"]["Bot"][];
             screens: components["schemas"]["Screen"][];
             lastCheckpoint: components["schemas"]["Checkpoint"] | null;
-            /** @description The computer's template, when its provider has templates (e2b: open-bot or desktop). */
+            /** @description The computer's template, when its provider has templates (e2b, daytona: open-bot or desktop). */
             template?: string;
         };
         ComputerDetailAnswer: {

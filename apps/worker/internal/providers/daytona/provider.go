@@ -44,6 +44,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/open-bot/computer/apps/worker/internal/machines/desktop"
 	"github.com/open-bot/computer/apps/worker/internal/providers/vendorkit"
 	"github.com/open-bot/computer/pkg/shared/client"
 )
@@ -195,6 +196,9 @@ func New(o Options) (*Provider, error) {
 	return p, nil
 }
 
+// DefaultSnapshot is the snapshot a computer that names none gets.
+func (p *Provider) DefaultSnapshot() string { return p.o.Snapshot }
+
 // Spec is what Provision and Reconnect need of a computer.
 type Spec struct {
 	ComputerID string
@@ -239,8 +243,14 @@ func (p *Provider) Provision(ctx context.Context, spec Spec) (string, error) {
 		snap = p.o.Snapshot
 	}
 	machine := machineName(spec.ComputerID)
+	// open-bot runs botd as root; the vendor's desktop keeps its
+	// snapshot's own user (the one its computer-use desktop runs as).
+	user := "root"
+	if Desktop(snap) {
+		user = ""
+	}
 	s, err := p.api.create(ctx, createSandbox{
-		Name: machine, Snapshot: snap, User: "root", Target: p.o.Target,
+		Name: machine, Snapshot: snap, User: user, Target: p.o.Target,
 		Labels:           map[string]string{labelMarker: "computer", labelComputer: spec.ComputerID, labelMachine: machine},
 		AutoStopInterval: p.o.AutoStop, AutoArchiveInterval: p.o.AutoArchive, AutoDeleteInterval: -1,
 	})
@@ -297,6 +307,9 @@ func (p *Provider) Reconnect(ctx context.Context, ref string, spec Spec) (*clien
 	r, err := ParseRef(ref)
 	if err != nil {
 		return nil, err
+	}
+	if Desktop(r.Snapshot) {
+		return nil, fmt.Errorf("daytona provider: sandbox %s is the vendor's desktop: it has no botd (ReconnectDesktop drives it)", r.SandboxID)
 	}
 	if len(spec.BotdToken) < 16 {
 		return nil, errors.New("daytona provider: no botd token is kept for this computer")
@@ -467,6 +480,12 @@ type session struct {
 	// act is toolbox calls and reconnects in progress.
 	act vendorkit.Activity
 
+	// portMu guards ports (the forwarders a desktop machine's PortURL
+	// made) and desk (the desktop machine of a desktop sandbox).
+	portMu sync.Mutex
+	ports  map[int]*forwarder
+	desk   *desktop.Machine
+
 	explMu sync.Mutex
 	expl   explained
 	explAt time.Time
@@ -494,7 +513,7 @@ func (p *Provider) session(ctx context.Context, sb Sandbox) (*session, error) {
 	if err != nil || (target.Scheme != "http" && target.Scheme != "https") {
 		return nil, fmt.Errorf("daytona: sandbox %s: preview URL for port %d is not http(s)", sb.ID, botdPort)
 	}
-	s := &session{p: p, id: sb.ID, done: make(chan struct{}), preview: pv}
+	s := &session{p: p, id: sb.ID, done: make(chan struct{}), preview: pv, ports: map[int]*forwarder{}}
 	s.tb = &toolbox{a: p.tb, base: strings.TrimRight(sb.ToolboxProxyURL, "/") + "/" + url.PathEscape(sb.ID), use: s.used}
 	rt := &previewHeaders{next: p.o.Transport, token: pv.Token}
 	if s.fwd, err = newForwarder(target, rt, s.explain); err != nil {
@@ -511,12 +530,32 @@ func (s *session) used() { s.act.Used() }
 func (s *session) hold() func() { return s.act.Hold() }
 
 func (s *session) inUse(now time.Time, idle time.Duration) bool {
-	return s.act.Active(now, idle) || s.fwd.inUse(now, idle)
+	if s.act.Active(now, idle) || s.fwd.inUse(now, idle) {
+		return true
+	}
+	s.portMu.Lock()
+	defer s.portMu.Unlock()
+	for _, f := range s.ports {
+		if f.inUse(now, idle) {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *session) close() {
 	s.once.Do(func() {
+		s.portMu.Lock()
 		close(s.done)
+		ports, desk := s.ports, s.desk
+		s.ports, s.desk = map[int]*forwarder{}, nil
+		s.portMu.Unlock()
+		if desk != nil {
+			_ = desk.Close()
+		}
+		for _, f := range ports {
+			f.close()
+		}
 		s.fwd.close()
 	})
 }

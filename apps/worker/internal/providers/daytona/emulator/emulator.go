@@ -50,6 +50,9 @@ type Snapshot struct {
 	// desktop image that starts its display); otherwise a shell that only
 	// keeps the sandbox alive replaces them.
 	ImageEntrypoint bool
+	// Geometry is the computer-use display's WxH (default 1024x768, the
+	// vendor's computer-use default).
+	Geometry string
 }
 
 // Config configures an Emulator.
@@ -114,6 +117,9 @@ type sandbox struct {
 	previewToken             string
 	// life serialises the sandbox's start, stop and delete.
 	life sync.Mutex
+	// sessions are the toolbox's process sessions (guarded by the
+	// emulator's mu).
+	sessions map[string]*procSession
 }
 
 // New makes an emulator; it holds no sandbox until one is created.

@@ -48,6 +48,19 @@ func (e *Emulator) toolboxRoutes() {
 	m.HandleFunc("GET /computeruse/mouse/position", e.position)
 	m.HandleFunc("POST /computeruse/keyboard/type", e.typeText)
 	m.HandleFunc("GET /computeruse/display/info", e.displayInfo)
+	m.HandleFunc("GET /computeruse/screenshot/compressed", e.screenshotCompressed)
+	m.HandleFunc("POST /computeruse/mouse/drag", e.drag)
+	m.HandleFunc("POST /computeruse/mouse/scroll", e.scroll)
+	m.HandleFunc("POST /computeruse/keyboard/key", e.pressKey)
+	m.HandleFunc("POST /computeruse/keyboard/hotkey", e.hotkey)
+	m.HandleFunc("GET /process/session", e.listSessions)
+	m.HandleFunc("POST /process/session", e.createSession)
+	m.HandleFunc("GET /process/session/{sid}", e.getSession)
+	m.HandleFunc("DELETE /process/session/{sid}", e.deleteSession)
+	m.HandleFunc("POST /process/session/{sid}/exec", e.sessionExec)
+	m.HandleFunc("GET /process/session/{sid}/command/{cid}", e.sessionCommand)
+	m.HandleFunc("GET /process/session/{sid}/command/{cid}/logs", e.sessionLogs)
+	m.HandleFunc("POST /process/session/{sid}/command/{cid}/input", e.sessionInput)
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, http.StatusNotFound, "404 page not found: %s %s", r.Method, r.URL.Path)
 	})
@@ -398,7 +411,8 @@ func (e *Emulator) homeDir(w http.ResponseWriter, r *http.Request) {
 // ---- computer use (display :0, through scrot and xdotool in the sandbox) ----
 
 // cuScript starts (start), stops (stop) or reports (status) the computer-use
-// processes as Daytona's daemon has them: Xvfb :0 (1024x768x24), an XFCE
+// processes as Daytona's daemon has them: Xvfb :0 (the snapshot's
+// Geometry, default 1024x768, 24 bits), an XFCE
 // session, x11vnc on 5901 and noVNC (websockify) on 6080. It prints one
 // line per process: name running pid.
 const cuScript = `set -u
@@ -408,7 +422,7 @@ run() { n="$1"; shift; alive "$n" && return 0; setsid "$@" >"$dir/$n.log" 2>&1 <
 up() { DISPLAY=:0 xdpyinfo >/dev/null 2>&1; }
 case "$1" in
 start)
-  if ! up; then run xvfb Xvfb :0 -ac -screen 0 1024x768x24 -nolisten tcp; fi
+  if ! up; then run xvfb Xvfb :0 -ac -screen 0 "${2:-1024x768}x24" -nolisten tcp; fi
   i=0; while ! up; do i=$((i+1)); [ $i -gt 150 ] && { echo "Xvfb :0 did not come up" >&2; exit 1; }; sleep 0.1; done
   export DISPLAY=:0
   run xfce4 startxfce4
@@ -432,7 +446,14 @@ type processStatus struct {
 }
 
 func (e *Emulator) computerUse(w http.ResponseWriter, r *http.Request, verb string) (map[string]processStatus, bool) {
-	out, errb, code, err := e.sh(r.Context(), boxOf(r), cuScript, nil, nil, verb)
+	b := boxOf(r)
+	e.mu.Lock()
+	geometry := e.cfg.Snapshots[b.snapshot].Geometry
+	e.mu.Unlock()
+	if geometry == "" {
+		geometry = "1024x768"
+	}
+	out, errb, code, err := e.sh(r.Context(), b, cuScript, nil, nil, verb, geometry)
 	if err != nil || code != 0 {
 		writeError(w, r, http.StatusInternalServerError, "computer use %s: %s%v", verb, strings.TrimSpace(string(errb)), err)
 		return nil, false

@@ -1,0 +1,161 @@
+package main
+
+// The daytona kind's two modes through the worker, against the emulator
+// (emutest: sandboxes as containers on the local engine, every exchange of
+// the worker's provider validated against the vendor's spec by the
+// emulator's checker): takeover on either snapshot, seed 000's acceptance
+// flow on snapshot open-bot with the sandbox lost and a replacement
+// restored from the checkpoint, and on snapshot desktop (the vendor's
+// computer-use desktop driven through the toolbox). The worker reaches a
+// sandbox only through the emulator's API, toolbox and previews; the
+// tests' own setup and probes use `docker exec` on the container the
+// emulator made.
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/open-bot/computer/apps/worker/internal/mockmodel"
+	"github.com/open-bot/computer/apps/worker/internal/providers"
+	"github.com/open-bot/computer/apps/worker/internal/providers/daytona"
+	"github.com/open-bot/computer/apps/worker/internal/providers/daytona/emulator/emutest"
+)
+
+// bothSnapshots is a Daytona emulator with snapshot open-bot (the computer
+// image, botd inside) and desktop (the stand-in for Daytona's stock
+// computer-use desktop).
+func bothSnapshots(t *testing.T) *emutest.Server {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		requireIntegration(t) // root: the engine's socket
+	}
+	snaps := emutest.DefaultSnapshots()
+	desk := emutest.DesktopSnapshot()
+	// The scripted model plays on botd's 1280x800 (its button page is laid
+	// out for it): the stand-in's computer-use display is that size here
+	// (the vendor's default, 1024x768, is the conformance suite's).
+	desk.Geometry = "1280x800"
+	snaps[daytona.DesktopSnapshot] = desk
+	return emutest.Start(t, emutest.Options{Snapshots: snaps})
+}
+
+// daytonaEnv is a worker environment on the emulator, default snapshot
+// open-bot, plus extra. The worker's HTTP traffic to the emulator is not
+// the checker's (it is the worker's own client); the provider's exchanges
+// are held to the spec by the conformance suites.
+func daytonaEnv(emu *emutest.Server, extra map[string]string) map[string]string {
+	env := map[string]string{
+		"WORKER_PROVIDER": providers.KindDaytona, "DAYTONA_API_KEY": emu.APIKey,
+		"DAYTONA_API_URL": emu.URL, "DAYTONA_SNAPSHOT": daytona.DefaultSnapshot,
+	}
+	for k, v := range extra {
+		env[k] = v
+	}
+	return env
+}
+
+// daytonaContainer is the emulator's container of a ref.
+func daytonaContainer(t testing.TB, ref string) string {
+	t.Helper()
+	r, err := daytona.ParseRef(ref)
+	require.NoError(t, err)
+	return "daytona-emu-" + r.SandboxID
+}
+
+// loseDaytona deletes the sandbox behind ref behind the worker's back:
+// through the emulator's own API with its key.
+func loseDaytona(t testing.TB, emu *emutest.Server, ref string) {
+	t.Helper()
+	r, err := daytona.ParseRef(ref)
+	require.NoError(t, err)
+	req, err := http.NewRequest(http.MethodDelete, emu.URL+"/sandbox/"+r.SandboxID, nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+emu.APIKey)
+	resp, err := emu.Client().Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode, "the emulator deleted the sandbox")
+	require.Error(t, exec.Command("docker", "inspect", daytonaContainer(t, ref)).Run(), "the sandbox's container is gone")
+}
+
+// TestTakeoverDaytona: TestTakeoverE2B's takeover on both Daytona
+// snapshots (open-bot: botd's own screens and relay; desktop: the vendor's
+// display :0, its noVNC port of the desktop machine reached through
+// preview-url and its token behind the worker's capability proxy).
+func TestTakeoverDaytona(t *testing.T) {
+	emu := bothSnapshots(t)
+	dir := openDir(t, "wire-dttk-")
+	ms := buildMockserve(t, dir)
+	e := templateWorker(t, daytonaEnv(emu, map[string]string{
+		"MODEL_UPSTREAM_URL": "http://127.0.0.1:18080/v1", "MODEL_API_KEY": scriptedKey,
+	}), filepath.Join(dir, "machines"))
+	for i, snap := range []string{daytona.DefaultSnapshot, daytona.DesktopSnapshot} {
+		t.Run(snap, func(t *testing.T) {
+			const bot = "alice"
+			status, cc, c := createComputer(t, e, map[string]any{"scope": map[string]string{"team": fmt.Sprintf("dtk%d", i)}, "template": snap})
+			require.Equal(t, http.StatusCreated, status, "%+v", cc.Error)
+			require.Equal(t, "running", cc.Computer.State, cc.Computer.LastError)
+			require.Equal(t, snap, cc.Computer.Template)
+			require.Equal(t, http.StatusCreated, c.do(t, "POST", "/bots", map[string]string{"id": bot}, nil))
+			var xauthOf func(int) string
+			if snap == daytona.DefaultSnapshot {
+				xauthOf = botdXauth
+			}
+			takeoverFlow(t, e, c, bot, ms, func(ref string) string { return daytonaContainer(t, ref) }, xauthOf)
+		})
+	}
+}
+
+// TestAcceptanceReplaceDaytona: the acceptance flow on the daytona
+// provider against the emulator (snapshot open-bot: the computer image as a
+// container, botd inside), mockserve (the button page and the scripted
+// model) inside the sandbox's container. The sandbox is deleted behind the
+// worker's back and recover replaces it, restored from the checkpoint.
+func TestAcceptanceReplaceDaytona(t *testing.T) {
+	emu := bothSnapshots(t)
+	dir := openDir(t, "wire-dt-")
+	ms := buildMockserve(t, dir)
+	page := &inContainer{t: t, dir: ms, cookie: mockmodel.NewButtonPage().Cookie}
+	startPage := func(ref string) { page.start(daytonaContainer(t, ref)) }
+
+	const bot = "alice"
+	env := daytonaEnv(emu, map[string]string{
+		"MODEL_UPSTREAM_URL": "http://127.0.0.1:18080/v1", "MODEL_API_KEY": scriptedKey,
+		"EGRESS_ALLOW": "127.0.0.1:18081",
+	})
+	e := providerWorker(t, env, filepath.Join(dir, "machines"), bot)
+	c, err := e.w.Store.GetComputer(t.Context(), e.computer)
+	require.NoError(t, err)
+	startPage(c.ProviderRef)
+	// The model key reaches the sandbox as a root-only file, never in the
+	// container's configuration.
+	inspect, err := exec.Command("docker", "inspect", daytonaContainer(t, c.ProviderRef)).CombinedOutput()
+	require.NoError(t, err, "%s", inspect)
+	require.NotContains(t, string(inspect), scriptedKey, "the model key is in docker inspect")
+	acceptanceReplace(t, e, page, "http://127.0.0.1:18081/", bot,
+		func(ref, _ string) { loseDaytona(t, emu, ref) }, startPage, false)
+}
+
+// TestAcceptanceDaytonaDesktop: seed 000's acceptance flow on snapshot
+// desktop (TestAcceptanceE2BDesktop's steps): codex in the sandbox,
+// started through a toolbox session, reaches the scripted model, which
+// finds the page's button in the computer-use screenshots and clicks it;
+// the checkpoint comes back into a desktop replacement after the sandbox
+// is deleted behind the worker's back.
+func TestAcceptanceDaytonaDesktop(t *testing.T) {
+	emu := bothSnapshots(t)
+	dir := openDir(t, "wire-dtdesk-")
+	ms := buildMockserve(t, dir)
+	page := &inContainer{t: t, dir: ms, cookie: mockmodel.NewButtonPage().Cookie}
+	e := templateWorker(t, daytonaEnv(emu, map[string]string{
+		"MODEL_UPSTREAM_URL": "http://127.0.0.1:18080/v1", "MODEL_API_KEY": scriptedKey,
+	}), filepath.Join(dir, "machines"))
+	acceptanceDesktop(t, e, page, daytona.DesktopSnapshot, emutest.DesktopImage(),
+		func(ref string) string { return daytonaContainer(t, ref) }, func(ref string) { loseDaytona(t, emu, ref) })
+}
