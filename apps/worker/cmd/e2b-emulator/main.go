@@ -14,26 +14,18 @@
 package main
 
 import (
-	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"errors"
 	"flag"
-	"fmt"
 	"log"
-	"net"
 	"net/http"
-	"os"
-	"os/signal"
-	"strconv"
-	"strings"
-	"syscall"
 	"time"
 
 	dockerclient "github.com/moby/moby/client"
 
 	"github.com/open-bot/computer/apps/worker/internal/providers/e2b/emulator"
+	"github.com/open-bot/computer/apps/worker/internal/providers/vendorkit/emucmd"
 )
+
+var cmd = emucmd.Cmd{Name: "e2b-emulator", Env: "E2B", KeyPrefix: "e2b_"}
 
 type templateFlags map[string]emulator.Template
 
@@ -41,24 +33,11 @@ func (t templateFlags) String() string { return "" }
 
 // Set parses name=image[,user=USER][,image-entrypoint].
 func (t templateFlags) Set(v string) error {
-	name, rest, ok := strings.Cut(v, "=")
-	if !ok || name == "" || rest == "" {
-		return errors.New("want name=image[,user=USER][,image-entrypoint]")
+	name, im, err := emucmd.ParseImage(v, false)
+	if err != nil {
+		return err
 	}
-	image, opts, _ := strings.Cut(rest, ",")
-	tpl := emulator.Template{Image: image}
-	for _, o := range strings.Split(opts, ",") {
-		switch {
-		case o == "":
-		case strings.HasPrefix(o, "user="):
-			tpl.User = strings.TrimPrefix(o, "user=")
-		case o == "image-entrypoint":
-			tpl.ImageEntrypoint = true
-		default:
-			return fmt.Errorf("unknown template option %q", o)
-		}
-	}
-	t[name] = tpl
+	t[name] = emulator.Template{Image: im.Image, User: im.User, ImageEntrypoint: im.ImageEntrypoint}
 	return nil
 }
 
@@ -71,96 +50,29 @@ func main() {
 	flag.Var(templates, "template", "template mapping name=image[,user=USER][,image-entrypoint] (repeatable; default open-bot and base → open-bot/computer:dev as root, desktop → open-bot/e2b-desktop:dev as user with its own entrypoint)")
 	flag.Parse()
 
-	host, _, err := net.SplitHostPort(*listen)
-	if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
-		log.Fatalf("e2b-emulator: -listen %s: only a loopback address", *listen)
-	}
+	ln := cmd.Listen(*listen)
 	if len(templates) == 0 {
 		templates["open-bot"] = emulator.Template{Image: "open-bot/computer:dev", User: "root"}
 		templates["base"] = emulator.Template{Image: "open-bot/computer:dev", User: "root"}
 		templates["desktop"] = emulator.Template{Image: "open-bot/e2b-desktop:dev", User: "user", ImageEntrypoint: true}
 	}
-	var portList []int
-	for _, p := range strings.Split(*ports, ",") {
-		if p = strings.TrimSpace(p); p == "" {
-			continue
-		}
-		lo, hi, isRange := strings.Cut(p, "-")
-		a, err1 := strconv.Atoi(lo)
-		b := a
-		var err2 error
-		if isRange {
-			b, err2 = strconv.Atoi(hi)
-		}
-		if err1 != nil || err2 != nil || a <= 0 || b < a || b > 65535 {
-			log.Fatalf("e2b-emulator: -ports: bad %q", p)
-		}
-		for i := a; i <= b; i++ {
-			portList = append(portList, i)
-		}
-	}
-	key, err := apiKey(*keyFile)
-	if err != nil {
-		log.Fatalf("e2b-emulator: %v", err)
-	}
+	portList := cmd.Ports(*ports)
+	key := cmd.APIKey(*keyFile)
 	cli, err := dockerclient.New(dockerclient.FromEnv)
 	if err != nil {
-		log.Fatalf("e2b-emulator: docker: %v", err)
+		cmd.Fatalf("docker: %v", err)
 	}
 	emu, err := emulator.New(emulator.Config{
 		APIKey: key, Domain: *domain, Templates: templates, Ports: portList, Docker: cli,
 		Logf: log.Printf,
 	})
 	if err != nil {
-		log.Fatalf("e2b-emulator: %v", err)
+		cmd.Fatalf("%v", err)
 	}
-	srv := &http.Server{Addr: *listen, Handler: emu, ReadHeaderTimeout: 30 * time.Second}
+	srv := &http.Server{Handler: emu, ReadHeaderTimeout: 30 * time.Second}
 	srv.Protocols = new(http.Protocols)
 	srv.Protocols.SetHTTP1(true)
 	srv.Protocols.SetUnencryptedHTTP2(true) // Connect's client streams need HTTP/2
-	ln, err := net.Listen("tcp", *listen)
-	if err != nil {
-		log.Fatalf("e2b-emulator: %v", err)
-	}
 	log.Printf("e2b-emulator: listening on http://%s (E2B_API_URL and E2B_SANDBOX_URL), sandbox domain %s", ln.Addr(), *domain)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	go func() {
-		<-ctx.Done()
-		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-	}()
-	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		log.Fatalf("e2b-emulator: %v", err)
-	}
-	cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := emu.Close(cctx); err != nil {
-		log.Printf("e2b-emulator: removing sandboxes: %v", err)
-	}
-}
-
-func apiKey(keyFile string) (string, error) {
-	if k := os.Getenv("E2B_API_KEY"); k != "" {
-		return k, nil
-	}
-	if f := os.Getenv("E2B_API_KEY_FILE"); f != "" {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			return "", err
-		}
-		return strings.TrimSpace(string(b)), nil
-	}
-	if keyFile == "" {
-		keyFile = os.TempDir() + "/e2b-emulator-key"
-	}
-	buf := make([]byte, 20)
-	_, _ = rand.Read(buf)
-	key := "e2b_" + hex.EncodeToString(buf)
-	if err := os.WriteFile(keyFile, []byte(key+"\n"), 0o600); err != nil {
-		return "", err
-	}
-	fmt.Fprintf(os.Stderr, "e2b-emulator: API key written to %s (E2B_API_KEY_FILE)\n", keyFile)
-	return key, nil
+	cmd.Serve(srv, ln, emu.Close)
 }
