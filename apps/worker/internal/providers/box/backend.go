@@ -551,4 +551,3 @@ func desktopTarget(desktopURL string) (*url.URL, error) {
 	u.RawPath, u.RawQuery, u.Fragment = "", "", ""
 	return u, nil
 }
-
