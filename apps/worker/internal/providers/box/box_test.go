@@ -245,4 +245,10 @@ func TestBoxTTLRefresh(t *testing.T) {
 		require.NoError(t, err)
 		return env.Emulator.ExpiresAt(ref).After(first)
 	}, 30*time.Second, 100*time.Millisecond, "the refresher gave a box in use a new TTL")
+	// Idle: once the last use is past a refresh period, the TTL's end
+	// stays where it is (the box is left to lapse).
+	time.Sleep(time.Second)
+	idle := env.Emulator.ExpiresAt(ref)
+	time.Sleep(1500 * time.Millisecond)
+	require.Equal(t, idle, env.Emulator.ExpiresAt(ref), "an idle box's TTL was refreshed")
 }
