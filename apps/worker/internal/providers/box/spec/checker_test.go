@@ -16,10 +16,10 @@ import (
 // with a status other than the HTTP one, a key that is not a box_ key).
 func TestCheckerFlagsViolations(t *testing.T) {
 	answers := map[string]string{
-		"GET /api/box/v1/boxes/bx_abcdefgh":          `{"ok":true,"type":"box","box":{"id":"bx_abcdefgh","status":"running","ttlSeconds":3600,"createdAt":"2026-01-01T00:00:00Z","expiresAt":"2026-01-01T01:00:00Z"}}`,
-		"GET /api/box/v1/boxes/bx_extrafld":          `{"ok":true,"type":"box","box":{"id":"bx_extrafld","status":"running","ttlSeconds":3600,"createdAt":"2026-01-01T00:00:00Z","ip":"10.0.0.1"}}`,
-		"GET /api/box/v1/boxes/bx_noreqidx":          `{"ok":false,"type":"box.error","status":404,"code":"box_not_found","message":"no"}`,
-		"GET /api/box/v1/boxes/bx_wrongsta":          `{"ok":false,"type":"box.error","status":400,"code":"box_not_found","message":"no","requestId":"r1"}`,
+		"GET /api/box/v1/boxes/bx_abcdefgh":           `{"ok":true,"type":"box","box":{"id":"bx_abcdefgh","status":"running","ttlSeconds":3600,"createdAt":"2026-01-01T00:00:00Z","expiresAt":"2026-01-01T01:00:00Z"}}`,
+		"GET /api/box/v1/boxes/bx_extrafld":           `{"ok":true,"type":"box","box":{"id":"bx_extrafld","status":"running","ttlSeconds":3600,"createdAt":"2026-01-01T00:00:00Z","ip":"10.0.0.1"}}`,
+		"GET /api/box/v1/boxes/bx_noreqidx":           `{"ok":false,"type":"box.error","status":404,"code":"box_not_found","message":"no"}`,
+		"GET /api/box/v1/boxes/bx_wrongsta":           `{"ok":false,"type":"box.error","status":400,"code":"box_not_found","message":"no","requestId":"r1"}`,
 		"POST /api/box/v1/boxes/bx_abcdefgh/commands": `{"ok":true,"type":"box.command","exitCode":0,"stdout":"","stderr":"","timedOut":false}`,
 	}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
