@@ -35,8 +35,8 @@ import (
 )
 
 const (
-	// waitWindow is how long one call waits for a detached command (the
-	// call's own limit is 60 s).
+	// waitWindow is how long one call waits for a detached command by
+	// default (the call's own limit is 60 s; Options.CommandWait).
 	waitWindow = 40
 	// maxOut is the most of a stream one answer carries (base64: 4/3 of
 	// it, within the emulator's 16 MiB).
@@ -201,7 +201,7 @@ func (b *cmdBackend) Exec(ctx context.Context, cmd desktop.Cmd) (desktop.Result,
 		sb.WriteString(`printf %s ` + q(base64.StdEncoding.EncodeToString(in)) + ` | base64 -d >>"$d/in"` + "\n")
 	}
 	sb.WriteString(launch(cmd))
-	sb.WriteString(await(n, waitWindow, maxBytes))
+	sb.WriteString(await(n, b.s.p.wait(), maxBytes))
 	r, err := b.run(ctx, sb.String(), MaxCommandSeconds)
 	for err == nil {
 		if r.ExitCode != 0 {
@@ -212,7 +212,7 @@ func (b *cmdBackend) Exec(ctx context.Context, cmd desktop.Cmd) (desktop.Result,
 			return res, perr
 		}
 		// Still running: poll (the process outlives each call).
-		r, err = b.run(ctx, `d=`+q(d)+"\n"+await(n, waitWindow, maxBytes), MaxCommandSeconds)
+		r, err = b.run(ctx, `d=`+q(d)+"\n"+await(n, b.s.p.wait(), maxBytes), MaxCommandSeconds)
 	}
 	if ctx.Err() != nil {
 		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)

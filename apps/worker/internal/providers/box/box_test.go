@@ -51,7 +51,8 @@ func root(t *testing.T) {
 func TestBoxMachine(t *testing.T) {
 	root(t)
 	env := emutest.Start(t)
-	p := newProvider(t, env, env.APIKey, nil)
+	// One call waits 1 s for a command: anything longer is polled.
+	p := newProvider(t, env, env.APIKey, func(o *box.Options) { o.CommandWait = time.Second })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	ref, err := p.Provision(ctx)
@@ -60,12 +61,18 @@ func TestBoxMachine(t *testing.T) {
 	m, err := p.Reconnect(ctx, ref)
 	require.NoError(t, err)
 
-	r, err := m.Exec(ctx, client.ExecRequest{Argv: []string{"sh", "-c", "id -un; echo \"$X\" >&2; exit 3"}, Env: map[string]string{"X": "it's"}})
+	before := env.Emulator.Commands()
+	r, err := m.Exec(ctx, client.ExecRequest{Argv: []string{"sh", "-c", "sleep 3; echo slept"}, TimeoutMs: 60000})
+	require.NoError(t, err)
+	require.Equal(t, "slept\n", r.Stdout)
+	require.GreaterOrEqual(t, env.Emulator.Commands()-before, 2, "a command past one call's wait is polled with further calls")
+
+	r, err = m.Exec(ctx, client.ExecRequest{Argv: []string{"sh", "-c", "id -un; echo \"$X\" >&2; exit 3"}, Env: map[string]string{"X": "it's"}})
 	require.NoError(t, err)
 	require.Equal(t, 3, r.ExitCode)
 	require.Equal(t, "user\n", r.Stdout)
 	require.Equal(t, "it's\n", r.Stderr)
-	// Past one call's wait window: polled, not cut at 60 s.
+	// Past Box's 60 s limit of one call (BOX_LONG_TEST=1: 70 s more).
 	if os.Getenv("BOX_LONG_TEST") != "" {
 		r, err = m.Exec(ctx, client.ExecRequest{Argv: []string{"sh", "-c", "sleep 70; echo slept"}, TimeoutMs: 120000})
 		require.NoError(t, err)

@@ -69,6 +69,10 @@ type Options struct {
 	Env []string
 	// Log logs (a disabled logger when nil). The key never reaches it.
 	Log *zerolog.Logger
+	// CommandWait is how long one command call waits for a command before
+	// the command is polled with further calls (40 s; whole seconds,
+	// 1..50: each call is at most 60 s).
+	CommandWait time.Duration
 	// Attempts and Backoff tune the retries on 429 and 5xx (4, 500 ms).
 	Attempts int
 	Backoff  time.Duration
@@ -133,6 +137,14 @@ func New(o Options) (*Provider, error) {
 }
 
 func (p *Provider) ttl() int { return int(p.o.TTL / time.Second) }
+
+// wait is CommandWait in seconds.
+func (p *Provider) wait() int {
+	if p.o.CommandWait <= 0 {
+		return waitWindow
+	}
+	return min(50, max(1, int(p.o.CommandWait/time.Second)))
+}
 
 var boxID = regexp.MustCompile(`^bx_[a-z0-9]{8}$`)
 
