@@ -14,13 +14,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"mime/multipart"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/open-bot/computer/apps/worker/internal/providers/vendorkit"
 )
 
 // Errors the API's answers map to.
@@ -77,12 +78,6 @@ func (e *APIError) Unwrap() error {
 	return nil
 }
 
-func retryable(status int) bool {
-	return status == http.StatusTooManyRequests || status == http.StatusBadGateway ||
-		status == http.StatusServiceUnavailable || status == http.StatusGatewayTimeout ||
-		status == http.StatusInternalServerError
-}
-
 // Sandbox is the spec's Sandbox (and SandboxListItem), the fields used.
 type Sandbox struct {
 	ID               string            `json:"id"`
@@ -122,24 +117,8 @@ type api struct {
 	base string // DAYTONA_API_URL, no trailing slash
 	key  *Key
 	hc   *http.Client
-	// retries bounds the extra attempts after a 429/5xx or no answer;
-	// backoff is the first wait (doubled, capped at maxBackoff, jittered;
-	// a Retry-After wins up to the cap).
-	retries    int
-	backoff    time.Duration
-	maxBackoff time.Duration
-	sleep      func(ctx context.Context, d time.Duration) error
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
+	// retry: after a 429/5xx or no answer (vendorkit.Retry).
+	retry vendorkit.Retry
 }
 
 // request is one call: JSON body (or a raw body with its content type).
@@ -166,38 +145,19 @@ func (a *api) do(ctx context.Context, r request) (int, error) {
 		}
 		ct = "application/json"
 	}
-	wait := a.backoff
-	for attempt := 0; ; attempt++ {
-		status, retryAfter, err := a.once(ctx, r, payload, ct)
-		var ae *APIError
-		again := false
-		switch {
-		case err == nil:
-			return status, nil
-		case ctx.Err() != nil:
-			return status, err
-		case errors.As(err, &ae):
-			again = ae.Status == http.StatusTooManyRequests || ae.Status == http.StatusServiceUnavailable ||
-				(r.idempotent && retryable(ae.Status))
-		default:
-			again = r.idempotent
-		}
-		if !again || attempt >= a.retries {
-			if again {
-				return status, fmt.Errorf("%w (gave up after %d attempts)", err, attempt+1)
-			}
-			return status, err
-		}
-		d := wait/2 + rand.N(wait/2+1)
-		if retryAfter > 0 {
-			d = retryAfter
-		}
-		d = min(d, a.maxBackoff)
-		if err := a.sleep(ctx, d); err != nil {
-			return status, fmt.Errorf("daytona: %s: %w", r.op, err)
-		}
-		wait = min(2*wait, a.maxBackoff)
+	return a.retry.Do(ctx, "daytona: "+r.op, r.idempotent, apiStatus, func() (int, time.Duration, error) {
+		return a.once(ctx, r, payload, ct)
+	})
+}
+
+// apiStatus: the status of an answer of the API or the toolbox (not of no
+// answer).
+func apiStatus(err error) (int, bool) {
+	var ae *APIError
+	if errors.As(err, &ae) {
+		return ae.Status, true
 	}
+	return 0, false
 }
 
 func (a *api) once(ctx context.Context, r request, payload []byte, ct string) (int, time.Duration, error) {

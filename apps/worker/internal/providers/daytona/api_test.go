@@ -25,6 +25,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/open-bot/computer/apps/worker/internal/providers/daytona/spec"
+	"github.com/open-bot/computer/apps/worker/internal/providers/vendorkit"
 	"github.com/open-bot/computer/apps/worker/internal/secret"
 )
 
@@ -75,7 +76,7 @@ func testProvider(t *testing.T, script func(w http.ResponseWriter, r *http.Reque
 	require.NoError(t, err)
 	p, err := New(Options{APIURL: srv.URL, Key: k, HTTPClient: &http.Client{Transport: checker}, Transport: checker, ReadyTimeout: 5 * time.Second})
 	require.NoError(t, err)
-	p.api.sleep = func(ctx context.Context, d time.Duration) error { return ctx.Err() }
+	p.api.retry.Sleep = func(ctx context.Context, d time.Duration) error { return ctx.Err() }
 	t.Cleanup(p.Close)
 	return p, s
 }
@@ -173,8 +174,8 @@ func TestAPIErrorMapping(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			p, s := testProvider(t, tc.script)
-			p.api.sleep = sleepCtx
-			p.api.backoff, p.api.maxBackoff = time.Millisecond, time.Millisecond
+			p.api.retry.Sleep = vendorkit.SleepCtx
+			p.api.retry.Backoff, p.api.retry.MaxBackoff = time.Millisecond, time.Millisecond
 			err := tc.call(t.Context(), p)
 			require.Error(t, err)
 			if tc.is != nil {
@@ -205,7 +206,7 @@ func TestAPIRetriesThenSucceeds(t *testing.T) {
 		}
 		_ = json.NewEncoder(w).Encode(map[string]any{"items": []any{item("sbx1", "started"), item("sbx2", "stopped")}, "nextCursor": nil})
 	})
-	p.api.sleep = sleepCtx
+	p.api.retry.Sleep = vendorkit.SleepCtx
 	ls, err := p.List(t.Context())
 	require.NoError(t, err)
 	require.Equal(t, 3, s.count())
@@ -247,8 +248,8 @@ func TestKeyNeverRendered(t *testing.T) {
 	got, err := k.Open()
 	require.NoError(t, err)
 	require.Equal(t, testKey, got)
-	p.api.retries = 1
-	p.api.sleep = func(ctx context.Context, d time.Duration) error { return nil }
+	p.api.retry.Retries = 1
+	p.api.retry.Sleep = func(ctx context.Context, d time.Duration) error { return nil }
 	_, err = p.api.get(t.Context(), "sbx1")
 	require.Error(t, err)
 	require.NotContains(t, err.Error(), testKey)

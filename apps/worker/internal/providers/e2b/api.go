@@ -12,12 +12,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/open-bot/computer/apps/worker/internal/providers/vendorkit"
 )
 
 // Errors the control plane's answers map to.
@@ -76,13 +77,6 @@ func (e *APIError) Unwrap() error {
 	return nil
 }
 
-// retryable: a 429 and the 5xx a busy or restarting control plane answers.
-func retryable(status int) bool {
-	return status == http.StatusTooManyRequests || status == http.StatusBadGateway ||
-		status == http.StatusServiceUnavailable || status == http.StatusGatewayTimeout ||
-		status == http.StatusInternalServerError
-}
-
 // Sandbox is the spec's Sandbox (create and connect answers).
 type Sandbox struct {
 	TemplateID         string  `json:"templateID"`
@@ -132,25 +126,8 @@ type api struct {
 	base string // E2B_API_URL, no trailing slash
 	key  *Key
 	hc   *http.Client
-	// retries bounds the extra attempts after a 429/5xx or a refused
-	// connection; backoff is the first wait (doubled each time, capped at
-	// maxBackoff, jittered; a Retry-After the API sends wins up to the cap).
-	retries    int
-	backoff    time.Duration
-	maxBackoff time.Duration
-	// sleep waits d or until ctx ends (tests shorten it).
-	sleep func(ctx context.Context, d time.Duration) error
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
+	// retry: after a 429/5xx or a refused connection (vendorkit.Retry).
+	retry vendorkit.Retry
 }
 
 // do sends one request (retried per the policy) and decodes a success
@@ -170,42 +147,18 @@ func (a *api) do(ctx context.Context, op, method, path string, query url.Values,
 	if len(query) > 0 {
 		u += "?" + query.Encode()
 	}
-	wait := a.backoff
-	for attempt := 0; ; attempt++ {
-		status, retryAfter, err := a.once(ctx, op, method, u, payload, out)
-		var ae *APIError
-		again := false
-		switch {
-		case err == nil:
-			return status, nil
-		case ctx.Err() != nil:
-			return status, err
-		case errors.As(err, &ae):
-			// 429 and 503 refuse before any work (rate limit, no
-			// capacity): safe to send again, even a create.
-			again = ae.Status == http.StatusTooManyRequests || ae.Status == http.StatusServiceUnavailable ||
-				(idempotent && retryable(ae.Status))
-		default:
-			// No answer at all: retried when idempotent (a create that
-			// got no answer may have made a sandbox).
-			again = idempotent
-		}
-		if !again || attempt >= a.retries {
-			if again {
-				return status, fmt.Errorf("%w (gave up after %d attempts)", err, attempt+1)
-			}
-			return status, err
-		}
-		d := wait/2 + rand.N(wait/2+1)
-		if retryAfter > 0 {
-			d = retryAfter
-		}
-		d = min(d, a.maxBackoff)
-		if err := a.sleep(ctx, d); err != nil {
-			return status, fmt.Errorf("e2b: %s: %w", op, err)
-		}
-		wait = min(2*wait, a.maxBackoff)
+	return a.retry.Do(ctx, "e2b: "+op, idempotent, apiStatus, func() (int, time.Duration, error) {
+		return a.once(ctx, op, method, u, payload, out)
+	})
+}
+
+// apiStatus: the status of an answer of the API (not of no answer).
+func apiStatus(err error) (int, bool) {
+	var ae *APIError
+	if errors.As(err, &ae) {
+		return ae.Status, true
 	}
+	return 0, false
 }
 
 // once is one attempt. A transport error never carries the key: only the

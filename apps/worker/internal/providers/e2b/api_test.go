@@ -122,7 +122,7 @@ func testProvider(t *testing.T, srv *httptest.Server) (*Provider, *[]time.Durati
 	t.Cleanup(p.Close)
 	var mu sync.Mutex
 	waits := &[]time.Duration{}
-	p.api.sleep = func(ctx context.Context, d time.Duration) error {
+	p.api.retry.Sleep = func(ctx context.Context, d time.Duration) error {
 		mu.Lock()
 		*waits = append(*waits, d)
 		mu.Unlock()

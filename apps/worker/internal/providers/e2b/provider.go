@@ -182,8 +182,8 @@ func New(o Options) (*Provider, error) {
 	if o.Log != nil {
 		p.log = o.Log.With().Str("component", "provider_e2b").Logger()
 	}
-	p.api = &api{base: o.APIURL, key: o.Key, hc: o.HTTPClient, retries: o.Retries,
-		backoff: o.Backoff, maxBackoff: 10 * time.Second, sleep: sleepCtx}
+	p.api = &api{base: o.APIURL, key: o.Key, hc: o.HTTPClient, retry: vendorkit.Retry{
+		Retries: o.Retries, Backoff: o.Backoff, MaxBackoff: 10 * time.Second, Sleep: vendorkit.SleepCtx}}
 	return p, nil
 }
 
