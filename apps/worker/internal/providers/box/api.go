@@ -98,16 +98,11 @@ type api struct {
 	backoff time.Duration
 }
 
-// retryable says whether an answer is worth another try: 429 always (the
-// call was not run), 503 always (not accepted), other 5xx only for calls
-// that are safe to repeat (idem).
-func retryable(status int, idem bool) bool {
-	return status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable || (idem && status >= 500)
-}
-
 // do calls method path with body (JSON, nil: none) and decodes a 2xx
-// answer into out. 429 and 5xx are retried (see retryable), honouring
-// Retry-After up to 5 s.
+// answer into out, under vendorkit.Retry: a 429 or 503 is tried again
+// always, another 5xx (or no answer) only for a call that is safe to repeat
+// (idem: not a create, not a command, which may have run), honouring
+// Retry-After.
 func (a *api) do(ctx context.Context, method, path string, idem bool, body, out any) error {
 	var payload []byte
 	if body != nil {
@@ -117,34 +112,18 @@ func (a *api) do(ctx context.Context, method, path string, idem bool, body, out 
 		}
 	}
 	op := method + " " + opPath(path)
-	wait := a.backoff
-	var last error
-	for i := 0; i < max(1, a.attempts); i++ {
-		if i > 0 {
-			if err := sleep(ctx, wait); err != nil {
-				return fmt.Errorf("%w (after %v)", err, last)
-			}
-			wait *= 2
+	retry := vendorkit.Retry{Retries: max(0, a.attempts-1), Backoff: a.backoff, MaxBackoff: 5 * time.Second}
+	statusOf := func(err error) (int, bool) {
+		var e *Error
+		if errors.As(err, &e) {
+			return e.Status, true
 		}
-		status, retryAfter, err := a.once(ctx, method, path, op, payload, out)
-		if err == nil {
-			return nil
-		}
-		last = err
-		if ctx.Err() != nil {
-			return err
-		}
-		if status == 0 && idem {
-			continue // the request may not have arrived: repeat a safe one
-		}
-		if status == 0 || !retryable(status, idem) {
-			return err
-		}
-		if retryAfter > 0 {
-			wait = min(retryAfter, 5*time.Second)
-		}
+		return 0, false
 	}
-	return last
+	_, err := retry.Do(ctx, "box: "+op, idem, statusOf, func() (int, time.Duration, error) {
+		return a.once(ctx, method, path, op, payload, out)
+	})
+	return err
 }
 
 // opPath names a path by its route (ids as {id}), for messages.
@@ -213,16 +192,7 @@ func (a *api) once(ctx context.Context, method, path, op string, payload []byte,
 	return resp.StatusCode, 0, nil
 }
 
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
+func sleep(ctx context.Context, d time.Duration) error { return vendorkit.SleepCtx(ctx, d) }
 
 type boxAnswer struct {
 	Box Box `json:"box"`
