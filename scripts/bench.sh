@@ -154,6 +154,11 @@ BENCHES=(
   # (botd behind the sandbox's preview URL) and snapshot desktop (the
   # command-driven desktop machine over the toolbox), beside docker's.
   "./apps/worker/internal/providers|^BenchmarkDaytonaVsDocker$|1x"
+  # issue 22 (box): provision -> first observation's JPEG (p50/p90 of 2 new
+  # computers) and a full observe (fresh lease; p50/p90 of 20) on the Box
+  # emulator (the command-driven desktop machine over Box's command API)
+  # beside docker, in one run.
+  "./apps/worker/internal/providers|^BenchmarkBoxVsDocker$|1x"
   # issue 23: elements on the 30-page corpus (testdata/elements): per page
   # the visible interactive elements found and hit by a real click at their
   # box centre (goal >= 98 %), the misses, observe with vs without elements

@@ -12,7 +12,9 @@
 # E2B's own service was never tried) with E2B_API_KEY or E2B_API_KEY_FILE;
 # WORKER_PROVIDER=daytona one of Daytona's API at DAYTONA_API_URL (the
 # emulator, apps/worker/cmd/daytona-emulator; Daytona's own service was never
-# tried) with DAYTONA_API_KEY or DAYTONA_API_KEY_FILE. The script prints the worker URL,
+# tried) with DAYTONA_API_KEY or DAYTONA_API_KEY_FILE; WORKER_PROVIDER=box one
+# of Box's API at BOX_API_URL (the emulator, apps/worker/cmd/box-emulator; Box's
+# own service was never tried) with BOX_API_KEY or BOX_API_KEY_FILE. The script prints the worker URL,
 # where its token is and how to start a first run; tokens are never printed.
 # Operator actions (adopt, dashboard sign-in links, attach) go through the
 # worker's operator socket, $DATA_DIR/operator.sock (root or this user only),
@@ -36,8 +38,8 @@ mkdir -p "$STATE_DIR"
 chmod 700 "$STATE_DIR"
 
 want="${WORKER_PROVIDER:-}"
-case "$want" in "" | local | docker | e2b | daytona) ;; *)
-  echo "make run: WORKER_PROVIDER must be local, docker, e2b or daytona (or unset), not \"$want\"" >&2
+case "$want" in "" | local | docker | e2b | daytona | box) ;; *)
+  echo "make run: WORKER_PROVIDER must be local, docker, e2b, daytona or box (or unset), not \"$want\"" >&2
   exit 1
   ;;
 esac
@@ -68,6 +70,13 @@ elif [ "$want" = daytona ]; then
   # builds.
   if [ -z "${DAYTONA_API_KEY:-}${DAYTONA_API_KEY_FILE:-}" ]; then
     echo "make run: WORKER_PROVIDER=daytona needs DAYTONA_API_KEY or DAYTONA_API_KEY_FILE (and DAYTONA_API_URL for the emulator)" >&2
+    exit 1
+  fi
+  [ "$root_debian" != yes ] || bash scripts/provision.sh --build
+elif [ "$want" = box ]; then
+  # box: the machine is a box behind BOX_API_URL; this host only builds.
+  if [ -z "${BOX_API_KEY:-}${BOX_API_KEY_FILE:-}" ]; then
+    echo "make run: WORKER_PROVIDER=box needs BOX_API_KEY or BOX_API_KEY_FILE (and BOX_API_URL for the emulator)" >&2
     exit 1
   fi
   [ "$root_debian" != yes ] || bash scripts/provision.sh --build

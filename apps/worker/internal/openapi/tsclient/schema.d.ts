@@ -529,7 +529,7 @@ export interface components {
         CreateComputerRequest: {
             scope?: components["schemas"]["Scope"];
             kind?: components["schemas"]["ComputerKind"];
-            /** @description A provider kind this worker runs (local, docker, single-screen, attach, e2b, daytona, …); empty: the worker's default. */
+            /** @description A provider kind this worker runs (local, docker, single-screen, attach, e2b, daytona, box, …); empty: the worker's default. */
             provider?: string;
             /** @description An existing botd to attach (the operator's credential only). */
             attach?: {

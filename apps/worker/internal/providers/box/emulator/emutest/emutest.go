@@ -1,0 +1,98 @@
+// Package emutest starts the Box emulator for tests: on 127.0.0.1, on the
+// real Docker engine, with every exchange through a spec.Checker.
+package emutest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"testing"
+	"time"
+
+	dockerclient "github.com/moby/moby/client"
+
+	"github.com/open-bot/computer/apps/worker/internal/providers/box/emulator"
+	"github.com/open-bot/computer/apps/worker/internal/providers/box/spec"
+)
+
+// Server is a running emulator.
+type Server struct {
+	// URL is the emulator's address: BOX_API_URL.
+	URL string
+	// APIKey is the key it accepts (BOX_API_KEY).
+	APIKey   string
+	Emulator *emulator.Emulator
+	Docker   *dockerclient.Client
+	// Checker holds every exchange of Client to box-openapi.yaml; a
+	// violation fails the test.
+	Checker *spec.Checker
+}
+
+// Image is the box image (BOX_IMAGE, else E2B_DESKTOP_IMAGE, default
+// open-bot/e2b-desktop:dev: the stock desktop image).
+func Image() string {
+	if v := os.Getenv("BOX_IMAGE"); v != "" {
+		return v
+	}
+	if v := os.Getenv("E2B_DESKTOP_IMAGE"); v != "" {
+		return v
+	}
+	return "open-bot/e2b-desktop:dev"
+}
+
+// Unavailable skips, or fails under CI=true.
+func Unavailable(t testing.TB, format string, args ...any) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("CI=true but integration prerequisite missing: "+format, args...)
+	}
+	t.Skipf("integration prerequisite missing: "+format, args...)
+}
+
+// Start starts an emulator and removes its boxes when the test ends.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	cli, err := dockerclient.New(dockerclient.FromEnv)
+	if err != nil {
+		Unavailable(t, "docker client: %v", err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := cli.Ping(ctx, dockerclient.PingOptions{NegotiateAPIVersion: true}); err != nil {
+		Unavailable(t, "no Docker engine answers (bash scripts/docker-engine.sh start): %v", err)
+	}
+	if _, err := cli.ImageInspect(ctx, Image()); err != nil {
+		Unavailable(t, "image %s missing (scripts/build-image.sh): %v", Image(), err)
+	}
+	buf := make([]byte, 20)
+	_, _ = rand.Read(buf)
+	key := "box_" + hex.EncodeToString(buf)
+	emu, err := emulator.New(emulator.Config{APIKey: key, Image: Image(), Docker: cli, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(emu)
+	emu.SetBase(srv.URL)
+	t.Cleanup(func() {
+		srv.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := emu.Close(ctx); err != nil {
+			t.Errorf("emulator: removing boxes: %v", err)
+		}
+	})
+	checker, err := spec.NewChecker(http.DefaultTransport, func(err error) {
+		t.Errorf("SPEC VIOLATION: %v", err)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Server{URL: srv.URL, APIKey: key, Emulator: emu, Docker: cli, Checker: checker}
+}
+
+// Client is an HTTP client whose every exchange the Checker validates.
+func (s *Server) Client() *http.Client { return &http.Client{Transport: s.Checker} }
