@@ -108,7 +108,9 @@ func validRecording(in shared.RecordingStart) (fps, secs int, bytes int64, err e
 	if bytes == 0 {
 		bytes = shared.RecordingDefaultMaxBytes
 	}
-	bad := func(f string, a ...any) error { return shared.Errorf(http.StatusBadRequest, shared.CodeBadRequest, f, a...) }
+	bad := func(f string, a ...any) error {
+		return shared.Errorf(http.StatusBadRequest, shared.CodeBadRequest, f, a...)
+	}
 	switch {
 	case fps < 1 || fps > shared.RecordingMaxFPS:
 		err = bad("fps must be between 1 and %d", shared.RecordingMaxFPS)
