@@ -335,6 +335,7 @@ func newWorker(ctx context.Context, c serveConfig, log zerolog.Logger) (*worker,
 	}
 	checkpointer := homes.NewCheckpointer(hs)
 	checkpointer.MaxBytes = maxHome
+	checkpointer.Recordings = c.Getenv("COMPUTER_HOME_RECORDINGS") == "1"
 	getenv := c.Getenv
 	if getenv == nil {
 		getenv = os.Getenv
