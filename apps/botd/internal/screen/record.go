@@ -69,12 +69,16 @@ type recording struct {
 	f       *os.File
 	// reason is set by whoever asks ffmpeg to end (guarded by recordings.mu).
 	reason string
-	done   chan struct{}
+	// ready is closed once proc is set; done once ffmpeg was reaped.
+	ready chan struct{}
+	done  chan struct{}
 }
 
 // recordings is the manager's recordings state.
 type recordings struct {
-	mu sync.Mutex
+	// startMu keeps starts one at a time (one recording per screen).
+	startMu sync.Mutex
+	mu      sync.Mutex
 	// recs are the recordings of this botd's lifetime by id; older files
 	// on disk are listed from the directory.
 	recs map[string]*recording
@@ -141,8 +145,8 @@ func recordArgs(display, fps, secs int) []string {
 		"pipe:1"}
 }
 
-// StartRecording starts recording screen id (under leaseID; the screen is
-// started when it is not running).
+// StartRecording starts recording screen id (the screen is started when it
+// is not running).
 func (m *Manager) StartRecording(ctx context.Context, id string, in shared.RecordingStart) (*shared.Recording, error) {
 	fps, secs, maxBytes, err := validRecording(in)
 	if err != nil {
@@ -150,7 +154,23 @@ func (m *Manager) StartRecording(ctx context.Context, id string, in shared.Recor
 	}
 	rc := m.rec()
 	var out *shared.Recording
-	err = m.WithLease(ctx, id, in.LeaseID, func(ctx context.Context, s *Screen) error {
+	// Recording only watches the screen (like a view-only viewer): it needs
+	// no lease, and one that is named must be the screen's.
+	if err := ValidID(id); err != nil {
+		return nil, err
+	}
+	if in.LeaseID != "" {
+		if _, err := m.leases.Check(id, in.LeaseID); err != nil {
+			return nil, err
+		}
+	}
+	s, err := m.Ensure(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	err = func() error {
+		rc.startMu.Lock()
+		defer rc.startMu.Unlock()
 		rc.mu.Lock()
 		if a := rc.active[id]; a != nil {
 			rc.mu.Unlock()
@@ -179,7 +199,7 @@ func (m *Manager) StartRecording(ctx context.Context, id string, in shared.Recor
 			ID: newRecordingID(now), Screen: id, State: shared.RecordingStateRecording,
 			StartedAt: now.UTC().Format(time.RFC3339Nano), FPS: fps, MaxSeconds: secs, MaxBytes: maxBytes,
 			Codec: shared.RecordingCodec, MediaType: shared.RecordingMediaType,
-		}, started: now, done: make(chan struct{})}
+		}, started: now, ready: make(chan struct{}), done: make(chan struct{})}
 		f, err := createRecording(m.o.Home, rel, r.ID+".mp4", int(u.UID), int(u.GID))
 		if err != nil {
 			return err
@@ -206,6 +226,7 @@ func (m *Manager) StartRecording(ctx context.Context, id string, in shared.Recor
 			return fmt.Errorf("recording: start ffmpeg: %w", err)
 		}
 		r.proc = proc
+		close(r.ready)
 		rc.mu.Lock()
 		rc.recs[r.ID], rc.active[id] = r, r
 		out = r.snapshot(m.o.Home)
@@ -213,7 +234,7 @@ func (m *Manager) StartRecording(ctx context.Context, id string, in shared.Recor
 		go m.waitRecording(r, stderr)
 		m.log.Info().Str("screen", id).Str("recording", r.ID).Int("fps", fps).Int("max_seconds", secs).Int64("max_bytes", maxBytes).Msg("recording started")
 		return nil
-	})
+	}()
 	return out, err
 }
 
@@ -290,6 +311,7 @@ func (r *recording) snapshot(home string) *shared.Recording {
 // ask ends r's ffmpeg cleanly (SIGINT: it writes its last fragment), then
 // kills it after recStopWait, and waits until it was reaped.
 func (r *recording) ask(ctx context.Context) {
+	<-r.ready
 	_ = r.proc.SignalGroup(syscall.SIGINT)
 	t := time.NewTimer(recStopWait)
 	defer t.Stop()
