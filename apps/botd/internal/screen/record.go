@@ -525,12 +525,13 @@ func (m *Manager) recordRoutes(mux *http.ServeMux) {
 }
 
 func (m *Manager) handleRecordStart(w http.ResponseWriter, r *http.Request) {
+	// The screen need not be known yet: a start starts it.
 	var req shared.RecordingStart
-	id, ok := m.screenBody(w, r, &req, 0)
-	if !ok {
+	if err := httpx.DecodeJSON(w, r, &req, 0); err != nil {
+		m.fail(w, r, err)
 		return
 	}
-	rec, err := m.StartRecording(r.Context(), id, req)
+	rec, err := m.StartRecording(r.Context(), r.PathValue("id"), req)
 	if err != nil {
 		m.fail(w, r, err)
 		return
