@@ -29,12 +29,13 @@ import (
 // as the desktop user with that screen's DISPLAY and cookie only) to H.264
 // with libx264's ultrafast preset in a fragmented MP4.
 //
-// Why H.264 ultrafast: measured on this machine at 10 fps on a changing
-// 1280x800 screen, libx264 ultrafast took 0.14 CPU-seconds per second,
-// libx264 veryfast 0.31 and VP9 realtime (cpu-used 8, row-mt) 0.30, with
-// ultrafast's file the middle size; a computer runs several screens on few
-// cores, so CPU decides (make bench: BenchmarkRecording* has the figures).
-// Chromium, Firefox and Safari all play H.264 in MP4.
+// Why H.264 ultrafast: a computer runs several screens on few cores, so
+// CPU decides. Measured here (make bench: BenchmarkRecording, 8 fps, 20 s,
+// 1280x800) libx264 ultrafast took 0.06 CPU-s per second on a terminal
+// running top (12 MB/min) and 0.10 on full-screen noise (56 MB/min); VP9
+// realtime (cpu-used 8, row-mt) took 0.13 (27 MB/min) and 0.57 (151
+// MB/min). A first probe at 10 fps had libx264 veryfast at 0.31 against
+// ultrafast's 0.14. Chromium, Firefox and Safari all play H.264 in MP4.
 //
 // Why fragmented MP4 (empty moov, a fragment every second): a recorder
 // killed mid-way (SIGKILL, a full disk, the display gone) still leaves a
