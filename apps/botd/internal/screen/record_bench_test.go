@@ -72,7 +72,11 @@ func BenchmarkRecording(b *testing.B) {
 		require.NoError(b, err)
 		require.NotZero(b, pid)
 		time.Sleep(2 * time.Second) // let it draw before the window opens
-		return func() { _ = syscall.Kill(-pid, syscall.SIGKILL); _ = syscall.Kill(pid, syscall.SIGKILL); time.Sleep(time.Second) }
+		return func() {
+			_ = syscall.Kill(-pid, syscall.SIGKILL)
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			time.Sleep(time.Second)
+		}
 	}
 	report := func(b *testing.B, cpu, wall float64, bytes int64) {
 		b.ReportMetric(cpu/wall, "cpu/s")
