@@ -58,6 +58,10 @@ BENCHES=(
   # and base64 JPEG to the observation (200 samples: p50/p90/p99; target <=
   # settle + 40 ms), and the RSS/PSS of one idle screen's processes.
   "./apps/botd/internal/screen|BenchmarkScreen|1x"
+  # issue 23.8: recording one screen while it changes (a terminal running
+  # top; full-screen noise), H.264 (what botd records) beside VP9: ffmpeg's
+  # CPU per wall second (cpu/s) and the file's MB per minute.
+  "./apps/botd/internal/screen|BenchmarkRecording|1x"
   # issue 6: /exec round trip for `true` (p50_ms, p99_ms), and export/import
   "./apps/botd/internal/execsvc|BenchmarkExecTrue|500x"
   "./apps/botd/internal/workspace|BenchmarkExportImport|1x"

@@ -55,6 +55,8 @@ packages=(
   dbus-x11 x11-utils x11-xserver-utils
   # the tools botd drives it with
   xdotool scrot x11vnc xauth novnc xclip
+  # screen recordings (x11grab to H.264 in fragmented MP4)
+  ffmpeg
   # the browser and its fonts
   chromium fonts-noto-core fonts-noto-cjk fonts-noto-color-emoji
   # everyday command-line tools for the teammates

@@ -335,6 +335,7 @@ func newWorker(ctx context.Context, c serveConfig, log zerolog.Logger) (*worker,
 	}
 	checkpointer := homes.NewCheckpointer(hs)
 	checkpointer.MaxBytes = maxHome
+	checkpointer.Recordings = c.Getenv != nil && c.Getenv("COMPUTER_HOME_RECORDINGS") == "1"
 	getenv := c.Getenv
 	if getenv == nil {
 		getenv = os.Getenv
@@ -398,6 +399,7 @@ func newWorker(ctx context.Context, c serveConfig, log zerolog.Logger) (*worker,
 			apiMux = mux
 			httpapi.MountTakeover(mux, gate, tk)
 			httpapi.MountCheckpoint(mux, gate, comps)
+			httpapi.MountRecordings(mux, gate, comps)
 			httpapi.MountPool(mux, comps)
 			mountLogin(mux, ppl)
 			mux.Handle(mcp.Path, mcp.Handler(mcp.Options{Computers: comps, Log: log.With().Str("sub", "mcp").Logger()}))

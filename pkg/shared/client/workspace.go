@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 )
 
@@ -42,9 +43,16 @@ var ErrExportRefused = errors.New("botd refused the workspace export")
 // or a reader that returns ErrExportRefused with botd's reason. botd is not
 // trusted to keep it: the caller still counts what it reads.
 func (c *Client) ExportWorkspaceMax(ctx context.Context, maxBytes int64) (io.ReadCloser, error) {
-	p := "/workspace/export"
+	q := url.Values{}
 	if maxBytes > 0 {
-		p += "?maxBytes=" + strconv.FormatInt(maxBytes, 10)
+		q.Set("maxBytes", strconv.FormatInt(maxBytes, 10))
+	}
+	if exportRecordings(ctx) {
+		q.Set("recordings", "1")
+	}
+	p := "/workspace/export"
+	if len(q) > 0 {
+		p += "?" + q.Encode()
 	}
 	resp, err := c.raw(ctx, http.MethodGet, p, nil, "")
 	if err != nil {
@@ -86,4 +94,17 @@ func (c *Client) ImportWorkspace(ctx context.Context, r io.Reader) (WorkspaceSum
 		return sum, fmt.Errorf("botd PUT /workspace/import: decode reply: %w", err)
 	}
 	return sum, nil
+}
+
+type exportRecordingsKey struct{}
+
+// WithExportRecordings marks ctx so an export through it carries the
+// screens' recordings too (botd leaves them out unless asked).
+func WithExportRecordings(ctx context.Context) context.Context {
+	return context.WithValue(ctx, exportRecordingsKey{}, true)
+}
+
+func exportRecordings(ctx context.Context) bool {
+	v, _ := ctx.Value(exportRecordingsKey{}).(bool)
+	return v
 }

@@ -145,6 +145,10 @@ type Manager struct {
 	closed  bool
 	// spare is a started stack the next screen takes (spare.go).
 	spare *spareStack
+
+	// recOnce makes recState, the screens' recordings (record.go).
+	recOnce  sync.Once
+	recState *recordings
 }
 
 // New returns a Manager. Call Run to sweep, Close to stop every screen.

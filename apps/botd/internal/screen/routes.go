@@ -29,6 +29,7 @@ func (m *Manager) Routes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /screens/{id}/clipboard/read", m.handleClipboardRead)
 	mux.HandleFunc("POST /screens/{id}/clipboard/write", m.handleClipboardWrite)
 	mux.HandleFunc("POST /screens/spare", m.handleSpare)
+	m.recordRoutes(mux)
 }
 
 func (m *Manager) fail(w http.ResponseWriter, r *http.Request, err error) {

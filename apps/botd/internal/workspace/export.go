@@ -69,8 +69,9 @@ func (c *capWriter) Write(p []byte) (int, error) {
 // (or the exporter quiesces each browser as it copies its profile).
 // maxBytes (when positive and below what an import reads) caps the
 // archive's bytes: the export stops with a refusedError rather than go
-// beyond it.
-func (s *Service) export(ctx context.Context, w io.Writer, maxBytes int64) (Summary, error) {
+// beyond it. Screen recordings (desktop/screens/<id>/recordings) travel
+// only when recordings is set.
+func (s *Service) export(ctx context.Context, w io.Writer, maxBytes int64, recordings bool) (Summary, error) {
 	home, err := os.OpenRoot(s.o.Home)
 	if err != nil {
 		return Summary{}, err
@@ -86,8 +87,13 @@ func (s *Service) export(ctx context.Context, w io.Writer, maxBytes int64) (Summ
 	if err := e.area(home, wsDir, "bot", false); err != nil {
 		return e.sum, err
 	}
-	if err := e.profiles(home); err != nil {
+	if err := e.profiles(home, "chromium"); err != nil {
 		return e.sum, err
+	}
+	if recordings {
+		if err := e.profiles(home, "recordings"); err != nil {
+			return e.sum, err
+		}
 	}
 	if err := e.cookies(home); err != nil {
 		return e.sum, err
@@ -109,8 +115,9 @@ func (e *exporter) area(base *os.Root, dir, prefix string, profile bool) error {
 	return e.walk(root, ".", prefix, profile)
 }
 
-// profiles archives desktop/screens/<id>/chromium for every screen.
-func (e *exporter) profiles(home *os.Root) error {
+// profiles archives desktop/screens/<id>/<sub> for every screen: sub is
+// chromium (the profile) or recordings.
+func (e *exporter) profiles(home *os.Root, sub string) error {
 	root, err := openArea(home, screensDir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
@@ -137,8 +144,13 @@ func (e *exporter) profiles(home *os.Root) error {
 		if !validScreenID(id) {
 			continue
 		}
-		rel := id + "/chromium"
-		err := e.profile(root, id, rel)
+		rel := id + "/" + sub
+		var err error
+		if sub == "chromium" {
+			err = e.profile(root, id, rel)
+		} else {
+			err = e.area(root, rel, screensDir+"/"+rel, false)
+		}
 		if errors.Is(err, errNotArea) {
 			e.sum.Skipped++ // a link or file where a profile should be
 			continue

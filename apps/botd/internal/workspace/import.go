@@ -48,7 +48,11 @@ const (
 type target struct {
 	kind areaKind
 	id   string // screen id for areaProfile
-	rel  string // relative to the area's root ("." for the root itself)
+	// sub is the screen's directory for areaProfile: "chromium" (its
+	// profile) or "recordings" (its screen recordings, in an archive only
+	// when the export was asked for them).
+	sub string
+	rel string // relative to the area's root ("." for the root itself)
 }
 
 func denied(format string, args ...any) error {
@@ -100,8 +104,8 @@ func classify(name string, isDir bool) (target, error) {
 			if isDir {
 				return target{kind: areaNone}, nil
 			}
-		case len(parts) >= 4 && parts[1] == "screens" && validScreenID(parts[2]) && parts[3] == "chromium":
-			return target{kind: areaProfile, id: parts[2], rel: rest(4)}, nil
+		case len(parts) >= 4 && parts[1] == "screens" && validScreenID(parts[2]) && (parts[3] == "chromium" || parts[3] == "recordings"):
+			return target{kind: areaProfile, id: parts[2], sub: parts[3], rel: rest(4)}, nil
 		}
 	case ".botd":
 		switch {
@@ -111,7 +115,7 @@ func classify(name string, isDir bool) (target, error) {
 			return target{kind: areaCookies, rel: "cookies.json"}, nil
 		}
 	}
-	return target{}, denied("entry %q is outside the portable home (bot/, desktop/screens/<id>/chromium/, .botd/cookies.json)", short(name))
+	return target{}, denied("entry %q is outside the portable home (bot/, desktop/screens/<id>/chromium/ or recordings/, .botd/cookies.json)", short(name))
 }
 
 func short(s string) string {
@@ -261,7 +265,7 @@ func areaError(err error) error {
 
 // area opens (once) the root for t.
 func (im *importer) area(t target) (*area, error) {
-	key := map[areaKind]string{areaWorkspace: "bot", areaCookies: "cookies", areaProfile: "profile/" + t.id}[t.kind]
+	key := map[areaKind]string{areaWorkspace: "bot", areaCookies: "cookies", areaProfile: "profile/" + t.id + "/" + t.sub}[t.kind]
 	if a, ok := im.areas[key]; ok {
 		return a, nil
 	}
@@ -281,12 +285,12 @@ func (im *importer) area(t target) (*area, error) {
 			}
 		}
 		d := im.s.o.Desktop
-		for _, p := range []string{t.id, t.id + "/chromium"} {
+		for _, p := range []string{t.id, t.id + "/" + t.sub} {
 			if err := mkdirOne(im.screens, p, int(d.UID), int(d.GID), 0o700); err != nil {
 				return nil, err
 			}
 		}
-		root, err = openArea(im.screens, t.id+"/chromium")
+		root, err = openArea(im.screens, t.id+"/"+t.sub)
 	}
 	if err != nil {
 		return nil, areaError(err)
@@ -410,7 +414,7 @@ func (im *importer) entry(hdr *tar.Header, tr *tar.Reader) error {
 	if t.kind == areaNone {
 		return nil
 	}
-	if t.kind == areaProfile && Transient(t.rel, isDir) {
+	if t.kind == areaProfile && t.sub == "chromium" && Transient(t.rel, isDir) {
 		im.sum.Skipped++
 		return nil
 	}

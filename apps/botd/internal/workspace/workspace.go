@@ -185,7 +185,7 @@ func (s *Service) Export(ctx context.Context, w io.Writer) (Summary, error) {
 		return Summary{}, err
 	}
 	defer end()
-	return s.export(ctx, w, 0)
+	return s.export(ctx, w, 0, false)
 }
 
 // Import restores the portable home from a tar stream.
@@ -216,6 +216,9 @@ func (s *Service) handleExport(w http.ResponseWriter, r *http.Request) {
 		}
 		maxBytes = n
 	}
+	// ?recordings=1: the screens' recordings travel too (left out by
+	// default: they are large and a replay rarely needs them elsewhere).
+	recordings := r.URL.Query().Get("recordings") == "1"
 	end, err := s.begin(r.Context(), true)
 	if err != nil {
 		httpx.WriteErr(w, err)
@@ -230,7 +233,7 @@ func (s *Service) handleExport(w http.ResponseWriter, r *http.Request) {
 	// says why an export stopped at a limit.
 	w.Header().Set("Trailer", "X-Export-Files, X-Export-Bytes, X-Export-Skipped, X-Export-Error")
 	cw := &countWriter{w: w}
-	sum, err := s.export(r.Context(), cw, maxBytes)
+	sum, err := s.export(r.Context(), cw, maxBytes, recordings)
 	var refused *refusedError
 	if errors.As(err, &refused) {
 		s.o.Log.Warn().Str("reason", refused.reason).Msg("workspace export refused")

@@ -213,6 +213,7 @@ func New(o Options) (*Dashboard, error) {
 	m.HandleFunc("POST "+p+"/api/computers/{id}/bots/{bot}/takeover", d.api(d.handleTake))
 	m.HandleFunc("DELETE "+p+"/api/computers/{id}/bots/{bot}/takeover", d.api(d.handleRelease))
 	m.HandleFunc("GET "+p+"/vnc/{view}", d.handleVNC)
+	d.replayRoutes(m, p, http.StripPrefix(p, http.FileServerFS(static)))
 	d.mux = m
 	return d, nil
 }

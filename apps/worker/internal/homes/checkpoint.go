@@ -30,6 +30,9 @@ type Checkpointer struct {
 	// it, and the stream is counted as it arrives and cut one byte past
 	// it: a larger checkpoint fails and the previous one is kept.
 	MaxBytes int64
+	// Recordings carries the screens' recordings in a checkpoint
+	// (COMPUTER_HOME_RECORDINGS=1); botd leaves them out by default.
+	Recordings bool
 }
 
 // DefaultMaxBytes is the default checkpoint cap: 10 GiB.
@@ -100,6 +103,9 @@ func (c *Checkpointer) Checkpoint(ctx context.Context, homeKey string, m provide
 	}
 	defer unlock()
 	max := c.maxBytes()
+	if c.Recordings {
+		ctx = client.WithExportRecordings(ctx)
+	}
 	var body io.ReadCloser
 	err = c.whileBusy(ctx, func() (err error) {
 		body, err = m.ExportWorkspace(ctx, max)

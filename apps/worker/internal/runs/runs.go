@@ -137,6 +137,9 @@ type StartRequest struct {
 	BotID  string `json:"botId"`
 	Prompt string `json:"prompt"`
 	Model  string `json:"model,omitempty"`
+	// Record records the bot's screen from the run's start to its end
+	// (record.go); the recording stays with the run.
+	Record bool `json:"record,omitempty"`
 }
 
 // Event is one entry of a run's stream.
@@ -172,6 +175,8 @@ type Snapshot struct {
 	StartedAt  time.Time  `json:"startedAt"`
 	EndedAt    *time.Time `json:"endedAt,omitempty"`
 	Takeover   string     `json:"takeoverReason,omitempty"`
+	// Recording is the run's screen recording (record: true).
+	Recording *RunRecording `json:"recording,omitempty"`
 }
 
 // Run is one teammate run.
@@ -234,6 +239,11 @@ func (m *Manager) Start(ctx context.Context, computerID string, req StartRequest
 	if err != nil {
 		return nil, err
 	}
+	if req.Record {
+		if err := canRecord(ctx, machine, req.BotID); err != nil {
+			return nil, err
+		}
+	}
 	id := newID()
 	key := computers.LeaseKey(c, req.BotID)
 	lease, err := m.o.Store.AcquireLease(ctx, key, id, LeaseTTL)
@@ -269,7 +279,12 @@ func (m *Manager) Start(ctx context.Context, computerID string, req StartRequest
 	m.runs[id] = r
 	m.mu.Unlock()
 	go r.renew(rctx)
-	go r.run(rctx, func(ctx context.Context) error { return r.drive(ctx, req.Prompt, model) })
+	go r.run(rctx, func(ctx context.Context) error {
+		if req.Record {
+			r.startRecording(ctx)
+		}
+		return r.drive(ctx, req.Prompt, model)
+	})
 	return r, nil
 }
 
@@ -345,6 +360,9 @@ func (m *Manager) Get(ctx context.Context, computerID, id string) (Snapshot, *Ru
 			if json.Unmarshal(e.Data, &tc) == nil {
 				snap.ToolCalls = append(snap.ToolCalls, tc)
 			}
+		}
+		if e.Type == EventRecording {
+			snap.Recording = recordingFrom(snap.Recording, e.Data)
 		}
 	}
 	return snap, nil, nil
@@ -628,6 +646,7 @@ func (r *Run) run(ctx context.Context, drive func(context.Context) error) {
 	defer func() {
 		rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
+		r.stopRecording(rctx)
 		if r.session != nil {
 			r.session.Release(rctx)
 		}

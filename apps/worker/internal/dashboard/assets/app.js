@@ -151,7 +151,8 @@ function render(state) {
         msg);
     });
     const runs = c.runs.map((r) => h('li', { dataset: { run: r.id } },
-      h('strong', {}, r.botId), ' ', h('span', { class: 'state', dataset: { state: r.state } }, r.state), ' ', h('span', { class: 'muted' }, r.id),
+      h('strong', {}, r.botId), ' ', h('span', { class: 'state', dataset: { state: r.state } }, r.state), ' ', h('span', { class: 'muted' }, r.id), ' ',
+      h('a', { class: 'replay', href: `replay?computer=${encodeURIComponent(c.id)}&run=${encodeURIComponent(r.id)}` }, 'replay'),
       h('div', { class: 'events' }, (r.events || []).slice(-30).map((e) => h('div', {}, `${fmtTime(e.at)} ${e.kind}: ${e.text}`)))));
     return h('section', { class: 'computer', dataset: { computer: c.id } },
       h('h2', {}, c.id, ' ', h('span', { class: 'state', dataset: { state: c.state } }, c.state), ' ',

@@ -268,6 +268,110 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/computers/{id}/bots/{bot}/recordings": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The computer's id (c_…). */
+                id: components["parameters"]["ComputerID"];
+                bot: components["parameters"]["BotID"];
+            };
+            cookie?: never;
+        };
+        /** A bot's screen recordings, oldest first */
+        get: operations["listRecordings"];
+        put?: never;
+        /**
+         * Start recording a bot's screen
+         * @description botd records the bot's screen (started if it is not running) with ffmpeg to H.264 until it is stopped or reaches a cap. It needs no lease: recording only watches. 409 recording_running while the screen already records; 507 disk_full when the home's disk has no room.
+         */
+        post: operations["startRecording"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/computers/{id}/bots/{bot}/recordings/{rec}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The computer's id (c_…). */
+                id: components["parameters"]["ComputerID"];
+                bot: components["parameters"]["BotID"];
+                /** @description A recording id (rec-…). */
+                rec: components["parameters"]["RecordingID"];
+            };
+            cookie?: never;
+        };
+        /**
+         * One recording
+         * @description 404 recording_not_found for an unknown id.
+         */
+        get: operations["getRecording"];
+        put?: never;
+        post?: never;
+        /** Delete a recording (a running one is stopped first) */
+        delete: operations["deleteRecording"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/computers/{id}/bots/{bot}/recordings/{rec}/stop": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The computer's id (c_…). */
+                id: components["parameters"]["ComputerID"];
+                bot: components["parameters"]["BotID"];
+                /** @description A recording id (rec-…). */
+                rec: components["parameters"]["RecordingID"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Stop a recording
+         * @description ffmpeg finishes its last fragment. 409 recording_ended, with the reason in the message, when it already ended (at a cap, a full disk, its screen gone).
+         */
+        post: operations["stopRecording"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/computers/{id}/bots/{bot}/recordings/{rec}/video": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The computer's id (c_…). */
+                id: components["parameters"]["ComputerID"];
+                bot: components["parameters"]["BotID"];
+                /** @description A recording id (rec-…). */
+                rec: components["parameters"]["RecordingID"];
+            };
+            cookie?: never;
+        };
+        /**
+         * The recording's file (video/mp4)
+         * @description Streams the MP4 (a running recording as far as it is written). A Range request is answered 206 with Content-Range.
+         */
+        get: operations["downloadRecording"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/computers/{id}/secrets": {
         parameters: {
             query?: never;
@@ -496,7 +600,7 @@ export interface components {
          * @description A stable, machine-readable code (pkg/shared/errors.go): codes never change meaning; callers branch on them.
          * @enum {string}
          */
-        ErrorCode: "unauthorized" | "forbidden" | "not_found" | "method_not_allowed" | "bad_request" | "invalid_json" | "payload_too_large" | "invalid_action" | "invalid_id" | "user_has_control" | "lease_required" | "conflict" | "MULTI_SCREEN_UNAVAILABLE" | "FS_SANDBOX_DENIED" | "screen_unavailable" | "browser_error" | "timeout" | "unavailable" | "internal" | "window_gone" | "element_not_found" | "element_stale" | "element_covered" | "element_offscreen" | "elements_unavailable" | "TEMPLATE_UNAVAILABLE";
+        ErrorCode: "unauthorized" | "forbidden" | "not_found" | "method_not_allowed" | "bad_request" | "invalid_json" | "payload_too_large" | "invalid_action" | "invalid_id" | "user_has_control" | "lease_required" | "conflict" | "MULTI_SCREEN_UNAVAILABLE" | "FS_SANDBOX_DENIED" | "screen_unavailable" | "browser_error" | "timeout" | "unavailable" | "internal" | "window_gone" | "element_not_found" | "element_stale" | "element_covered" | "element_offscreen" | "elements_unavailable" | "TEMPLATE_UNAVAILABLE" | "recording_not_found" | "recording_running" | "recording_ended" | "disk_full";
         /** @description The one JSON shape of every error response. */
         Error: {
             error: {
@@ -681,6 +785,8 @@ export interface components {
             prompt: string;
             /** @description The model; empty: the worker's (WORKER_MODEL). */
             model?: string;
+            /** @description Record the bot's screen from the run's start to its end (H.264 MP4 kept in the computer's portable home); the run's `recording` names the file. 501 unavailable when the computer's machine cannot record. */
+            record?: boolean;
         };
         /** @enum {string} */
         RunStatus: "queued" | "running" | "waiting_takeover" | "completed" | "failed" | "stopped";
@@ -716,6 +822,7 @@ export interface components {
             endedAt?: string;
             /** @description Why the run waits for a person (waiting_takeover). */
             takeoverReason?: string;
+            recording?: components["schemas"]["RunRecording"];
         };
         RunAnswer: {
             run: components["schemas"]["Run"];
@@ -764,6 +871,64 @@ export interface components {
         LoginLink: {
             /** @description A one-time sign-in link: a secret for the person it is given to. */
             url: string;
+        };
+        /** @description A run's screen recording (record: true). state failed: it did not start or stop, error says why; the run went on. */
+        RunRecording: {
+            id?: string;
+            screen: string;
+            /** @enum {string} */
+            state: "recording" | "stopped" | "failed";
+            /** Format: date-time */
+            startedAt?: string;
+            /** Format: date-time */
+            endedAt?: string;
+            stopReason?: components["schemas"]["RecordingStopReason"];
+            seconds?: number;
+            bytes?: number;
+            error?: string;
+        };
+        /**
+         * @description Why a recording ended: requested (stopped), max_seconds or max_bytes (its cap: the file ends on its last whole fragment, within the cap), disk_full, screen_gone (its screen stopped), failed.
+         * @enum {string}
+         */
+        RecordingStopReason: "requested" | "max_seconds" | "max_bytes" | "disk_full" | "screen_gone" | "failed";
+        RecordingStart: {
+            /** @description Frames per second, 1–30 (default 8). */
+            fps?: number;
+            /** @description Time cap, 1–14400 s (default 3600). */
+            maxSeconds?: number;
+            /** @description Size cap, 262144–2147483648 bytes (default 536870912); the file never exceeds it. */
+            maxBytes?: number;
+        };
+        /** @description A screen recording: H.264 in a fragmented MP4 (a recorder that died still leaves a playable file), kept in the computer's portable home at desktop/screens/<screen>/recordings/ (a checkpoint carries it only with COMPUTER_HOME_RECORDINGS=1). */
+        Recording: {
+            id: string;
+            screen: string;
+            /** @enum {string} */
+            state: "recording" | "stopped";
+            stopReason?: components["schemas"]["RecordingStopReason"];
+            error?: string;
+            /** Format: date-time */
+            startedAt: string;
+            /** Format: date-time */
+            endedAt?: string;
+            seconds: number;
+            bytes: number;
+            fps: number;
+            maxSeconds: number;
+            maxBytes: number;
+            /** @constant */
+            codec: "h264";
+            /** @constant */
+            mediaType: "video/mp4";
+        };
+        RecordingList: {
+            recordings: components["schemas"]["Recording"][];
+        };
+        RecordingDeleted: {
+            id: string;
+            /** @constant */
+            deleted: true;
         };
     };
     responses: {
@@ -884,6 +1049,24 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
+        /** @description The computer's machine cannot do this (unavailable). */
+        NotImplemented: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Error"];
+            };
+        };
+        /** @description The disk that would hold it is full (disk_full). */
+        InsufficientStorage: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Error"];
+            };
+        };
     };
     parameters: {
         /** @description The computer's id (c_…). */
@@ -892,6 +1075,8 @@ export interface components {
         /** @description A bot of the computer. Removal also takes a legacy id with '-' (made before the bot-id rule), which every other route refuses with a message saying to remove it and add it again. */
         BotRef: string;
         RunID: string;
+        /** @description A recording id (rec-…). */
+        RecordingID: string;
     };
     requestBodies: never;
     headers: never;
@@ -1319,6 +1504,228 @@ export interface operations {
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
             500: components["responses"]["Internal"];
+            502: components["responses"]["BadGateway"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    listRecordings: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The computer's id (c_…). */
+                id: components["parameters"]["ComputerID"];
+                bot: components["parameters"]["BotID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The recordings. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RecordingList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            500: components["responses"]["Internal"];
+            501: components["responses"]["NotImplemented"];
+            502: components["responses"]["BadGateway"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    startRecording: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The computer's id (c_…). */
+                id: components["parameters"]["ComputerID"];
+                bot: components["parameters"]["BotID"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RecordingStart"];
+            };
+        };
+        responses: {
+            /** @description The recording, started. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Recording"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            500: components["responses"]["Internal"];
+            501: components["responses"]["NotImplemented"];
+            502: components["responses"]["BadGateway"];
+            503: components["responses"]["Unavailable"];
+            507: components["responses"]["InsufficientStorage"];
+        };
+    };
+    getRecording: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The computer's id (c_…). */
+                id: components["parameters"]["ComputerID"];
+                bot: components["parameters"]["BotID"];
+                /** @description A recording id (rec-…). */
+                rec: components["parameters"]["RecordingID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The recording. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Recording"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            500: components["responses"]["Internal"];
+            501: components["responses"]["NotImplemented"];
+            502: components["responses"]["BadGateway"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    deleteRecording: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The computer's id (c_…). */
+                id: components["parameters"]["ComputerID"];
+                bot: components["parameters"]["BotID"];
+                /** @description A recording id (rec-…). */
+                rec: components["parameters"]["RecordingID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RecordingDeleted"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            500: components["responses"]["Internal"];
+            501: components["responses"]["NotImplemented"];
+            502: components["responses"]["BadGateway"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    stopRecording: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The computer's id (c_…). */
+                id: components["parameters"]["ComputerID"];
+                bot: components["parameters"]["BotID"];
+                /** @description A recording id (rec-…). */
+                rec: components["parameters"]["RecordingID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The recording, stopped. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Recording"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            500: components["responses"]["Internal"];
+            501: components["responses"]["NotImplemented"];
+            502: components["responses"]["BadGateway"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    downloadRecording: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The computer's id (c_…). */
+                id: components["parameters"]["ComputerID"];
+                bot: components["parameters"]["BotID"];
+                /** @description A recording id (rec-…). */
+                rec: components["parameters"]["RecordingID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The file. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "video/mp4": string;
+                };
+            };
+            /** @description The requested range. */
+            206: {
+                headers: {
+                    "Content-Range"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "video/mp4": string;
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            /** @description The range is outside the file. */
+            416: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            500: components["responses"]["Internal"];
+            501: components["responses"]["NotImplemented"];
             502: components["responses"]["BadGateway"];
             503: components["responses"]["Unavailable"];
         };
