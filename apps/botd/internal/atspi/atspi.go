@@ -148,9 +148,11 @@ type Element struct {
 	App string
 	// Interactive: a person acts on it (the corpus clicks these).
 	Interactive bool
-	// Bus and Path name the object on the accessibility bus.
-	Bus  string
-	Path dbus.ObjectPath
+	// Bus and Path name the object on the accessibility bus; TopPath its
+	// top-level window.
+	Bus     string
+	Path    dbus.ObjectPath
+	TopPath dbus.ObjectPath
 }
 
 // ref names one accessible object.
@@ -351,7 +353,7 @@ func (r *Reader) Elements(ctx context.Context, sock string, w, h int) ([]Element
 				continue
 			}
 			e := Element{Element: shared.Element{ID: ID(k.Name, k.Path), Role: role, Name: cut(strings.TrimSpace(k.name)), States: stateNames(k), Box: b},
-				Top: k.top.box, App: k.app, Interactive: interactive, Bus: k.Name, Path: k.Path}
+				Top: k.top.box, App: k.app, Interactive: interactive, Bus: k.Name, Path: k.Path, TopPath: k.top.Path}
 			out = append(out, e)
 		}
 		level = shown
@@ -567,7 +569,9 @@ func mapRole(n *node) (string, bool) {
 				return "", false
 			}
 		case "table cell", "list item", "icon", "tree item":
-			if !n.st.has(stSelectable) && !n.st.has(stFocusable) {
+			// A row's unnamed cells (its expander, its icon) are left
+			// out: the named cell beside them stands for the row.
+			if !n.st.has(stSelectable) && !n.st.has(stFocusable) || strings.TrimSpace(n.name) == "" {
 				return "", false
 			}
 		case "scroll bar", "table column header":
@@ -830,4 +834,131 @@ func cut(s string) string {
 	}
 	r := []rune(s)
 	return string(r[:shared.MaxElementName]) + "…"
+}
+
+// Event is one AT-SPI event a Watcher saw.
+type Event struct {
+	// Sender is the program's bus name, Path the object.
+	Sender string
+	Path   dbus.ObjectPath
+	// Kind is the event's interface member and detail, e.g.
+	// "StateChanged:focused".
+	Kind string
+	// On: for a StateChanged, whether the state was set.
+	On bool
+}
+
+// Watcher collects the AT-SPI events of one accessibility bus (tests: the
+// desktop corpus sees a click land through them). Programs emit events
+// only while a listener is registered with the registry; Watch registers
+// one for object, window and focus events.
+type Watcher struct {
+	c  *dbus.Conn
+	ch chan *dbus.Signal
+	// mu guards seen.
+	mu   sync.Mutex
+	seen []Event
+	done chan struct{}
+}
+
+// Watch starts collecting events on the bus at sock (its own connection).
+func (r *Reader) Watch(ctx context.Context, sock string) (*Watcher, error) {
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "unix", sock)
+	if err != nil {
+		return nil, err
+	}
+	uc := nc.(*net.UnixConn)
+	if err := checkPeer(uc, r.UID); err != nil {
+		uc.Close()
+		return nil, err
+	}
+	c, err := dbus.ConnectUnix(uc)
+	if err != nil {
+		return nil, err
+	}
+	w := &Watcher{c: c, ch: make(chan *dbus.Signal, 1024), done: make(chan struct{})}
+	for _, iface := range []string{"org.a11y.atspi.Event.Object", "org.a11y.atspi.Event.Window", "org.a11y.atspi.Event.Focus"} {
+		if err := c.AddMatchSignalContext(ctx, dbus.WithMatchInterface(iface)); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
+	c.Signal(w.ch)
+	reg := c.Object(registryName, "/org/a11y/atspi/registry")
+	for _, ev := range []string{"object:state-changed", "object:text-caret-moved", "window:", "focus:"} {
+		if err := reg.CallWithContext(ctx, "org.a11y.atspi.Registry.RegisterEvent", 0, ev).Err; err != nil {
+			c.Close()
+			return nil, fmt.Errorf("register %s: %w", ev, err)
+		}
+	}
+	go func() {
+		defer close(w.done)
+		for s := range w.ch {
+			ev := Event{Sender: s.Sender, Path: s.Path}
+			member := s.Name[strings.LastIndex(s.Name, ".")+1:]
+			ev.Kind = member
+			if len(s.Body) >= 2 {
+				if detail, ok := s.Body[0].(string); ok && detail != "" {
+					ev.Kind += ":" + detail
+				}
+				if v, ok := s.Body[1].(int32); ok {
+					ev.On = v != 0
+				}
+			}
+			w.mu.Lock()
+			if len(w.seen) < 100000 {
+				w.seen = append(w.seen, ev)
+			}
+			w.mu.Unlock()
+		}
+	}()
+	return w, nil
+}
+
+// Mark is the number of events seen so far.
+func (w *Watcher) Mark() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.seen)
+}
+
+// Since returns the events seen after mark.
+func (w *Watcher) Since(mark int) []Event {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if mark > len(w.seen) {
+		return nil
+	}
+	return append([]Event(nil), w.seen[mark:]...)
+}
+
+// Close stops watching.
+func (w *Watcher) Close() {
+	w.c.Close()
+}
+
+// AtPoint reports whether AT-SPI's own hit test (Component.
+// GetAccessibleAtPoint from the element's top-level window down to the
+// deepest object) finds element e at screen point p (tests).
+func (r *Reader) AtPoint(ctx context.Context, sock string, e Element, p shared.Point) (bool, error) {
+	c, err := r.conn(ctx, sock)
+	if err != nil {
+		return false, err
+	}
+	cur := ref{Name: e.Bus, Path: e.TopPath}
+	for i := 0; i < 64; i++ {
+		if cur.Path == e.Path {
+			return true, nil
+		}
+		var next ref
+		if err := c.Object(cur.Name, cur.Path).CallWithContext(ctx, ifComponent+".GetAccessibleAtPoint", 0, int32(p.X), int32(p.Y), coordScreen).Store(&next); err != nil {
+			return false, err
+		}
+		if next.Path == "" || next.Path == "/org/a11y/atspi/null" || next == cur {
+			return false, nil
+		}
+		cur = next
+	}
+	return false, nil
 }
