@@ -268,6 +268,7 @@ type node struct {
 	app      string
 	depth    int
 	top      *node
+	parent   *node
 	roleName string
 	name     string
 	st       states
@@ -305,45 +306,19 @@ func (r *Reader) Elements(ctx context.Context, sock string, w, h int) ([]Element
 		next = append(next, n)
 	}
 	level = next
-	// Children of the applications are their top-level windows.
+	// One round per depth: the basics (role, state, name) and the
+	// children of every node of the level, and the boxes of the level
+	// above's showing candidates, all pipelined at once. The children of a
+	// node that turns out not to be showing are dropped unread.
 	var out []Element
-	visited := len(level)
-	for depth := 0; len(level) > 0 && visited < MaxNodes; depth++ {
-		kids, err := r.children(ctx, c, level, MaxNodes-visited)
-		if err != nil {
-			return nil, err
-		}
-		visited += len(kids)
-		if err := r.readBasics(ctx, c, kids); err != nil {
-			return nil, err
-		}
-		// Keep what is showing; read the boxes of what may be listed and
-		// of the top-level windows.
-		var shown, boxed []*node
-		for _, k := range kids {
-			if !k.st.has(stShowing) || !k.st.has(stVisible) || k.st.has(stDefunct) || k.st.has(stIconified) {
-				continue
-			}
-			shown = append(shown, k)
-			if k.top == nil || k.depth == 1 {
-				boxed = append(boxed, k)
-			} else if _, ok := mapRole(k); ok {
-				boxed = append(boxed, k)
-			}
-		}
-		if err := r.readBoxes(ctx, c, boxed); err != nil {
-			return nil, err
-		}
+	emit := func(boxed []*node) {
 		for _, k := range boxed {
 			if k.depth == 1 {
 				continue
 			}
 			role, interactive := mapRole(k)
-			if role == "" {
-				continue
-			}
 			b := k.box
-			if b.W <= 0 || b.H <= 0 || b.X+b.W <= 0 || b.Y+b.H <= 0 || b.X >= w || b.Y >= h {
+			if role == "" || b.W <= 0 || b.H <= 0 || b.X+b.W <= 0 || b.Y+b.H <= 0 || b.X >= w || b.Y >= h {
 				continue
 			}
 			// Cut to the screen (not to the top-level window: an open
@@ -352,11 +327,57 @@ func (r *Reader) Elements(ctx context.Context, sock string, w, h int) ([]Element
 			if b.W <= 0 || b.H <= 0 {
 				continue
 			}
-			e := Element{Element: shared.Element{ID: ID(k.Name, k.Path), Role: role, Name: cut(strings.TrimSpace(k.name)), States: stateNames(k), Box: b},
-				Top: k.top.box, App: k.app, Interactive: interactive, Bus: k.Name, Path: k.Path, TopPath: k.top.Path}
-			out = append(out, e)
+			out = append(out, Element{Element: shared.Element{ID: ID(k.Name, k.Path), Role: role, Name: cut(strings.TrimSpace(k.name)), States: stateNames(k), Box: b},
+				Top: k.top.box, App: k.app, Interactive: interactive, Bus: k.Name, Path: k.Path, TopPath: k.top.Path})
 		}
-		level = shown
+	}
+	kids, err := r.children(ctx, c, level, MaxNodes)
+	if err != nil {
+		return nil, err
+	}
+	visited := len(level) + len(kids)
+	level = kids
+	var boxed []*node
+	for len(level) > 0 || len(boxed) > 0 {
+		var kids []*node
+		var errs [3]error
+		var wg sync.WaitGroup
+		wg.Add(3)
+		go func() { defer wg.Done(); errs[0] = r.readBasics(ctx, c, level) }()
+		go func() { defer wg.Done(); kids, errs[1] = r.children(ctx, c, level, max(0, MaxNodes-visited)) }()
+		go func() { defer wg.Done(); errs[2] = r.readBoxes(ctx, c, boxed) }()
+		wg.Wait()
+		if err := errors.Join(errs[:]...); err != nil {
+			return nil, err
+		}
+		emit(boxed)
+		// What is showing goes on: its children are the next level, and
+		// its box is read with them when it may be listed (or is a
+		// top-level window).
+		shown := map[*node]bool{}
+		boxed = boxed[:0:0]
+		for _, k := range level {
+			if !k.st.has(stShowing) || !k.st.has(stVisible) || k.st.has(stDefunct) || k.st.has(stIconified) {
+				continue
+			}
+			// A closed menu's items are not showing: not read at all
+			// (GTK keeps every menu's items in the tree; an open menu
+			// is selected).
+			shown[k] = k.roleName != "menu" || k.st.has(stSelected) || k.st.has(stExpanded)
+			if k.depth == 1 {
+				boxed = append(boxed, k)
+			} else if role, _ := mapRole(k); role != "" {
+				boxed = append(boxed, k)
+			}
+		}
+		var next []*node
+		for _, k := range kids {
+			if shown[k.parent] {
+				next = append(next, k)
+			}
+		}
+		visited += len(next)
+		level = next
 	}
 	if err := r.readValues(ctx, c, out); err != nil {
 		return nil, err
@@ -463,7 +484,7 @@ func (r *Reader) children(ctx context.Context, c *dbus.Conn, ns []*node, budget 
 			if k.Name == "" || k.Path == "" || k.Path == "/org/a11y/atspi/null" {
 				continue
 			}
-			kn := &node{ref: k, app: p.app, depth: p.depth + 1, top: p.top}
+			kn := &node{ref: k, app: p.app, depth: p.depth + 1, top: p.top, parent: p}
 			if p.depth == 0 {
 				kn.top = kn // a top-level window is its own
 			}

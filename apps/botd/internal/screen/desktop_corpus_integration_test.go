@@ -1,9 +1,12 @@
 package screen
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
@@ -85,28 +88,14 @@ type deskResult struct {
 	kinds                  map[string]int
 }
 
-func TestIntegrationDesktopCorpus(t *testing.T) {
-	if testing.Short() {
-		t.Skip("the desktop corpus is long")
-	}
-	e := newDeskIT(t, deskDisplayBase+4, deskViewPortBase+20)
-	ctx := testenv.Context(t, 8*time.Minute)
-	mux := http.NewServeMux()
-	e.m.Routes(mux)
-	const id = "dcorp"
-	_, err := e.m.Register(id)
-	require.NoError(t, err)
-	l, err := e.m.Leases().Acquire(id, lease.Agent, "run", 30*time.Minute)
-	require.NoError(t, err)
-	_, err = e.m.Ensure(ctx, id)
-	require.NoError(t, err)
-
+// runDeskCorpus runs the corpus on screen id (running, leased by leaseID).
+func runDeskCorpus(tb testing.TB, ctx context.Context, e *itEnv, mux http.Handler, id string, l lease.Lease) []deskResult {
 	read := func() []atspi.Element {
-		t.Helper()
+		tb.Helper()
 		rctx, cancel := context.WithTimeout(ctx, ElementsTimeout)
 		defer cancel()
 		list, _, _, err := e.m.DesktopElements(rctx, id)
-		require.NoError(t, err)
+		require.NoError(tb, err)
 		return list
 	}
 	// The panel registers its bus as the session starts.
@@ -119,19 +108,19 @@ func TestIntegrationDesktopCorpus(t *testing.T) {
 			rd, sock = r, s
 			break
 		}
-		require.True(t, time.Now().Before(deadline), "the panel's elements never came: %v %+v", err, list)
+		require.True(tb, time.Now().Before(deadline), "the panel's elements never came: %v %+v", err, list)
 		time.Sleep(200 * time.Millisecond)
 	}
 	w, err := rd.Watch(ctx, sock)
-	require.NoError(t, err)
+	require.NoError(tb, err)
 	defer w.Close()
 
 	act := func(a map[string]any) apiResp {
-		return call(t, mux, "POST", "/screens/"+id+"/act", map[string]any{"leaseId": l.ID, "actions": []any{a}})
+		return callTB(tb, mux, "POST", "/screens/"+id+"/act", map[string]any{"leaseId": l.ID, "actions": []any{a}})
 	}
 	windows := func() []shared.Window {
 		ws, err := e.m.Windows(ctx, id, l.ID)
-		require.NoError(t, err)
+		require.NoError(tb, err)
 		return ws
 	}
 	// restore closes menus and the windows a click opened, and gives the
@@ -180,9 +169,9 @@ func TestIntegrationDesktopCorpus(t *testing.T) {
 		res := deskResult{name: p.name, expected: len(p.expect), kinds: map[string]int{}}
 		if p.launch != "" {
 			r := act(map[string]any{"type": "wait", "ms": 1})
-			require.Equal(t, http.StatusOK, r.status, r.body)
-			r = call(t, mux, "POST", "/screens/"+id+"/launch", map[string]any{"leaseId": l.ID, "app": p.launch})
-			require.Equal(t, http.StatusOK, r.status, r.body)
+			require.Equal(tb, http.StatusOK, r.status, r.body)
+			r = callTB(tb, mux, "POST", "/screens/"+id+"/launch", map[string]any{"leaseId": l.ID, "app": p.launch})
+			require.Equal(tb, http.StatusOK, r.status, r.body)
 		}
 		openMenu := func() {}
 		if p.menu != "" {
@@ -221,7 +210,7 @@ func TestIntegrationDesktopCorpus(t *testing.T) {
 		}
 		if res.found < len(p.expect) {
 			for _, el := range list {
-				t.Logf("  %s listed: %s %s %q %v", p.name, el.App, el.Role, el.Name, el.States)
+				tb.Logf("  %s listed: %s %s %q %v", p.name, el.App, el.Role, el.Name, el.States)
 			}
 		}
 		// The program's window(s) now, for restore.
@@ -373,6 +362,39 @@ func TestIntegrationDesktopCorpus(t *testing.T) {
 		results = append(results, res)
 	}
 
+	return results
+}
+
+// callTB is call for tests and benchmarks.
+func callTB(tb testing.TB, h http.Handler, method, path string, body any) apiResp {
+	tb.Helper()
+	b, err := json.Marshal(body)
+	require.NoError(tb, err)
+	req := httptest.NewRequest(method, path, bytes.NewReader(b))
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	out := apiResp{status: rec.Code}
+	_ = json.Unmarshal(rec.Body.Bytes(), &out.body)
+	return out
+}
+
+func TestIntegrationDesktopCorpus(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the desktop corpus is long")
+	}
+	e := newDeskIT(t, deskDisplayBase+4, deskViewPortBase+20)
+	ctx := testenv.Context(t, 8*time.Minute)
+	mux := http.NewServeMux()
+	e.m.Routes(mux)
+	const id = "dcorp"
+	_, err := e.m.Register(id)
+	require.NoError(t, err)
+	l, err := e.m.Leases().Acquire(id, lease.Agent, "run", 30*time.Minute)
+	require.NoError(t, err)
+	_, err = e.m.Ensure(ctx, id)
+	require.NoError(t, err)
+
+	results := runDeskCorpus(t, ctx, e, mux, id, l)
 	totalExp, totalFound, totalClicked, totalHit := 0, 0, 0, 0
 	for _, r := range results {
 		totalExp += r.expected
