@@ -179,6 +179,37 @@ func TestIntegrationDesktopElements(t *testing.T) {
 	r = call(t, mux, "POST", "/screens/dka/act", map[string]any{"leaseId": la.ID, "actions": []any{map[string]any{"type": "keypress", "keys": []string{"Escape"}}}})
 	require.Equal(t, http.StatusOK, r.status, r.body)
 
+	// A window over the editor's File item: element_covered, nothing
+	// clicked.
+	r = call(t, mux, "POST", "/screens/dka/launch", map[string]any{"leaseId": la.ID, "app": "terminal"})
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	ws := waitWindows(t, mux, "dka", la.ID, "the terminal open", func(ws []winWindow) bool { return findApp(ws, "Xfce4-terminal") != nil })
+	term := findApp(ws, "Xfce4-terminal")
+	r = call(t, mux, "POST", "/screens/dka/act", map[string]any{"leaseId": la.ID, "actions": []any{map[string]any{"type": "move_window", "window": term.ID, "x": file.Box.X - 40, "y": file.Box.Y - 40}}})
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	waitWindows(t, mux, "dka", la.ID, "the terminal over the File item", func(ws []winWindow) bool {
+		w := findApp(ws, "Xfce4-terminal")
+		return w != nil && w.Box.X == file.Box.X-40 && w.Box.Y == file.Box.Y-40
+	})
+	covered := deskObserve(t, mux, "dka", la.ID)
+	for _, el := range covered {
+		require.NotEqual(t, file.ID, el.ID, "a covered element is listed: %+v", el)
+	}
+	r = call(t, mux, "POST", "/screens/dka/act", map[string]any{"leaseId": la.ID, "actions": []any{map[string]any{"type": "click", "element": file.ID}}})
+	require.Contains(t, fmt.Sprint(r.body), string(shared.CodeElementCovered), "%d %v", r.status, r.body)
+	r = call(t, mux, "POST", "/screens/dka/act", map[string]any{"leaseId": la.ID, "actions": []any{map[string]any{"type": "close_window", "window": term.ID}}})
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	waitWindows(t, mux, "dka", la.ID, "the terminal closed", func(ws []winWindow) bool { return findApp(ws, "Xfce4-terminal") == nil })
+
+	// The editor closed: its File item is element_stale.
+	ed := findApp(listWindows(t, mux, "dka", la.ID), "Mousepad")
+	require.NotNil(t, ed)
+	r = call(t, mux, "POST", "/screens/dka/act", map[string]any{"leaseId": la.ID, "actions": []any{map[string]any{"type": "close_window", "window": ed.ID}}})
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	waitWindows(t, mux, "dka", la.ID, "the editor closed", func(ws []winWindow) bool { return findApp(ws, "Mousepad") == nil })
+	r = call(t, mux, "POST", "/screens/dka/act", map[string]any{"leaseId": la.ID, "actions": []any{map[string]any{"type": "click", "element": file.ID}}})
+	require.Contains(t, fmt.Sprint(r.body), string(shared.CodeElementStale), "%d %v", r.status, r.body)
+
 	// Unknown id: element_not_found; the lease still acts.
 	r = call(t, mux, "POST", "/screens/dka/act", map[string]any{"leaseId": la.ID, "actions": []any{map[string]any{"type": "click", "element": "d00000000ff"}}})
 	require.Contains(t, fmt.Sprint(r.body), string(shared.CodeElementNotFound), "%d %v", r.status, r.body)
