@@ -108,7 +108,8 @@ func waitElem(t *testing.T, mux http.Handler, id, leaseID, what string, ok func(
 // the screen's own bus, in screen pixels and with stable ids; a click by
 // element id opens its menu (AT-SPI says so); a password field never
 // carries its value; another screen's programs never show; unknown and
-// stale ids are clear errors with the lease unharmed.
+// stale ids are clear errors with the lease unharmed; type into an element
+// focuses it and its value shows the text.
 func TestIntegrationDesktopElements(t *testing.T) {
 	e := newDeskIT(t, deskDisplayBase, deskViewPortBase)
 	ctx := testenv.Context(t, 4*time.Minute)
@@ -209,6 +210,18 @@ func TestIntegrationDesktopElements(t *testing.T) {
 	waitWindows(t, mux, "dka", la.ID, "the editor closed", func(ws []winWindow) bool { return findApp(ws, "Mousepad") == nil })
 	r = call(t, mux, "POST", "/screens/dka/act", map[string]any{"leaseId": la.ID, "actions": []any{map[string]any{"type": "click", "element": file.ID}}})
 	require.Contains(t, fmt.Sprint(r.body), string(shared.CodeElementStale), "%d %v", r.status, r.body)
+
+	// type into an element (screen b's editor): botd clicks it, gives it
+	// the focus through AT-SPI, types; its value says so.
+	r = call(t, mux, "POST", "/screens/dkb/launch", map[string]any{"leaseId": lb.ID, "app": "editor"})
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	text, _ := waitElem(t, mux, "dkb", lb.ID, "screen b's editor text", func(e shared.Element) bool { return e.Role == "textbox" })
+	r = call(t, mux, "POST", "/screens/dkb/act", map[string]any{"leaseId": lb.ID, "actions": []any{map[string]any{"type": "type", "element": text.ID, "text": "hello desktop"}}})
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	require.NotContains(t, fmt.Sprint(r.body["results"]), "element_", "%v", r.body)
+	waitElem(t, mux, "dkb", lb.ID, "the typed value", func(e shared.Element) bool {
+		return e.ID == text.ID && e.Value != nil && *e.Value == "hello desktop"
+	})
 
 	// Unknown id: element_not_found; the lease still acts.
 	r = call(t, mux, "POST", "/screens/dka/act", map[string]any{"leaseId": la.ID, "actions": []any{map[string]any{"type": "click", "element": "d00000000ff"}}})
