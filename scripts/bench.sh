@@ -170,6 +170,11 @@ BENCHES=(
   # JPEG; and the box sources compared (one DOMSnapshot vs getBoxModel per
   # node). Printed again as the elements table.
   "./apps/botd/internal/browser|^BenchmarkElements$|1x"
+  # issue 23, desktop programs: the desktop corpus (the panel, mousepad, one
+  # of its menus, xfce4-terminal, Thunar) found and hit through AT-SPI per
+  # program (goal >= 90 %), the misses, and observe with vs without
+  # elements on that desktop (p50/p90) with the JSON beside the JPEG.
+  "./apps/botd/internal/screen|^BenchmarkDesktopElements$|1x"
   # issue 24.3 (warm pool): per provider (local, docker; docker needs the
   # image), side by side: create -> first observe (create, add a bot, its
   # first computer_observe) p50/p90 of 6 without a pool (cold-) and from
@@ -212,12 +217,17 @@ floors_awk='/^BenchmarkColdStart|^BenchmarkSyncRoundRealBrowsers/ {
   else printf "%-44s %10s %10s %7.2fx %6s\n", "CookieSync round, 4 browsers (getCookies)", v["p50_ms"], v["floor-p50_ms"], v["x-floor"], "2x"
 }'
 # issue 23: the elements corpus table, as BenchmarkElements logged it.
-elements_awk='/elements-table: |elements-boxes: / {
+elements_awk='!/desktop-elements-table: / && /elements-table: |elements-boxes: / {
   if (!hdr) { printf "\nelements: per corpus page (found+hit of the visible interactive elements; observe ms with/without elements; sizes)\n"; hdr = 1 }
   line = $0; sub(/^.*elements-(table|boxes): /, "", line); print line
 }'
+# issue 23: the desktop corpus table, as BenchmarkDesktopElements printed it.
+desktop_elements_awk='/desktop-elements-table: / {
+  if (!hdr) { printf "\ndesktop elements: per program (found of the listed controls, hit of the clicked elements via AT-SPI); observe ms with/without\n"; hdr = 1 }
+  line = $0; sub(/^.*desktop-elements-table: /, "", line); print line
+}'
 # Check the table programs now, not after an hour of benchmarks.
-for prog in "$table_awk" "$egress_awk" "$floors_awk" "$elements_awk"; do awk "$prog" </dev/null; done
+for prog in "$table_awk" "$egress_awk" "$floors_awk" "$elements_awk" "$desktop_elements_awk"; do awk "$prog" </dev/null; done
 
 # The machine may be shared: say how loaded it was around the run.
 load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
@@ -248,4 +258,5 @@ awk "$table_awk" "$out"
 awk "$egress_awk" "$out"
 awk "$floors_awk" "$out"
 awk "$elements_awk" "$out"
+awk "$desktop_elements_awk" "$out"
 printf '\nload average before: %s   after: %s   (%s cores)\n' "$load_before" "$(cut -d' ' -f1-3 /proc/loadavg)" "$(nproc)"

@@ -53,6 +53,9 @@ packages=(
   # the desktop
   xvfb xfce4-session xfwm4 xfce4-panel xfdesktop4 thunar xfce4-terminal mousepad
   dbus-x11 x11-utils x11-xserver-utils
+  # desktop elements: each screen's accessibility bus (the session bus
+  # activates at-spi-bus-launcher) and GTK's bridge onto it
+  at-spi2-core libatk-adaptor
   # the tools botd drives it with
   xdotool scrot x11vnc xauth novnc xclip
   # screen recordings (x11grab to H.264 in fragmented MP4)

@@ -21,6 +21,7 @@ require (
 	github.com/cilium/ebpf v0.22.0
 	github.com/coder/websocket v1.8.15
 	github.com/creack/pty v1.1.24
+	github.com/godbus/dbus/v5 v5.2.4
 	github.com/hashicorp/yamux v0.1.2
 	github.com/open-bot/computer/apps/worker v0.0.0
 	github.com/rs/zerolog v1.35.1

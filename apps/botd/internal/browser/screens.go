@@ -310,6 +310,9 @@ func (bs *Screens) start(sm *screen.Manager, id string, op *startOp) {
 			}
 		}
 	}
+	// No AT-SPI bridge in Chromium: its elements come over DevTools, and
+	// its accessibility tree on the screen's bus would only cost.
+	keep = append(keep, "NO_AT_BRIDGE=1")
 	u := bs.o.Desktop
 	log := bs.o.Log
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

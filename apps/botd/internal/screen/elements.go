@@ -40,6 +40,9 @@ func (m *Manager) SetElements(src ElementSource) {
 func (m *Manager) elementSource() ElementSource {
 	m.elemMu.Lock()
 	defer m.elemMu.Unlock()
+	if d := m.deskLocked(); d != nil {
+		return &combined{m: m, browser: m.elements, desk: d}
+	}
 	return m.elements
 }
 

@@ -122,9 +122,10 @@ type Manager struct {
 	blocked      func(id string) []any
 	browserState func(id string) shared.ProcessState
 
-	// elemMu guards elements.
+	// elemMu guards elements and desk.
 	elemMu   sync.Mutex
 	elements ElementSource
+	desk     *desktopElems // desktop_elements.go
 
 	// launchMu guards launchers.
 	launchMu  sync.Mutex

@@ -97,8 +97,10 @@ func (b *procBackend) env(slot int, runDir string) []string {
 		"XDG_CURRENT_DESKTOP=XFCE",
 		"XDG_SESSION_DESKTOP=xfce",
 		"XDG_SESSION_TYPE=x11",
-		// No accessibility bus: it costs two processes per screen.
-		"NO_AT_BRIDGE=1",
+		// No NO_AT_BRIDGE: GTK programs export their trees on the
+		// screen's accessibility bus (the session bus activates
+		// at-spi-bus-launcher), where botd reads desktop elements
+		// (desktop_elements.go). Chromium alone keeps it off.
 	}, m.o.ExtraEnv...)
 }
 
