@@ -19,14 +19,12 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/subtle"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httputil"
-	"net/netip"
 	"net/url"
 	"sort"
 	"strconv"
@@ -36,9 +34,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/moby/moby/api/pkg/stdcopy"
-	"github.com/moby/moby/api/types/container"
-	"github.com/moby/moby/api/types/network"
 	dockerclient "github.com/moby/moby/client"
+	"github.com/open-bot/computer/apps/worker/internal/providers/vendorkit/emukit"
 )
 
 // Base is the API's base path.
@@ -76,9 +73,13 @@ type Emulator struct {
 	fail []int
 	// commands counts the commands run (tests).
 	commands int
-	baseMu   sync.Mutex
-	base     string
+	// base is the emulator's own URL as clients reach it.
+	base emukit.Base
 }
+
+// SetBase sets the URL clients reach the emulator at (desktop URLs are
+// made from it).
+func (e *Emulator) SetBase(u string) { e.base.Set(u) }
 
 type box struct {
 	id             string
@@ -116,23 +117,6 @@ func New(cfg Config) (*Emulator, error) {
 	e.routes()
 	go e.reaper()
 	return e, nil
-}
-
-// SetBase sets the URL clients reach the emulator at (desktop URLs are
-// made from it).
-func (e *Emulator) SetBase(u string) {
-	e.baseMu.Lock()
-	e.base = strings.TrimRight(u, "/")
-	e.baseMu.Unlock()
-}
-
-func (e *Emulator) baseURL(r *http.Request) string {
-	e.baseMu.Lock()
-	defer e.baseMu.Unlock()
-	if e.base != "" {
-		return e.base
-	}
-	return "http://" + r.Host
 }
 
 // FailNext makes the next len(statuses) API requests (after their key is
@@ -190,13 +174,7 @@ func (e *Emulator) Close(ctx context.Context) error {
 	}
 	e.boxes = map[string]*box{}
 	e.mu.Unlock()
-	var errs []error
-	for _, c := range cs {
-		if _, err := e.cfg.Docker.ContainerRemove(ctx, c, dockerclient.ContainerRemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !strings.Contains(err.Error(), "No such container") {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
+	return emukit.RemoveAll(ctx, e.cfg.Docker, cs)
 }
 
 // ServeHTTP implements http.Handler.
@@ -220,16 +198,10 @@ func (e *Emulator) routes() {
 
 // ---- envelope ----
 
-func requestID() string { return "req_" + randomHex(16) }
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
-}
+func requestID() string { return "req_" + emukit.RandomHex(16) }
 
 func writeError(w http.ResponseWriter, status int, code, format string, args ...any) {
-	writeJSON(w, status, map[string]any{"ok": false, "type": "box.error", "status": status, "code": code,
+	emukit.WriteJSON(w, status, map[string]any{"ok": false, "type": "box.error", "status": status, "code": code,
 		"message": fmt.Sprintf(format, args...), "requestId": requestID()})
 }
 
@@ -286,7 +258,7 @@ func (e *Emulator) view(b *box) boxJSON {
 }
 
 func (e *Emulator) answer(w http.ResponseWriter, status int, b *box) {
-	writeJSON(w, status, map[string]any{"ok": true, "type": "box", "box": e.view(b)})
+	emukit.WriteJSON(w, status, map[string]any{"ok": true, "type": "box", "box": e.view(b)})
 }
 
 // ---- bodies ----
@@ -351,7 +323,7 @@ func (e *Emulator) list(w http.ResponseWriter, r *http.Request) {
 	for _, b := range bs {
 		out = append(out, e.view(b))
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "type": "box.list", "boxes": out})
+	emukit.WriteJSON(w, http.StatusOK, map[string]any{"ok": true, "type": "box.list", "boxes": out})
 }
 
 func (e *Emulator) get(w http.ResponseWriter, r *http.Request) {
@@ -383,30 +355,20 @@ func (e *Emulator) create(w http.ResponseWriter, r *http.Request) {
 	e.answer(w, http.StatusCreated, b)
 }
 
-// keepAlive is the box's main process when the image's own is not used.
+// emukit.KeepAlive is the box's main process when the image's own is not used.
 func (e *Emulator) startContainer(ctx context.Context, b *box) (string, error) {
-	p := network.MustParsePort(strconv.Itoa(DesktopPort) + "/tcp")
-	opts := dockerclient.ContainerCreateOptions{
-		Name: "box-emu-" + b.id,
-		Config: &container.Config{
-			Image: e.cfg.Image, Hostname: "box", Labels: map[string]string{Label: b.id},
-			ExposedPorts: network.PortSet{p: struct{}{}},
-		},
-		HostConfig: &container.HostConfig{
-			PortBindings: network.PortMap{p: []network.PortBinding{{HostIP: netip.MustParseAddr("127.0.0.1")}}},
-			Tmpfs:        map[string]string{"/tmp": "rw,nosuid,nodev,mode=1777", "/tmp/.X11-unix": "rw,nosuid,nodev,mode=1777"},
-			ShmSize:      1 << 30,
-		},
-	}
-	r, err := e.cfg.Docker.ContainerCreate(ctx, opts)
+	id, ports, err := emukit.Create(ctx, e.cfg.Docker, emukit.Container{
+		Name: "box-emu-" + b.id, Image: e.cfg.Image, Hostname: "box",
+		Label: Label, ID: b.id, Ports: []int{DesktopPort}, ImageEntrypoint: true,
+	})
 	if err != nil {
 		return "", err
 	}
-	if err := e.boot(ctx, b, r.ID); err != nil {
-		_, _ = e.cfg.Docker.ContainerRemove(context.WithoutCancel(ctx), r.ID, dockerclient.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+	if err := e.boot(ctx, b, id, ports); err != nil {
+		_ = emukit.Remove(context.WithoutCancel(ctx), e.cfg.Docker, id)
 		return "", err
 	}
-	return r.ID, nil
+	return id, nil
 }
 
 // desktopBoot brings display :0 up (Xvfb and an XFCE session), waiting
@@ -423,23 +385,10 @@ if ! up; then
   i=0; while [ "$(DISPLAY=:0 xprop -root _NET_CLIENT_LIST 2>/dev/null | tr ',' '\n' | grep -c 0x)" -lt 2 ]; do i=$((i+1)); [ $i -gt 300 ] && break; sleep 0.1; done
 fi`
 
-// boot starts the container, reads its desktop port and brings :0 up.
-func (e *Emulator) boot(ctx context.Context, b *box, id string) error {
-	if _, err := e.cfg.Docker.ContainerStart(ctx, id, dockerclient.ContainerStartOptions{}); err != nil {
-		return err
-	}
-	c, err := e.cfg.Docker.ContainerInspect(ctx, id, dockerclient.ContainerInspectOptions{})
-	if err != nil {
-		return err
-	}
-	hostPort := ""
-	if c.Container.NetworkSettings != nil {
-		for _, hb := range c.Container.NetworkSettings.Ports[network.MustParsePort(strconv.Itoa(DesktopPort)+"/tcp")] {
-			if hb.HostIP.IsLoopback() && hb.HostPort != "" {
-				hostPort = "127.0.0.1:" + hb.HostPort
-			}
-		}
-	}
+// boot brings :0 up in the started container id (ports: its published
+// ports) and records the desktop port.
+func (e *Emulator) boot(ctx context.Context, b *box, id string, ports map[int]string) error {
+	hostPort := ports[DesktopPort]
 	if hostPort == "" {
 		return errors.New("the desktop port is not published on 127.0.0.1")
 	}
@@ -451,7 +400,7 @@ func (e *Emulator) boot(ctx context.Context, b *box, id string) error {
 		return fmt.Errorf("desktop :0: exit %d: %s", res.code, res.stderr)
 	}
 	e.mu.Lock()
-	b.desktopPort, b.desktopSecret, b.desktopStarted = hostPort, randomHex(32), false
+	b.desktopPort, b.desktopSecret, b.desktopStarted = hostPort, emukit.RandomHex(32), false
 	e.mu.Unlock()
 	return nil
 }
@@ -504,7 +453,11 @@ func (e *Emulator) resume(w http.ResponseWriter, r *http.Request) {
 	archived := b.status == "archived"
 	e.mu.Unlock()
 	if archived {
-		if err := e.boot(r.Context(), b, b.container); err != nil {
+		ports, err := emukit.Start(r.Context(), e.cfg.Docker, b.container)
+		if err == nil {
+			err = e.boot(r.Context(), b, b.container, ports)
+		}
+		if err != nil {
 			writeError(w, http.StatusInternalServerError, "internal", "resume: %v", err)
 			return
 		}
@@ -524,7 +477,7 @@ func (e *Emulator) delete(w http.ResponseWriter, r *http.Request) {
 	}
 	b.life.Lock()
 	defer b.life.Unlock()
-	if _, err := e.cfg.Docker.ContainerRemove(r.Context(), b.container, dockerclient.ContainerRemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !strings.Contains(err.Error(), "No such container") {
+	if err := emukit.Remove(r.Context(), e.cfg.Docker, b.container); err != nil {
 		writeError(w, http.StatusInternalServerError, "internal", "delete: %v", err)
 		return
 	}
@@ -532,7 +485,7 @@ func (e *Emulator) delete(w http.ResponseWriter, r *http.Request) {
 	delete(e.boxes, b.id)
 	e.mu.Unlock()
 	e.cfg.Logf("box emulator: deleted %s", b.id)
-	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "type": "box.deleted", "id": b.id})
+	emukit.WriteJSON(w, http.StatusOK, map[string]any{"ok": true, "type": "box.deleted", "id": b.id})
 }
 
 // reaper archives running boxes whose TTL ran out.
@@ -698,7 +651,7 @@ func (e *Emulator) command(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, "internal", "run the command: %v", err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "type": "box.command", "exitCode": res.code,
+	emukit.WriteJSON(w, http.StatusOK, map[string]any{"ok": true, "type": "box.command", "exitCode": res.code,
 		"stdout": res.stdout, "stderr": res.stderr, "timedOut": res.timedOut})
 }
 
@@ -748,9 +701,9 @@ func (e *Emulator) desktop(w http.ResponseWriter, r *http.Request) {
 	}
 	out := map[string]any{"ok": true, "type": "box.desktop", "provisioning": !ready}
 	if ready {
-		out["desktopUrl"] = e.baseURL(r) + "/desktop/" + b.id + "/" + secret + "/vnc.html"
+		out["desktopUrl"] = e.base.For(r) + "/desktop/" + b.id + "/" + secret + "/vnc.html"
 	}
-	writeJSON(w, http.StatusOK, out)
+	emukit.WriteJSON(w, http.StatusOK, out)
 }
 
 // desktopPage proxies the box's noVNC page and its websocket to the
@@ -791,10 +744,4 @@ func newID() string {
 		b[i] = idChars[int(b[i])%len(idChars)]
 	}
 	return "bx_" + string(b)
-}
-
-func randomHex(n int) string {
-	buf := make([]byte, n/2)
-	_, _ = rand.Read(buf)
-	return hex.EncodeToString(buf)
 }

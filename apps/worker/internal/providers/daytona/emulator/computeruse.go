@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+
+	"github.com/open-bot/computer/apps/worker/internal/providers/vendorkit/emukit"
 )
 
 // screenshotCompressed is GET /computeruse/screenshot/compressed: format
@@ -56,7 +58,7 @@ func (e *Emulator) screenshotCompressed(w http.ResponseWriter, r *http.Request) 
 	if !ok {
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{
+	emukit.WriteJSON(w, http.StatusOK, map[string]any{
 		"screenshot": base64.StdEncoding.EncodeToString(out), "sizeBytes": len(out),
 		"cursorPosition": map[string]int{"x": x, "y": y},
 	})
@@ -90,7 +92,7 @@ func (e *Emulator) drag(w http.ResponseWriter, r *http.Request) {
 		itoa(req.StartX), itoa(req.StartY), itoa(req.EndX), itoa(req.EndY), b); !ok {
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]int{"x": req.EndX, "y": req.EndY})
+	emukit.WriteJSON(w, http.StatusOK, map[string]int{"x": req.EndX, "y": req.EndY})
 }
 
 func (e *Emulator) scroll(w http.ResponseWriter, r *http.Request) {
@@ -112,7 +114,7 @@ func (e *Emulator) scroll(w http.ResponseWriter, r *http.Request) {
 		strconv.Itoa(req.X), strconv.Itoa(req.Y), strconv.Itoa(n), b); !ok {
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]bool{"success": true})
+	emukit.WriteJSON(w, http.StatusOK, map[string]bool{"success": true})
 }
 
 // keysyms maps the daemon's key names (robotgo's) to X keysyms.
@@ -153,7 +155,7 @@ func (e *Emulator) keys(w http.ResponseWriter, r *http.Request, names []string) 
 	if _, ok := e.x(w, r, `xdotool key --clearmodifiers "$1"`, strings.Join(syms, "+")); !ok {
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{})
+	emukit.WriteJSON(w, http.StatusOK, map[string]any{})
 }
 
 func (e *Emulator) pressKey(w http.ResponseWriter, r *http.Request) {

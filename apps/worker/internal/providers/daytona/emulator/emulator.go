@@ -26,18 +26,16 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/netip"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/moby/moby/api/types/container"
-	"github.com/moby/moby/api/types/network"
 	dockerclient "github.com/moby/moby/client"
 
 	"github.com/open-bot/computer/apps/worker/internal/providers/daytona/spec"
+	"github.com/open-bot/computer/apps/worker/internal/providers/vendorkit/emukit"
 )
 
 // Snapshot is what a snapshot name maps to.
@@ -76,16 +74,6 @@ type Config struct {
 // Label marks the emulator's containers (its value is the sandbox ID).
 const Label = "open-bot.daytona-emulator.sandbox"
 
-// DefaultPorts: botd's API (7000), the view and control ports of ten
-// screens (6080-6099), and 8080.
-func DefaultPorts() []int {
-	ports := []int{7000, 8080}
-	for p := 6080; p <= 6099; p++ {
-		ports = append(ports, p)
-	}
-	return ports
-}
-
 // Emulator serves the API, the toolbox and previews.
 type Emulator struct {
 	cfg   Config
@@ -96,11 +84,13 @@ type Emulator struct {
 	done  chan struct{}
 	once  sync.Once
 	// base is the emulator's own URL as clients reach it (from the
-	// request's Host when not set); baseMu guards it (answers are made
-	// under mu).
-	baseMu sync.Mutex
-	base   string
+	// request's Host when not set).
+	base emukit.Base
 }
+
+// SetBase sets the URL clients reach the emulator at (toolboxProxyUrl and
+// preview URLs are made from it).
+func (e *Emulator) SetBase(u string) { e.base.Set(u) }
 
 type sandbox struct {
 	id, name, snapshot, user string
@@ -131,7 +121,7 @@ func New(cfg Config) (*Emulator, error) {
 		return nil, errors.New("daytona emulator: no API key")
 	}
 	if len(cfg.Ports) == 0 {
-		cfg.Ports = DefaultPorts()
+		cfg.Ports = emukit.DefaultPorts()
 	}
 	if cfg.Minute <= 0 {
 		cfg.Minute = time.Minute
@@ -146,23 +136,6 @@ func New(cfg Config) (*Emulator, error) {
 	return e, nil
 }
 
-// SetBase sets the URL clients reach the emulator at (toolboxProxyUrl and
-// preview URLs are made from it).
-func (e *Emulator) SetBase(u string) {
-	e.baseMu.Lock()
-	e.base = strings.TrimRight(u, "/")
-	e.baseMu.Unlock()
-}
-
-func (e *Emulator) baseURL(r *http.Request) string {
-	e.baseMu.Lock()
-	defer e.baseMu.Unlock()
-	if e.base != "" {
-		return e.base
-	}
-	return "http://" + r.Host
-}
-
 // Close removes every sandbox's container.
 func (e *Emulator) Close(ctx context.Context) error {
 	e.once.Do(func() { close(e.done) })
@@ -173,13 +146,7 @@ func (e *Emulator) Close(ctx context.Context) error {
 		delete(e.boxes, id)
 	}
 	e.mu.Unlock()
-	var errs []error
-	for _, c := range cs {
-		if _, err := e.cfg.Docker.ContainerRemove(ctx, c, dockerclient.ContainerRemoveOptions{Force: true, RemoveVolumes: true}); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
+	return emukit.RemoveAll(ctx, e.cfg.Docker, cs)
 }
 
 // ServeHTTP routes toolbox and preview traffic by path, the rest to the API.
@@ -196,15 +163,9 @@ func (e *Emulator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // ---- answers ----
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
-}
-
 // writeError answers the API's error envelope (spec.ErrorBody).
 func writeError(w http.ResponseWriter, r *http.Request, status int, format string, args ...any) {
-	writeJSON(w, status, spec.ErrorBody{
+	emukit.WriteJSON(w, status, spec.ErrorBody{
 		StatusCode: status, Message: fmt.Sprintf(format, args...), Error: http.StatusText(status),
 		Timestamp: time.Now().UTC().Format(time.RFC3339), Path: r.URL.Path, Method: r.Method,
 	})
@@ -215,7 +176,7 @@ func (e *Emulator) authorized(r *http.Request) bool {
 	if len(h) < 7 || !strings.EqualFold(h[:7], "bearer ") {
 		return false
 	}
-	return equalSecret(strings.TrimSpace(h[7:]), e.cfg.APIKey)
+	return emukit.EqualSecret(strings.TrimSpace(h[7:]), e.cfg.APIKey)
 }
 
 func (e *Emulator) auth(h http.HandlerFunc) http.HandlerFunc {
@@ -287,7 +248,7 @@ func (e *Emulator) answer(r *http.Request, b *sandbox) sandboxAnswer {
 		CPU: 2, Memory: 4, Disk: 10, State: b.state, ErrorReason: b.errorReason,
 		AutoStopInterval: float64(b.autoStop), AutoArchiveInterval: float64(b.autoArchive), AutoDeleteInterval: float64(b.autoDelete),
 		CreatedAt: stamp(b.createdAt), UpdatedAt: stamp(b.updatedAt), LastActivityAt: stamp(b.lastActivity),
-		SandboxClass: "container", ToolboxProxyURL: e.baseURL(r) + "/toolbox",
+		SandboxClass: "container", ToolboxProxyURL: e.base.For(r) + "/toolbox",
 	}
 	for k, v := range b.env {
 		a.Env[k] = v
@@ -374,7 +335,7 @@ func (e *Emulator) create(w http.ResponseWriter, r *http.Request) {
 	b := &sandbox{
 		id: newID(), snapshot: req.Snapshot, user: req.User, labels: req.Labels, env: req.Env, public: req.Public,
 		state: "started", autoStop: 15, autoArchive: 7 * 24 * 60, autoDelete: -1,
-		createdAt: now, updatedAt: now, lastActivity: now, previewToken: randomHex(24),
+		createdAt: now, updatedAt: now, lastActivity: now, previewToken: emukit.RandomHex(24),
 	}
 	b.name = req.Name
 	if b.name == "" {
@@ -423,65 +384,28 @@ func (e *Emulator) create(w http.ResponseWriter, r *http.Request) {
 	a := e.answer(r, b)
 	e.mu.Unlock()
 	e.cfg.Logf("daytona emulator: created sandbox %s from snapshot %s", b.id, b.snapshot)
-	writeJSON(w, http.StatusOK, a)
+	emukit.WriteJSON(w, http.StatusOK, a)
 }
 
-const keepAlive = `trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done`
-
 func (e *Emulator) startContainer(ctx context.Context, b *sandbox, snap Snapshot, env []string) (string, error) {
-	loopback := netip.MustParseAddr("127.0.0.1")
-	exposed := network.PortSet{}
-	bindings := network.PortMap{}
-	for _, port := range e.cfg.Ports {
-		p := network.MustParsePort(strconv.Itoa(port) + "/tcp")
-		exposed[p] = struct{}{}
-		bindings[p] = []network.PortBinding{{HostIP: loopback, HostPort: ""}}
-	}
-	opts := dockerclient.ContainerCreateOptions{
-		Name: "daytona-emu-" + b.id,
-		Config: &container.Config{
-			Image: snap.Image, Env: env, ExposedPorts: exposed, Hostname: "daytona",
-			Labels: map[string]string{Label: b.id},
-		},
-		HostConfig: &container.HostConfig{
-			PortBindings: bindings,
-			Tmpfs:        map[string]string{"/tmp": "rw,nosuid,nodev,mode=1777", "/tmp/.X11-unix": "rw,nosuid,nodev,mode=1777"},
-			ShmSize:      1 << 30,
-		},
-	}
-	if !snap.ImageEntrypoint {
-		opts.Config.Entrypoint = []string{"/bin/sh", "-c", keepAlive}
-		opts.Config.Cmd = []string{}
-	}
-	r, err := e.cfg.Docker.ContainerCreate(ctx, opts)
+	id, ports, err := emukit.Create(ctx, e.cfg.Docker, emukit.Container{
+		Name: "daytona-emu-" + b.id, Image: snap.Image, Hostname: "daytona", Env: env,
+		Label: Label, ID: b.id, Ports: e.cfg.Ports, ImageEntrypoint: snap.ImageEntrypoint,
+	})
 	if err != nil {
 		return "", err
 	}
-	if err := e.startAndMap(ctx, b, r.ID); err != nil {
-		_, _ = e.cfg.Docker.ContainerRemove(context.WithoutCancel(ctx), r.ID, dockerclient.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
-		return "", err
-	}
-	return r.ID, nil
+	e.mu.Lock()
+	b.ports = ports
+	e.mu.Unlock()
+	return id, nil
 }
 
 // startAndMap starts the container and reads back its published ports.
 func (e *Emulator) startAndMap(ctx context.Context, b *sandbox, id string) error {
-	if _, err := e.cfg.Docker.ContainerStart(ctx, id, dockerclient.ContainerStartOptions{}); err != nil {
-		return err
-	}
-	c, err := e.cfg.Docker.ContainerInspect(ctx, id, dockerclient.ContainerInspectOptions{})
+	ports, err := emukit.Start(ctx, e.cfg.Docker, id)
 	if err != nil {
 		return err
-	}
-	ports := map[int]string{}
-	if c.Container.NetworkSettings != nil {
-		for p, bs := range c.Container.NetworkSettings.Ports {
-			for _, hb := range bs {
-				if hb.HostIP.IsLoopback() && hb.HostPort != "" {
-					ports[int(p.Num())] = "127.0.0.1:" + hb.HostPort
-				}
-			}
-		}
 	}
 	e.mu.Lock()
 	b.ports = ports
@@ -542,7 +466,7 @@ func (e *Emulator) get(w http.ResponseWriter, r *http.Request) {
 	e.mu.Lock()
 	a := e.answer(r, b)
 	e.mu.Unlock()
-	writeJSON(w, http.StatusOK, a)
+	emukit.WriteJSON(w, http.StatusOK, a)
 }
 
 func (e *Emulator) list(w http.ResponseWriter, r *http.Request) {
@@ -583,7 +507,7 @@ func (e *Emulator) list(w http.ResponseWriter, r *http.Request) {
 		e.mu.Unlock()
 	}
 	// One page: nextCursor is null.
-	writeJSON(w, http.StatusOK, map[string]any{"items": items, "nextCursor": nil})
+	emukit.WriteJSON(w, http.StatusOK, map[string]any{"items": items, "nextCursor": nil})
 }
 
 func (e *Emulator) delete(w http.ResponseWriter, r *http.Request) {
@@ -593,7 +517,7 @@ func (e *Emulator) delete(w http.ResponseWriter, r *http.Request) {
 	}
 	b.life.Lock()
 	defer b.life.Unlock()
-	if _, err := e.cfg.Docker.ContainerRemove(r.Context(), b.container, dockerclient.ContainerRemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !strings.Contains(err.Error(), "No such container") {
+	if err := emukit.Remove(r.Context(), e.cfg.Docker, b.container); err != nil {
 		writeError(w, r, http.StatusInternalServerError, "Failed to delete sandbox: %v", err)
 		return
 	}
@@ -603,7 +527,7 @@ func (e *Emulator) delete(w http.ResponseWriter, r *http.Request) {
 	a := e.answer(r, b)
 	e.mu.Unlock()
 	e.cfg.Logf("daytona emulator: deleted sandbox %s", b.id)
-	writeJSON(w, http.StatusOK, a)
+	emukit.WriteJSON(w, http.StatusOK, a)
 }
 
 // startHeld starts a stopped or archived sandbox's container.
@@ -643,7 +567,7 @@ func (e *Emulator) start(w http.ResponseWriter, r *http.Request) {
 	e.mu.Lock()
 	a := e.answer(r, b)
 	e.mu.Unlock()
-	writeJSON(w, http.StatusOK, a)
+	emukit.WriteJSON(w, http.StatusOK, a)
 }
 
 func (e *Emulator) stopHeld(ctx context.Context, b *sandbox) error {
@@ -679,7 +603,7 @@ func (e *Emulator) stop(w http.ResponseWriter, r *http.Request) {
 	e.mu.Lock()
 	a := e.answer(r, b)
 	e.mu.Unlock()
-	writeJSON(w, http.StatusOK, a)
+	emukit.WriteJSON(w, http.StatusOK, a)
 }
 
 func (e *Emulator) archive(w http.ResponseWriter, r *http.Request) {
@@ -692,7 +616,7 @@ func (e *Emulator) archive(w http.ResponseWriter, r *http.Request) {
 	switch b.state {
 	case "stopped", "archived":
 		b.state, b.updatedAt = "archived", time.Now()
-		writeJSON(w, http.StatusOK, e.answer(r, b))
+		emukit.WriteJSON(w, http.StatusOK, e.answer(r, b))
 	default:
 		writeError(w, r, http.StatusBadRequest, "Sandbox is not stopped")
 	}
@@ -724,7 +648,7 @@ func (e *Emulator) recover(w http.ResponseWriter, r *http.Request) {
 	e.mu.Lock()
 	a := e.answer(r, b)
 	e.mu.Unlock()
-	writeJSON(w, http.StatusOK, a)
+	emukit.WriteJSON(w, http.StatusOK, a)
 }
 
 func (e *Emulator) setInterval(which string) http.HandlerFunc {
@@ -747,7 +671,7 @@ func (e *Emulator) setInterval(which string) http.HandlerFunc {
 		b.updatedAt = time.Now()
 		a := e.answer(r, b)
 		e.mu.Unlock()
-		writeJSON(w, http.StatusOK, a)
+		emukit.WriteJSON(w, http.StatusOK, a)
 	}
 }
 
@@ -778,8 +702,8 @@ func (e *Emulator) previewURL(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, http.StatusBadRequest, "invalid port")
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]string{
-		"sandboxId": b.id, "url": e.baseURL(r) + "/preview/" + b.id + "/" + strconv.Itoa(port),
+	emukit.WriteJSON(w, http.StatusOK, map[string]string{
+		"sandboxId": b.id, "url": e.base.For(r) + "/preview/" + b.id + "/" + strconv.Itoa(port),
 		"token": b.previewToken,
 	})
 }
@@ -788,7 +712,7 @@ func (e *Emulator) toolboxProxyURL(w http.ResponseWriter, r *http.Request) {
 	if _, ok := e.lookup(w, r); !ok {
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"url": e.baseURL(r) + "/toolbox"})
+	emukit.WriteJSON(w, http.StatusOK, map[string]string{"url": e.base.For(r) + "/toolbox"})
 }
 
 // reaper stops started sandboxes idle past their autoStopInterval and
@@ -846,21 +770,4 @@ func newID() string {
 	_, _ = rand.Read(b)
 	h := hex.EncodeToString(b)
 	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
-}
-
-func randomHex(n int) string {
-	buf := make([]byte, n/2)
-	_, _ = rand.Read(buf)
-	return hex.EncodeToString(buf)
-}
-
-func equalSecret(a, b string) bool {
-	if len(a) != len(b) || a == "" {
-		return false
-	}
-	var v byte
-	for i := 0; i < len(a); i++ {
-		v |= a[i] ^ b[i]
-	}
-	return v == 0
 }

@@ -25,6 +25,7 @@ import (
 
 	"github.com/moby/moby/api/pkg/stdcopy"
 	dockerclient "github.com/moby/moby/client"
+	"github.com/open-bot/computer/apps/worker/internal/providers/vendorkit/emukit"
 )
 
 type procSession struct {
@@ -119,7 +120,7 @@ func (e *Emulator) listSessions(w http.ResponseWriter, r *http.Request) {
 	for _, s := range ss {
 		out = append(out, s.view())
 	}
-	writeJSON(w, http.StatusOK, out)
+	emukit.WriteJSON(w, http.StatusOK, out)
 }
 
 func (e *Emulator) createSession(w http.ResponseWriter, r *http.Request) {
@@ -146,7 +147,7 @@ func (e *Emulator) createSession(w http.ResponseWriter, r *http.Request) {
 
 func (e *Emulator) getSession(w http.ResponseWriter, r *http.Request) {
 	if s, ok := e.session(w, r); ok {
-		writeJSON(w, http.StatusOK, s.view())
+		emukit.WriteJSON(w, http.StatusOK, s.view())
 	}
 }
 
@@ -214,7 +215,7 @@ func (e *Emulator) sessionExec(w http.ResponseWriter, r *http.Request) {
 		c.mu.Unlock()
 	}()
 	if req.RunAsync || req.Async {
-		writeJSON(w, http.StatusAccepted, map[string]any{"cmdId": c.id})
+		emukit.WriteJSON(w, http.StatusAccepted, map[string]any{"cmdId": c.id})
 		return
 	}
 	select {
@@ -226,12 +227,12 @@ func (e *Emulator) sessionExec(w http.ResponseWriter, r *http.Request) {
 	out := map[string]any{"cmdId": c.id, "output": c.stdout.String() + c.stderr.String(),
 		"stdout": c.stdout.String(), "stderr": c.stderr.String(), "exitCode": *c.exit}
 	c.mu.Unlock()
-	writeJSON(w, http.StatusOK, out)
+	emukit.WriteJSON(w, http.StatusOK, out)
 }
 
 func (e *Emulator) sessionCommand(w http.ResponseWriter, r *http.Request) {
 	if c, ok := e.command(w, r); ok {
-		writeJSON(w, http.StatusOK, c.view())
+		emukit.WriteJSON(w, http.StatusOK, c.view())
 	}
 }
 
@@ -247,7 +248,7 @@ func (e *Emulator) sessionLogs(w http.ResponseWriter, r *http.Request) {
 	c.mu.Lock()
 	out := map[string]string{"output": c.stdout.String() + c.stderr.String(), "stdout": c.stdout.String(), "stderr": c.stderr.String()}
 	c.mu.Unlock()
-	writeJSON(w, http.StatusOK, out)
+	emukit.WriteJSON(w, http.StatusOK, out)
 }
 
 func (e *Emulator) sessionInput(w http.ResponseWriter, r *http.Request) {

@@ -23,6 +23,7 @@ import (
 
 	"github.com/moby/moby/api/pkg/stdcopy"
 	dockerclient "github.com/moby/moby/client"
+	"github.com/open-bot/computer/apps/worker/internal/providers/vendorkit/emukit"
 )
 
 type boxKey struct{}
@@ -211,7 +212,7 @@ func (e *Emulator) execute(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, http.StatusBadRequest, "%v", err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"exitCode": code, "result": out.String()})
+	emukit.WriteJSON(w, http.StatusOK, map[string]any{"exitCode": code, "result": out.String()})
 }
 
 // splitCommand splits a command line as a POSIX shell would split words
@@ -328,7 +329,7 @@ func (e *Emulator) upload(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, http.StatusBadRequest, "%v", err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{})
+	emukit.WriteJSON(w, http.StatusOK, map[string]any{})
 }
 
 func (e *Emulator) bulkUpload(w http.ResponseWriter, r *http.Request) {
@@ -405,7 +406,7 @@ func (e *Emulator) homeDir(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, http.StatusInternalServerError, "no home directory")
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"dir": string(out)})
+	emukit.WriteJSON(w, http.StatusOK, map[string]string{"dir": string(out)})
 }
 
 // ---- computer use (display :0, through scrot and xdotool in the sandbox) ----
@@ -473,13 +474,13 @@ func (e *Emulator) computerUse(w http.ResponseWriter, r *http.Request, verb stri
 
 func (e *Emulator) cuStart(w http.ResponseWriter, r *http.Request) {
 	if st, ok := e.computerUse(w, r, "start"); ok {
-		writeJSON(w, http.StatusOK, map[string]any{"message": "Computer use processes started successfully", "status": st})
+		emukit.WriteJSON(w, http.StatusOK, map[string]any{"message": "Computer use processes started successfully", "status": st})
 	}
 }
 
 func (e *Emulator) cuStop(w http.ResponseWriter, r *http.Request) {
 	if st, ok := e.computerUse(w, r, "stop"); ok {
-		writeJSON(w, http.StatusOK, map[string]any{"message": "Computer use processes stopped successfully", "status": st})
+		emukit.WriteJSON(w, http.StatusOK, map[string]any{"message": "Computer use processes stopped successfully", "status": st})
 	}
 }
 
@@ -494,7 +495,7 @@ func (e *Emulator) cuStatus(w http.ResponseWriter, r *http.Request) {
 			status = "inactive"
 		}
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": status})
+	emukit.WriteJSON(w, http.StatusOK, map[string]string{"status": status})
 }
 
 var displayEnv = []string{"DISPLAY=:0"}
@@ -539,7 +540,7 @@ func (e *Emulator) screenshot(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{
+	emukit.WriteJSON(w, http.StatusOK, map[string]any{
 		"screenshot": base64.StdEncoding.EncodeToString(out), "sizeBytes": len(out),
 		"cursorPosition": map[string]int{"x": x, "y": y},
 	})
@@ -567,7 +568,7 @@ func (e *Emulator) click(w http.ResponseWriter, r *http.Request) {
 	if _, ok := e.x(w, r, `xdotool mousemove "$1" "$2" click --repeat "$3" "$4"`, strconv.Itoa(req.X), strconv.Itoa(req.Y), repeat, button); !ok {
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]int{"x": req.X, "y": req.Y})
+	emukit.WriteJSON(w, http.StatusOK, map[string]int{"x": req.X, "y": req.Y})
 }
 
 func (e *Emulator) move(w http.ResponseWriter, r *http.Request) {
@@ -579,13 +580,13 @@ func (e *Emulator) move(w http.ResponseWriter, r *http.Request) {
 	if _, ok := e.x(w, r, `xdotool mousemove "$1" "$2"`, strconv.Itoa(req.X), strconv.Itoa(req.Y)); !ok {
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]int{"x": req.X, "y": req.Y})
+	emukit.WriteJSON(w, http.StatusOK, map[string]int{"x": req.X, "y": req.Y})
 }
 
 func (e *Emulator) position(w http.ResponseWriter, r *http.Request) {
 	x, y, ok := e.pointer(w, r)
 	if ok {
-		writeJSON(w, http.StatusOK, map[string]int{"x": x, "y": y})
+		emukit.WriteJSON(w, http.StatusOK, map[string]int{"x": x, "y": y})
 	}
 }
 
@@ -605,7 +606,7 @@ func (e *Emulator) typeText(w http.ResponseWriter, r *http.Request) {
 	if _, ok := e.x(w, r, `xdotool type --delay "$1" -- "$2"`, delay, req.Text); !ok {
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{})
+	emukit.WriteJSON(w, http.StatusOK, map[string]any{})
 }
 
 func (e *Emulator) displayInfo(w http.ResponseWriter, r *http.Request) {
@@ -618,7 +619,7 @@ func (e *Emulator) displayInfo(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, http.StatusInternalServerError, "computer use: no display dimensions")
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"displays": []map[string]any{{"id": 0, "x": 0, "y": 0, "width": wd, "height": ht, "isActive": true}}})
+	emukit.WriteJSON(w, http.StatusOK, map[string]any{"displays": []map[string]any{{"id": 0, "x": 0, "y": 0, "width": wd, "height": ht, "isActive": true}}})
 }
 
 // ---- previews ----
@@ -641,7 +642,7 @@ func (e *Emulator) preview(w http.ResponseWriter, r *http.Request) {
 	e.mu.Lock()
 	public, token, state, addr := b.public, b.previewToken, b.state, b.ports[port]
 	e.mu.Unlock()
-	if !public && !equalSecret(r.Header.Get(PreviewTokenHeader), token) {
+	if !public && !emukit.EqualSecret(r.Header.Get(PreviewTokenHeader), token) {
 		writeError(w, r, http.StatusUnauthorized, "Unauthorized: a private sandbox's preview needs its token in the %s header", PreviewTokenHeader)
 		return
 	}

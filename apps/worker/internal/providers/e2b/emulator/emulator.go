@@ -17,13 +17,11 @@ package emulator
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"net/netip"
 	"net/url"
 	"sort"
 	"strconv"
@@ -31,9 +29,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/moby/moby/api/types/container"
-	"github.com/moby/moby/api/types/network"
 	dockerclient "github.com/moby/moby/client"
+	"github.com/open-bot/computer/apps/worker/internal/providers/vendorkit/emukit"
 )
 
 // Template is what a templateID maps to.
@@ -81,16 +78,6 @@ const EnvdPort = 49983
 // Label marks the emulator's containers (its value is the sandbox ID).
 const Label = "open-bot.e2b-emulator.sandbox"
 
-// DefaultPorts are published at create: botd's API (7000), the view and
-// control ports of ten screens (6080-6099), and 8080.
-func DefaultPorts() []int {
-	ports := []int{7000, 8080}
-	for p := 6080; p <= 6099; p++ {
-		ports = append(ports, p)
-	}
-	return ports
-}
-
 // Emulator serves the control plane and every sandbox's envd and ports.
 type Emulator struct {
 	cfg   Config
@@ -135,7 +122,7 @@ func New(cfg Config) (*Emulator, error) {
 		cfg.Domain = "e2b.localhost"
 	}
 	if len(cfg.Ports) == 0 {
-		cfg.Ports = DefaultPorts()
+		cfg.Ports = emukit.DefaultPorts()
 	}
 	if cfg.EnvdVersion == "" {
 		cfg.EnvdVersion = DefaultEnvdVersion
@@ -166,13 +153,7 @@ func (e *Emulator) Close(ctx context.Context) error {
 		delete(e.boxes, id)
 	}
 	e.mu.Unlock()
-	var errs []error
-	for _, c := range ids {
-		if _, err := e.cfg.Docker.ContainerRemove(ctx, c, dockerclient.ContainerRemoveOptions{Force: true, RemoveVolumes: true}); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
+	return emukit.RemoveAll(ctx, e.cfg.Docker, ids)
 }
 
 // ServeHTTP routes sandbox traffic (by Host or E2b-Sandbox-* headers) to
@@ -225,19 +206,13 @@ type apiError struct {
 	Message string `json:"message"`
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
-}
-
 func writeError(w http.ResponseWriter, status int, format string, args ...any) {
-	writeJSON(w, status, apiError{Code: status, Message: fmt.Sprintf(format, args...)})
+	emukit.WriteJSON(w, status, apiError{Code: status, Message: fmt.Sprintf(format, args...)})
 }
 
 func (e *Emulator) auth(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if !equalSecret(r.Header.Get("X-API-Key"), e.cfg.APIKey) {
+		if !emukit.EqualSecret(r.Header.Get("X-API-Key"), e.cfg.APIKey) {
 			writeError(w, http.StatusUnauthorized, "Invalid API key, it must start with 'e2b_' prefix and be followed by 40 hexadecimal characters")
 			return
 		}
@@ -248,7 +223,7 @@ func (e *Emulator) auth(h http.HandlerFunc) http.HandlerFunc {
 func (e *Emulator) routes() {
 	m := http.NewServeMux()
 	m.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"message": "Health check successful"})
+		emukit.WriteJSON(w, http.StatusOK, map[string]string{"message": "Health check successful"})
 	})
 	m.HandleFunc("POST /sandboxes", e.auth(e.create))
 	// Not in the published description, but the JS SDK (2.x) creates
@@ -383,7 +358,7 @@ func (e *Emulator) create(w http.ResponseWriter, r *http.Request) {
 	}
 	b := &sandbox{
 		id: newID(), templateID: req.TemplateID, metadata: req.Metadata,
-		envdToken: randomHex(32), state: "running", autoPause: req.AutoPause,
+		envdToken: emukit.RandomHex(32), state: "running", autoPause: req.AutoPause,
 		defaultUser: tpl.User, allowInternet: req.AllowInternetAccess,
 		procs: newProcTable(), users: map[string]userInfo{},
 	}
@@ -391,7 +366,7 @@ func (e *Emulator) create(w http.ResponseWriter, r *http.Request) {
 		b.alias = req.TemplateID
 	}
 	if req.Network != nil && req.Network.AllowPublicTraffic != nil && !*req.Network.AllowPublicTraffic {
-		b.trafficToken = randomHex(32)
+		b.trafficToken = emukit.RandomHex(32)
 	}
 	env := []string{"E2B_SANDBOX=true", "E2B_SANDBOX_ID=" + b.id, "E2B_TEMPLATE_ID=" + req.TemplateID}
 	keys := make([]string, 0, len(req.EnvVars))
@@ -417,68 +392,32 @@ func (e *Emulator) create(w http.ResponseWriter, r *http.Request) {
 	a := e.answer(b)
 	e.mu.Unlock()
 	e.cfg.Logf("e2b emulator: created sandbox %s (template %s, container %.12s)", b.id, req.TemplateID, id)
-	writeJSON(w, http.StatusCreated, a)
+	emukit.WriteJSON(w, http.StatusCreated, a)
 }
 
-// keepAlive is the container's PID 1: the sandbox lives until killed, and
+// emukit.KeepAlive is the container's PID 1: the sandbox lives until killed, and
 // orphans of exec'd processes are reaped.
-const keepAlive = `trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done`
 
 func (e *Emulator) startContainer(ctx context.Context, b *sandbox, tpl Template, env []string) (string, error) {
-	loopback := netip.MustParseAddr("127.0.0.1")
-	exposed := network.PortSet{}
-	bindings := network.PortMap{}
-	for _, port := range e.cfg.Ports {
-		p := network.MustParsePort(strconv.Itoa(port) + "/tcp")
-		exposed[p] = struct{}{}
-		bindings[p] = []network.PortBinding{{HostIP: loopback, HostPort: ""}}
-	}
-	opts := dockerclient.ContainerCreateOptions{
-		Name: "e2b-emu-" + b.id,
-		Config: &container.Config{
-			Image: tpl.Image, Env: env, ExposedPorts: exposed, Hostname: "e2b",
-			Labels: map[string]string{Label: b.id},
-		},
-		HostConfig: &container.HostConfig{
-			PortBindings: bindings,
-			Tmpfs:        map[string]string{"/tmp": "rw,nosuid,nodev,mode=1777", "/tmp/.X11-unix": "rw,nosuid,nodev,mode=1777"},
-			ShmSize:      1 << 30,
-		},
-	}
-	if !tpl.ImageEntrypoint {
-		opts.Config.Entrypoint = []string{"/bin/sh", "-c", keepAlive}
-		opts.Config.Cmd = []string{}
-	}
-	r, err := e.cfg.Docker.ContainerCreate(ctx, opts)
+	id, ports, err := emukit.Create(ctx, e.cfg.Docker, emukit.Container{
+		Name: "e2b-emu-" + b.id, Image: tpl.Image, Hostname: "e2b", Env: env,
+		Label: Label, ID: b.id, Ports: e.cfg.Ports, ImageEntrypoint: tpl.ImageEntrypoint,
+	})
 	if err != nil {
 		return "", err
 	}
-	if err := e.startAndMap(ctx, b, r.ID); err != nil {
-		_, _ = e.cfg.Docker.ContainerRemove(context.WithoutCancel(ctx), r.ID, dockerclient.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
-		return "", err
-	}
-	return r.ID, nil
+	e.mu.Lock()
+	b.ports = ports
+	e.mu.Unlock()
+	return id, nil
 }
 
 // startAndMap starts the container and reads back its published ports
 // (they change at every start).
 func (e *Emulator) startAndMap(ctx context.Context, b *sandbox, id string) error {
-	if _, err := e.cfg.Docker.ContainerStart(ctx, id, dockerclient.ContainerStartOptions{}); err != nil {
-		return err
-	}
-	c, err := e.cfg.Docker.ContainerInspect(ctx, id, dockerclient.ContainerInspectOptions{})
+	ports, err := emukit.Start(ctx, e.cfg.Docker, id)
 	if err != nil {
 		return err
-	}
-	ports := map[int]string{}
-	if c.Container.NetworkSettings != nil {
-		for p, bs := range c.Container.NetworkSettings.Ports {
-			for _, hb := range bs {
-				if hb.HostIP.IsLoopback() && hb.HostPort != "" {
-					ports[int(p.Num())] = "127.0.0.1:" + hb.HostPort
-				}
-			}
-		}
 	}
 	e.mu.Lock()
 	b.ports = ports
@@ -577,7 +516,7 @@ func (e *Emulator) listV1(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid metadata filter: %v", err)
 		return
 	}
-	writeJSON(w, http.StatusOK, e.selectBoxes(filter, map[string]bool{"running": true}))
+	emukit.WriteJSON(w, http.StatusOK, e.selectBoxes(filter, map[string]bool{"running": true}))
 }
 
 func (e *Emulator) listV2(w http.ResponseWriter, r *http.Request) {
@@ -601,7 +540,7 @@ func (e *Emulator) listV2(w http.ResponseWriter, r *http.Request) {
 	if o := r.URL.Query().Get("order"); o == "asc" {
 		sort.Slice(out, func(i, j int) bool { return out[i].StartedAt.Before(out[j].StartedAt) })
 	}
-	writeJSON(w, http.StatusOK, out)
+	emukit.WriteJSON(w, http.StatusOK, out)
 }
 
 func (e *Emulator) get(w http.ResponseWriter, r *http.Request) {
@@ -619,7 +558,7 @@ func (e *Emulator) get(w http.ResponseWriter, r *http.Request) {
 		d.Lifecycle.OnTimeout = "pause"
 	}
 	e.mu.Unlock()
-	writeJSON(w, http.StatusOK, d)
+	emukit.WriteJSON(w, http.StatusOK, d)
 }
 
 func (e *Emulator) doKill(ctx context.Context, b *sandbox) error {
@@ -768,7 +707,7 @@ func (e *Emulator) connect(w http.ResponseWriter, r *http.Request) {
 	e.mu.Lock()
 	a := e.answer(b)
 	e.mu.Unlock()
-	writeJSON(w, status, a)
+	emukit.WriteJSON(w, status, a)
 }
 
 func (e *Emulator) setTimeout(w http.ResponseWriter, r *http.Request) {
@@ -829,21 +768,4 @@ func newID() string {
 		buf[i] = alphabet[int(buf[i])%len(alphabet)]
 	}
 	return "i" + string(buf)
-}
-
-func randomHex(n int) string {
-	buf := make([]byte, n/2)
-	_, _ = rand.Read(buf)
-	return hex.EncodeToString(buf)
-}
-
-func equalSecret(a, b string) bool {
-	if len(a) != len(b) || a == "" {
-		return false
-	}
-	var v byte
-	for i := 0; i < len(a); i++ {
-		v |= a[i] ^ b[i]
-	}
-	return v == 0
 }

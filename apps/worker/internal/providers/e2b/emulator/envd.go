@@ -23,6 +23,7 @@ import (
 
 	"github.com/open-bot/computer/apps/worker/internal/providers/e2b/envd/filesystem/filesystemconnect"
 	"github.com/open-bot/computer/apps/worker/internal/providers/e2b/envd/process/processconnect"
+	"github.com/open-bot/computer/apps/worker/internal/providers/vendorkit/emukit"
 )
 
 type boxKey struct{}
@@ -50,7 +51,7 @@ func (e *Emulator) envdHandler() http.Handler {
 }
 
 func envdError(w http.ResponseWriter, status int, format string, args ...any) {
-	writeJSON(w, status, apiError{Code: status, Message: fmt.Sprintf(format, args...)})
+	emukit.WriteJSON(w, status, apiError{Code: status, Message: fmt.Sprintf(format, args...)})
 }
 
 // running is the sandbox a request is for, if it runs.
@@ -81,7 +82,7 @@ func (e *Emulator) envdGate(next http.Handler) http.Handler {
 			sandboxGone(w, id)
 			return
 		}
-		if r.URL.Path != "/health" && !equalSecret(r.Header.Get("X-Access-Token"), b.envdToken) {
+		if r.URL.Path != "/health" && !emukit.EqualSecret(r.Header.Get("X-Access-Token"), b.envdToken) {
 			const msg = "unauthorized access, please provide a valid access token or method signing if supported"
 			if isRPC(r.URL.Path) {
 				// A Connect error, which Connect clients read.
@@ -386,7 +387,7 @@ func (e *Emulator) filesPost(w http.ResponseWriter, r *http.Request) {
 		envdError(w, http.StatusBadRequest, "no file in the request")
 		return
 	}
-	writeJSON(w, http.StatusOK, written)
+	emukit.WriteJSON(w, http.StatusOK, written)
 }
 
 // ---- port routing ----
@@ -397,7 +398,7 @@ func (e *Emulator) proxy(w http.ResponseWriter, r *http.Request, id string, port
 		sandboxGone(w, id)
 		return
 	}
-	if b.trafficToken != "" && !equalSecret(r.Header.Get("e2b-traffic-access-token"), b.trafficToken) {
+	if b.trafficToken != "" && !emukit.EqualSecret(r.Header.Get("e2b-traffic-access-token"), b.trafficToken) {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusForbidden)
 		fmt.Fprintf(w, `{"sandboxId":%q,"message":"Sandbox is secured with traffic access token. Missing or invalid 'e2b-traffic-access-token' header","code":403}`+"\n", id)
