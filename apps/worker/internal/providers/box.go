@@ -19,7 +19,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/open-bot/computer/apps/worker/internal/providers/box"
-	"github.com/open-bot/computer/apps/worker/internal/secret"
 )
 
 // KindBox is Box's boxes (or the emulator of its API).
@@ -126,16 +125,8 @@ func (x *boxInner) Destroy(ctx context.Context, ref string) error {
 //	BOX_API_URL                     Box's URL (the API at …/api/box/v1)
 //	BOX_TTL_SECONDS                 7200: a box's life after its last refresh (refreshed while in use)
 func boxFromEnv(getenv func(string) string, dataDir string, env []string, log *zerolog.Logger) (*Box, error) {
-	key, err := box.KeyFromEnv(getenv)
-	if err != nil || key == "" {
-		return nil, err
-	}
-	sealer, err := secret.LoadOrCreate(filepath.Join(dataDir, "box", "secret.key"))
-	if err != nil {
-		return nil, fmt.Errorf("box: the sealing key: %w", err)
-	}
-	k, err := box.NewKey(key, sealer)
-	if err != nil {
+	k, err := sealedKey(getenv, dataDir, "box", box.KeyFromEnv, box.NewKey)
+	if err != nil || k == nil {
 		return nil, err
 	}
 	o := box.Options{APIURL: strings.TrimSpace(getenv("BOX_API_URL")), Key: k, Env: env, Log: log}

@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -16,7 +15,6 @@ import (
 
 	"github.com/open-bot/computer/apps/worker/internal/machines"
 	"github.com/open-bot/computer/apps/worker/internal/providers/daytona"
-	"github.com/open-bot/computer/apps/worker/internal/secret"
 )
 
 // KindDaytona is Daytona's sandboxes (or the emulator of its API).
@@ -107,16 +105,8 @@ func (x *Daytona) Close() { x.p.Close() }
 //	DAYTONA_AUTO_STOP_MINUTES               15: idle minutes before Daytona stops a sandbox (0 never);
 //	                                        a computer in use is marked active well within it
 func daytonaFromEnv(getenv func(string) string, dataDir string, env []string, log *zerolog.Logger) (*Daytona, error) {
-	key, err := daytona.KeyFromEnv(getenv)
-	if err != nil || key == "" {
-		return nil, err
-	}
-	sealer, err := secret.LoadOrCreate(filepath.Join(dataDir, "daytona", "secret.key"))
-	if err != nil {
-		return nil, fmt.Errorf("daytona: the sealing key: %w", err)
-	}
-	k, err := daytona.NewKey(key, sealer)
-	if err != nil {
+	k, err := sealedKey(getenv, dataDir, "daytona", daytona.KeyFromEnv, daytona.NewKey)
+	if err != nil || k == nil {
 		return nil, err
 	}
 	o := daytona.Options{

@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -16,7 +15,6 @@ import (
 
 	"github.com/open-bot/computer/apps/worker/internal/machines"
 	"github.com/open-bot/computer/apps/worker/internal/providers/e2b"
-	"github.com/open-bot/computer/apps/worker/internal/secret"
 	"github.com/open-bot/computer/pkg/shared/client"
 )
 
@@ -105,16 +103,8 @@ func (x *E2B) Close() { x.p.Close() }
 //	E2B_TEMPLATE                    open-bot (a template built from the computer image)
 //	E2B_TIMEOUT_SECONDS             600: a sandbox's life after its last use
 func e2bFromEnv(getenv func(string) string, dataDir string, env []string, log *zerolog.Logger) (*E2B, error) {
-	key, err := e2b.KeyFromEnv(getenv)
-	if err != nil || key == "" {
-		return nil, err
-	}
-	sealer, err := secret.LoadOrCreate(filepath.Join(dataDir, "e2b", "secret.key"))
-	if err != nil {
-		return nil, fmt.Errorf("e2b: the sealing key: %w", err)
-	}
-	k, err := e2b.NewKey(key, sealer)
-	if err != nil {
+	k, err := sealedKey(getenv, dataDir, "e2b", e2b.KeyFromEnv, e2b.NewKey)
+	if err != nil || k == nil {
 		return nil, err
 	}
 	o := e2b.Options{

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/open-bot/computer/apps/worker/internal/secret"
 	"github.com/rs/zerolog"
 )
 
@@ -234,4 +235,20 @@ func machineEnv(getenv func(string) string) (common, localOnly []string, err err
 	add(&localOnly, "CODEX_CONFIG_EXTRA_FILE")
 	add(&localOnly, "CODEX_BIN")
 	return common, localOnly, nil
+}
+
+// sealedKey reads a vendor's API key with fromEnv (its KEY or KEY_FILE
+// variable) and seals it with the sealing key DATA_DIR/<vendor>/secret.key
+// (made on first use); nil when no key is configured.
+func sealedKey[K any](getenv func(string) string, dataDir, vendor string,
+	fromEnv func(func(string) string) (string, error), seal func(string, *secret.Sealer) (*K, error)) (*K, error) {
+	key, err := fromEnv(getenv)
+	if err != nil || key == "" {
+		return nil, err
+	}
+	sealer, err := secret.LoadOrCreate(filepath.Join(dataDir, vendor, "secret.key"))
+	if err != nil {
+		return nil, fmt.Errorf("%s: the sealing key: %w", vendor, err)
+	}
+	return seal(key, sealer)
 }
