@@ -97,9 +97,27 @@ func TestSingleScreenKeepsOneScreen(t *testing.T) {
 	_, res = e.tool(t, "bob", "computer_observe", map[string]any{})
 	require.False(t, res.Success)
 	require.Contains(t, res.text(), "MULTI_SCREEN_UNAVAILABLE")
+	// Elements and recordings are the inner machine's on the screen that
+	// passes (the wrapper unwraps), and refused on the others.
+	st, res = e.tool(t, "alice", "computer_observe", map[string]any{"elements": true})
+	require.Equal(t, http.StatusOK, st)
+	require.True(t, res.Success, res.text())
+	require.NotContains(t, res.text(), "elements_unavailable")
+	_, res = e.tool(t, "bob", "computer_observe", map[string]any{"elements": true})
+	require.False(t, res.Success)
+	require.Contains(t, res.text(), "MULTI_SCREEN_UNAVAILABLE")
+	var rec struct {
+		ID string `json:"id"`
+	}
+	require.Equal(t, http.StatusOK, e.do(t, "POST", "/bots/alice/recordings", map[string]any{"maxSeconds": 30}, &rec))
+	require.NotEmpty(t, rec.ID)
+	require.Equal(t, http.StatusOK, e.do(t, "POST", "/bots/alice/recordings/"+rec.ID+"/stop", nil, nil))
+	st, body := raw(t, "POST", e.url+"/v1/computers/"+e.computer+"/bots/bob/recordings", e.token, e.capa, map[string]any{})
+	require.Equal(t, http.StatusServiceUnavailable, st, body)
+	require.Contains(t, body, `"code":"MULTI_SCREEN_UNAVAILABLE"`)
 
 	// Take control of bob's screen: MULTI_SCREEN_UNAVAILABLE, no display.
-	st, body := raw(t, "POST", e.url+"/v1/computers/"+e.computer+"/bots/bob/takeover", e.token, e.capa, nil)
+	st, body = raw(t, "POST", e.url+"/v1/computers/"+e.computer+"/bots/bob/takeover", e.token, e.capa, nil)
 	require.Equal(t, http.StatusServiceUnavailable, st, body)
 	require.Contains(t, body, `"code":"MULTI_SCREEN_UNAVAILABLE"`)
 	require.NotContains(t, body, "controlUrl")

@@ -22,6 +22,18 @@ type ElementsMachine interface {
 
 var _ ElementsMachine = (*Botd)(nil)
 
+// ElementsOf is m's ElementsMachine (looking through wrappers that Unwrap,
+// like the single-screen one), or nil when m cannot list elements.
+func ElementsOf(m Machine) ElementsMachine {
+	if e, ok := m.(ElementsMachine); ok {
+		return e
+	}
+	if u, ok := m.(interface{ Unwrap() Machine }); ok {
+		return ElementsOf(u.Unwrap())
+	}
+	return nil
+}
+
 // ObserveElements implements ElementsMachine.
 func (b *Botd) ObserveElements(ctx context.Context, id, leaseID string) (client.Observation, error) {
 	return b.c.ObserveElements(ctx, id, leaseID)

@@ -133,6 +133,11 @@ type singleMachine struct {
 	ref   string
 }
 
+// Unwrap is the inner machine, for the optional interfaces (elements,
+// recordings) the tools and routes look for after CheckScreen let the
+// screen through.
+func (m *singleMachine) Unwrap() Machine { return m.inner }
+
 // CheckScreen allows the machine's first screen (index 0) only.
 func (m *singleMachine) CheckScreen(ctx context.Context, screenID string) error {
 	if screenID == "" {

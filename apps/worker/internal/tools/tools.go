@@ -228,7 +228,8 @@ func observe(ctx context.Context, s *Session, raw json.RawMessage) ([]Content, e
 		Elements bool `json:"elements"`
 	}
 	var o client.Observation
-	em, hasElements := s.Machine.(machines.ElementsMachine)
+	em := machines.ElementsOf(s.Machine)
+	hasElements := em != nil
 	check := func() error {
 		if a.Elements && !hasElements {
 			return &ToolError{Code: shared.CodeElementsUnavailable, Msg: "this computer does not list elements; observe without elements and act by x and y"}
@@ -307,7 +308,8 @@ func act(ctx context.Context, s *Session, raw json.RawMessage) ([]Content, error
 		Actions  []shared.Action `json:"actions"`
 		Elements bool            `json:"elements"`
 	}
-	em, hasElements := s.Machine.(machines.ElementsMachine)
+	em := machines.ElementsOf(s.Machine)
+	hasElements := em != nil
 	check := func() error {
 		validate := shared.ValidateActions
 		if hasElements {
