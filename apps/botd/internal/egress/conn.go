@@ -329,7 +329,37 @@ type targetConn struct {
 	stream *yamux.Stream // nil in direct mode
 	sess   *agentSession // the stream's session; nil in direct mode
 	once   sync.Once     // closes the stream once
+	// readMu makes a yamux stream's reads one at a time: the relay's and
+	// an aborted stream's drain in closeStream may overlap, and yamux's
+	// Stream.Read is not safe for two readers (Read takes stateLock then
+	// recvLock, its window update recvLock then stateLock: two readers on
+	// a closing stream deadlock, as a CI run under load showed).
+	readMu sync.Mutex
 }
+
+// serialReader reads a stream under its targetConn's readMu.
+type serialReader struct {
+	net.Conn
+	mu *sync.Mutex
+}
+
+func (r serialReader) Read(b []byte) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.Conn.Read(b)
+}
+
+// reader is what reads the target: the stream under readMu, or the TCP
+// conn itself.
+func (t *targetConn) reader() net.Conn {
+	if t.stream != nil {
+		return serialReader{Conn: t.Conn, mu: &t.readMu}
+	}
+	return t.Conn
+}
+
+// Read reads the target (one reader at a time on a stream).
+func (t *targetConn) Read(b []byte) (int, error) { return t.reader().Read(b) }
 
 // LocalAddr is always a *net.TCPAddr: go-socks5 type-asserts it for its
 // reply and panics on anything else (a yamux stream's address is not one).
@@ -347,9 +377,9 @@ func (t *targetConn) WriteTo(w io.Writer) (int64, error) {
 		lost = t.stream.Session().IsClosed
 	}
 	if c, ok := w.(*clientConn); ok {
-		return t.pc.relay(c.Conn, t.Conn, lost)
+		return t.pc.relay(c.Conn, t.reader(), lost)
 	}
-	return io.Copy(w, struct{ io.Reader }{t.Conn})
+	return io.Copy(w, struct{ io.Reader }{t.reader()})
 }
 
 // CloseWrite half-closes: TCP's own, or a yamux FIN (a yamux stream's Close
@@ -389,7 +419,7 @@ func (t *targetConn) closeStream() {
 	if t.pc.aborted.Load() && !t.pc.remoteReset.Load() && t.sess.sendReset(t.stream.StreamID()) {
 		_ = t.stream.SetWriteDeadline(time.Now())
 		_ = t.stream.SetReadDeadline(time.Now().Add(resetWait))
-		_, _ = io.Copy(io.Discard, struct{ io.Reader }{t.stream})
+		_, _ = io.Copy(io.Discard, struct{ io.Reader }{t.reader()})
 	}
 	_ = t.stream.SetDeadline(time.Now())
 	_ = t.stream.Close()
