@@ -79,6 +79,16 @@ func (p *localProc) supervise() {
 		default:
 		}
 		reason := p.reason()
+		// A machine lost with its process (its directory or home removed)
+		// is gone however long botd ran: a replacement takes the home
+		// over, and nothing here may start botd on it again. (Checked
+		// before the start window too: a replacement lost in its first
+		// seconds is gone, not a botd that failed to start.)
+		if gone := p.gone(); gone != nil {
+			p.setFatal(gone)
+			p.log.Error().Err(gone).Msg("botd exited and its machine is gone; not restarting")
+			return
+		}
 		if ran < startSecs {
 			p.setFatal(fmt.Errorf("botd exited %s after start (%v): %s", ran.Round(time.Millisecond), err, reason))
 			p.log.Error().Err(err).Str("reason", reason).Msg("botd failed to start")
@@ -96,18 +106,9 @@ func (p *localProc) supervise() {
 		case <-t.C:
 		}
 		backoff = min(backoff*2, 30*time.Second)
-		if missing(filepath.Dir(p.pidFile)) {
-			// The machine's directory (token, machine.json) is gone: a
-			// replacement takes its home over.
-			p.setFatal(fmt.Errorf("the machine's directory is gone: %w", ErrGone))
-			p.log.Error().Msg("botd exited and its machine directory is gone; not restarting")
-			return
-		}
-		if p.home != "" && missing(p.home) {
-			// Lost with the process (a disk gone, a directory removed):
-			// botd would make an empty home. The machine is gone.
-			p.setFatal(fmt.Errorf("botd's home is gone: %w", ErrGone))
-			p.log.Error().Msg("botd exited and its home is gone; not restarting")
+		if gone := p.gone(); gone != nil { // lost during the backoff
+			p.setFatal(gone)
+			p.log.Error().Err(gone).Msg("botd exited and its machine is gone; not restarting")
 			return
 		}
 		if err := p.startOnce(); err != nil {
@@ -115,6 +116,20 @@ func (p *localProc) supervise() {
 			return
 		}
 	}
+}
+
+// gone says why the machine is gone (ErrGone), or nil: its directory
+// (token, machine.json) was removed, so a replacement takes its home over;
+// or its home was (a disk gone, a directory removed: botd would make an
+// empty one).
+func (p *localProc) gone() error {
+	if p.pidFile != "" && missing(filepath.Dir(p.pidFile)) {
+		return fmt.Errorf("the machine's directory is gone: %w", ErrGone)
+	}
+	if p.home != "" && missing(p.home) {
+		return fmt.Errorf("botd's home is gone: %w", ErrGone)
+	}
+	return nil
 }
 
 func (p *localProc) setFatal(err error) {
