@@ -778,27 +778,6 @@ func (r *Reader) Focus(ctx context.Context, sock, id string) error {
 	return nil
 }
 
-// DoAction runs element id's first action (its click, for an element with
-// no box to click).
-func (r *Reader) DoAction(ctx context.Context, sock, id string) error {
-	o, ok := r.lookup(sock, id)
-	if !ok {
-		return shared.Errorf(http.StatusNotFound, shared.CodeElementNotFound, "no observation of this screen returned element %s", id)
-	}
-	c, err := r.conn(ctx, sock)
-	if err != nil {
-		return stale(id, "its program is gone")
-	}
-	var done bool
-	if err := c.Object(o.Name, o.Path).CallWithContext(ctx, ifAction+".DoAction", 0, int32(0)).Store(&done); err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		return stale(id, "it has no action")
-	}
-	return nil
-}
-
 // Probe is what the corpus test reads of an object to see a click land.
 type Probe struct {
 	States []string
