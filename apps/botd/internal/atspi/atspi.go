@@ -58,7 +58,6 @@ const (
 	ifComponent  = "org.a11y.atspi.Component"
 	ifText       = "org.a11y.atspi.Text"
 	ifValue      = "org.a11y.atspi.Value"
-	ifAction     = "org.a11y.atspi.Action"
 	registryName = "org.a11y.atspi.Registry"
 	rootPath     = "/org/a11y/atspi/accessible/root"
 	coordScreen  = uint32(0) // ATSPI_COORD_TYPE_SCREEN
