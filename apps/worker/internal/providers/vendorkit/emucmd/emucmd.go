@@ -12,6 +12,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log"
 	"net"
 	"net/http"
@@ -50,7 +51,9 @@ func (c Cmd) Listen(addr string) net.Listener {
 
 // APIKey is the key the emulator accepts: {Env}_API_KEY, else the file
 // {Env}_API_KEY_FILE names, else a new one written (0600) to keyFile
-// (default $TMPDIR/{Name}-key), whose path is printed.
+// (default $TMPDIR/{Name}-key), whose path is printed. keyFile must be
+// new or this user's own 0600 regular file from an earlier start
+// (writeKeyFile): anything else there is refused and the command exits.
 func (c Cmd) APIKey(keyFile string) string {
 	if k := os.Getenv(c.Env + "_API_KEY"); k != "" {
 		return k
@@ -68,11 +71,54 @@ func (c Cmd) APIKey(keyFile string) string {
 	buf := make([]byte, 20)
 	_, _ = rand.Read(buf)
 	key := c.KeyPrefix + hex.EncodeToString(buf)
-	if err := os.WriteFile(keyFile, []byte(key+"\n"), 0o600); err != nil {
+	if err := c.writeKeyFile(keyFile, []byte(key+"\n")); err != nil {
 		c.Fatalf("%v", err)
 	}
 	fmt.Fprintf(os.Stderr, "%s: API key written to %s (%s_API_KEY_FILE)\n", c.Name, keyFile, c.Env)
 	return key
+}
+
+// writeKeyFile writes key to path, a new file (0600, O_EXCL, O_NOFOLLOW)
+// or this user's own earlier one: the key file's directory is shared
+// (/tmp), so whatever else is already at path (another user's file, a
+// symlink, a file others may read) may have been planted there to read
+// the key or to have it written through, and is refused untouched.
+func (c Cmd) writeKeyFile(path string, key []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	if errors.Is(err, fs.ErrExist) {
+		f, err = c.reopenKeyFile(path)
+	}
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(key); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("-key-file %s: %w", path, err)
+	}
+	return f.Close()
+}
+
+// reopenKeyFile opens the key file an earlier start of this emulator left
+// at path, truncated, when it is still what that start made: a regular
+// file (opened without following a symlink, checked on the open file)
+// owned by this user, mode 0600, with one link.
+func (c Cmd) reopenKeyFile(path string) (*os.File, error) {
+	refuse := fmt.Errorf("-key-file %s already exists and is not this user's own 0600 regular file (another user or a symlink may have put it there); remove it (rm -f %s) or pass a key with %s_API_KEY_FILE", path, path, c.Env)
+	f, err := os.OpenFile(path, os.O_WRONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, refuse
+	}
+	var st syscall.Stat_t
+	if err := syscall.Fstat(int(f.Fd()), &st); err != nil ||
+		st.Mode&syscall.S_IFMT != syscall.S_IFREG || int(st.Uid) != os.Geteuid() || st.Mode&0o7777 != 0o600 || st.Nlink != 1 {
+		_ = f.Close()
+		return nil, refuse
+	}
+	if err := f.Truncate(0); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("-key-file %s: %w", path, err)
+	}
+	return f, nil
 }
 
 // Ports parses a -ports list ("7000,8080,6080-6099"); empty gives nil.
