@@ -3,6 +3,7 @@ package machines
 import (
 	"context"
 	"io"
+	"mime"
 	"net/http"
 
 	"github.com/open-bot/computer/pkg/shared"
@@ -65,18 +66,29 @@ func (b *Botd) RecordingVideo(ctx context.Context, screen, id, rangeHeader strin
 
 // ServeRecordingVideo streams recording id of screen to w (a Range
 // request answered with botd's 206). An error before any byte was written
-// is returned for the caller to answer; once streaming, nil.
+// is returned for the caller to answer; once streaming, nil. The machine
+// is the bots' and may say anything, so only the byte-range headers are
+// its: the type is the recording format the worker knows
+// (shared.RecordingMediaType) with nosniff, and the disposition the
+// worker's own, so no page a machine serves runs on the worker's origin.
 func ServeRecordingVideo(w http.ResponseWriter, r *http.Request, rec Recorder, screen, id string) error {
 	resp, err := rec.RecordingVideo(r.Context(), screen, id, r.Header.Get("Range"))
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
-	for _, h := range []string{"Content-Type", "Content-Length", "Content-Range", "Accept-Ranges", "Last-Modified", "Content-Disposition"} {
+	for _, h := range []string{"Content-Length", "Content-Range", "Accept-Ranges", "Last-Modified"} {
 		if v := resp.Header.Get(h); v != "" {
 			w.Header().Set(h, v)
 		}
 	}
+	w.Header().Set("Content-Type", shared.RecordingMediaType)
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	cd := mime.FormatMediaType("attachment", map[string]string{"filename": id + ".mp4"})
+	if cd == "" {
+		cd = "attachment"
+	}
+	w.Header().Set("Content-Disposition", cd)
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(resp.StatusCode)
 	_, _ = io.Copy(w, resp.Body)
