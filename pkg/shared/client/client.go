@@ -35,6 +35,11 @@ func New(baseURL, token string, hc *http.Client) *Client {
 // BaseURL is the botd address.
 func (c *Client) BaseURL() string { return c.base }
 
+// HTTPClient is the HTTP client the client sends with (a vendor sandbox's
+// botd is reached only through its forwarder's; websocket dials to
+// BaseURL use it too).
+func (c *Client) HTTPClient() *http.Client { return c.http }
+
 // Token is the bearer token (for websocket dials by the caller).
 func (c *Client) Token() string { return c.token }
 

@@ -74,7 +74,13 @@ var ErrClosed = errors.New("codex app-server connection closed")
 // Dial connects to url (ws://…/agent) with header (Authorization) and starts
 // reading. h may be nil (requests are then refused with an error).
 func Dial(ctx context.Context, url string, header http.Header, h Handler) (*Conn, error) {
-	ws, _, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPHeader: header})
+	return DialClient(ctx, url, header, nil, h)
+}
+
+// DialClient is Dial through hc (nil: http.DefaultClient), the only client
+// that reaches url when a vendor's in-process forwarder serves it.
+func DialClient(ctx context.Context, url string, header http.Header, hc *http.Client, h Handler) (*Conn, error) {
+	ws, _, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPHeader: header, HTTPClient: hc})
 	if err != nil {
 		return nil, fmt.Errorf("dial codex app-server: %w", err)
 	}

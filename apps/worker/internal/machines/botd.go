@@ -37,6 +37,16 @@ func (b *Botd) wsURL(path string) string {
 	return "ws" + strings.TrimPrefix(b.c.BaseURL(), "http") + path
 }
 
+// wsClient is the HTTP client of botd's websocket dials: the botd
+// client's own (a vendor sandbox's botd is reached only through its
+// in-process forwarder), without its timeout (a dial's context bounds
+// the handshake; the connection then lives on).
+func (b *Botd) wsClient() *http.Client {
+	hc := *b.c.HTTPClient()
+	hc.Timeout = 0
+	return &hc
+}
+
 // bearer is the header botd's websocket routes authenticate with.
 func (b *Botd) bearer() http.Header {
 	return http.Header{"Authorization": {"Bearer " + b.c.Token()}}
@@ -158,7 +168,7 @@ func (b *Botd) ViewerToken(ctx context.Context, id, mode, holder string, ttl tim
 // link), binary subprotocol. The caller relays it and closes it.
 func (b *Botd) DialVNC(ctx context.Context, id string, link client.ViewerLink) (*websocket.Conn, error) {
 	c, _, err := websocket.Dial(ctx, b.wsURL("/screens/"+url.PathEscape(id)+"/vnc"),
-		&websocket.DialOptions{Subprotocols: []string{"binary"}, HTTPHeader: http.Header{"X-Viewer-Token": {link.Token}}})
+		&websocket.DialOptions{Subprotocols: []string{"binary"}, HTTPHeader: http.Header{"X-Viewer-Token": {link.Token}}, HTTPClient: b.wsClient()})
 	if err != nil {
 		return nil, err
 	}
@@ -183,7 +193,7 @@ func (b *Botd) ImportWorkspace(ctx context.Context, r io.Reader) (client.Workspa
 // DialEvents implements Machine: botd's /events websocket under the
 // bearer token.
 func (b *Botd) DialEvents(ctx context.Context) (*websocket.Conn, error) {
-	c, _, err := websocket.Dial(ctx, b.wsURL("/events"), &websocket.DialOptions{HTTPHeader: b.bearer()})
+	c, _, err := websocket.Dial(ctx, b.wsURL("/events"), &websocket.DialOptions{HTTPHeader: b.bearer(), HTTPClient: b.wsClient()})
 	if err != nil {
 		return nil, err
 	}
@@ -193,7 +203,7 @@ func (b *Botd) DialEvents(ctx context.Context) (*websocket.Conn, error) {
 // DialAgent implements Machine: a fresh Codex app-server on botd's /agent
 // websocket under the bearer token.
 func (b *Botd) DialAgent(ctx context.Context, h codexrpc.Handler) (*codexrpc.Conn, error) {
-	return codexrpc.Dial(ctx, b.wsURL("/agent"), b.bearer(), h)
+	return codexrpc.DialClient(ctx, b.wsURL("/agent"), b.bearer(), b.wsClient(), h)
 }
 
 var _ Machine = (*Botd)(nil)

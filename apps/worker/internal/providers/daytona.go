@@ -66,7 +66,7 @@ func (x *Daytona) Reconnect(ctx context.Context, ref string, spec Spec) (Machine
 	if err != nil {
 		return nil, daytonaGone(err)
 	}
-	return machines.NewBotd(c.BaseURL(), c.Token()), nil
+	return machines.BotdOf(c), nil
 }
 
 // Stop implements Provider.

@@ -69,7 +69,7 @@ func (x *E2B) Reconnect(ctx context.Context, ref string, spec Spec) (Machine, er
 
 // e2bMachine is the machine an open-bot sandbox is: its botd (reached
 // through the adapter's forwarder, whose base URL the client holds).
-func e2bMachine(c *client.Client) Machine { return machines.NewBotd(c.BaseURL(), c.Token()) }
+func e2bMachine(c *client.Client) Machine { return machines.BotdOf(c) }
 
 // Stop implements Provider (pause).
 func (x *E2B) Stop(ctx context.Context, ref string) error { return gone(x.p.Stop(ctx, ref)) }

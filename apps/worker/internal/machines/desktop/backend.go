@@ -3,6 +3,7 @@ package desktop
 import (
 	"context"
 	"io"
+	"net/http"
 )
 
 // Backend is what the desktop machine needs from a sandbox: its command
@@ -27,8 +28,11 @@ type Backend interface {
 	// by user (the parent directory must exist).
 	WriteFile(ctx context.Context, path, user string, data []byte) error
 	// PortURL is the base URL ("http://127.0.0.1:32768") at which this
-	// worker reaches TCP port inside the sandbox.
-	PortURL(ctx context.Context, port int) (string, error)
+	// worker reaches TCP port inside the sandbox, and the HTTP client (no
+	// timeout; also a websocket dial's) that reaches it: nil for any
+	// client, else the only one that does (a vendor's in-process
+	// forwarder, which opens no local port for others to borrow).
+	PortURL(ctx context.Context, port int) (string, *http.Client, error)
 	// MaxScreens is how many screens the sandbox may run (1: a
 	// single-screen sandbox; the machine then answers
 	// MULTI_SCREEN_UNAVAILABLE for any second screen and starts nothing).

@@ -11,6 +11,7 @@ import (
 	"io"
 	"io/fs"
 	"net"
+	"net/http"
 	"path"
 	"sort"
 	"strconv"
@@ -320,19 +321,19 @@ func (d *DockerBackend) WriteFile(ctx context.Context, p, user string, data []by
 	return nil
 }
 
-// PortURL is where the engine published port on 127.0.0.1.
-func (d *DockerBackend) PortURL(ctx context.Context, port int) (string, error) {
+// PortURL is where the engine published port on 127.0.0.1 (any client).
+func (d *DockerBackend) PortURL(ctx context.Context, port int) (string, *http.Client, error) {
 	r, err := d.cli.ContainerInspect(ctx, d.container, dockerclient.ContainerInspectOptions{})
 	if err != nil {
-		return "", fmt.Errorf("docker backend: inspect: %w", err)
+		return "", nil, fmt.Errorf("docker backend: inspect: %w", err)
 	}
 	c := r.Container
 	if c.NetworkSettings != nil {
 		for _, b := range c.NetworkSettings.Ports[network.MustParsePort(strconv.Itoa(port)+"/tcp")] {
 			if b.HostIP.IsLoopback() && b.HostPort != "" {
-				return "http://" + net.JoinHostPort("127.0.0.1", b.HostPort), nil
+				return "http://" + net.JoinHostPort("127.0.0.1", b.HostPort), nil, nil
 			}
 		}
 	}
-	return "", fmt.Errorf("docker backend: port %d of the container is not published on 127.0.0.1", port)
+	return "", nil, fmt.Errorf("docker backend: port %d of the container is not published on 127.0.0.1", port)
 }

@@ -186,14 +186,14 @@ func (m *Machine) DialVNC(ctx context.Context, id string, link client.ViewerLink
 	if control {
 		port = m.ctlPort(slot)
 	}
-	base, err := m.b.PortURL(ctx, port)
+	base, hc, err := m.b.PortURL(ctx, port)
 	if err != nil {
 		return nil, fmt.Errorf("desktop machine: vnc port %d: %w", port, err)
 	}
 	u := "ws" + strings.TrimPrefix(base, "http") + "/websockify"
 	var ws *websocket.Conn
 	for i := 0; ; i++ {
-		ws, _, err = websocket.Dial(ctx, u, &websocket.DialOptions{Subprotocols: []string{"binary"}})
+		ws, _, err = websocket.Dial(ctx, u, &websocket.DialOptions{Subprotocols: []string{"binary"}, HTTPClient: hc})
 		if err == nil || i >= 40 || ctx.Err() != nil {
 			break
 		}

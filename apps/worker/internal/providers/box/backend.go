@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net/http"
 	"net/url"
 	"sort"
 	"strconv"
@@ -524,15 +525,15 @@ func (b *cmdBackend) WriteFile(ctx context.Context, path, user string, data []by
 // PortURL: the box's one desktop stream, for screen 0's control port
 // only (Box's desktop takes input: there is no view-only stream to give
 // the view port).
-func (b *cmdBackend) PortURL(ctx context.Context, port int) (string, error) {
+func (b *cmdBackend) PortURL(ctx context.Context, port int) (string, *http.Client, error) {
 	if port != controlPort {
-		return "", fmt.Errorf("box: box %s: port %d is not reachable (Box publishes one desktop stream, which takes input; a view-only stream is not offered)", b.s.id, port)
+		return "", nil, fmt.Errorf("box: box %s: port %d is not reachable (Box publishes one desktop stream, which takes input; a view-only stream is not offered)", b.s.id, port)
 	}
 	f, err := b.s.desktopForwarder(ctx)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
-	return f.URL(), nil
+	return f.URL(), f.Client(), nil
 }
 
 // controlPort is the desktop machine's control port of screen 0.

@@ -246,8 +246,8 @@ func (s *session) refresh() {
 
 // desktopForwarder is the session's local entry to the box's desktop
 // page, asked for with ?vnc=1 and polled while it provisions. The desktop
-// URL (its secret) stays in the worker: only the forwarder's loopback URL
-// is handed out, to the worker's own VNC relay.
+// URL (its secret) stays in the worker: the forwarder is in-process (no
+// listener), handed only to the worker's own VNC relay.
 func (s *session) desktopForwarder(ctx context.Context) (*vendorkit.Forwarder, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -281,7 +281,7 @@ func (s *session) desktopForwarder(ctx context.Context) (*vendorkit.Forwarder, e
 	if err != nil {
 		return nil, err
 	}
-	f, err := vendorkit.NewForwarder(target, s.p.o.Transport, func(ctx context.Context) (int, string, bool) {
+	f := vendorkit.NewForwarder(target, s.p.o.Transport, func(ctx context.Context) (int, string, bool) {
 		b, err := s.p.api.get(ctx, s.id)
 		switch {
 		case errors.Is(err, ErrNotFound):
@@ -291,9 +291,6 @@ func (s *session) desktopForwarder(ctx context.Context) (*vendorkit.Forwarder, e
 		}
 		return http.StatusBadGateway, "the box's desktop does not answer", false
 	})
-	if err != nil {
-		return nil, err
-	}
 	s.fwd = f
 	return f, nil
 }

@@ -445,13 +445,14 @@ func (b *toolboxBackend) WriteFile(ctx context.Context, path, _ string, data []b
 	return b.s.tb.upload(ctx, path, data)
 }
 
-// PortURL is the local forwarder to port's preview URL.
-func (b *toolboxBackend) PortURL(ctx context.Context, port int) (string, error) {
+// PortURL is the in-process forwarder to port's preview URL: its base URL
+// and the client that reaches it (no listener).
+func (b *toolboxBackend) PortURL(ctx context.Context, port int) (string, *http.Client, error) {
 	f, err := b.s.portForwarder(ctx, port)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
-	return f.URL(), nil
+	return f.URL(), f.Client(), nil
 }
 
 // ---- display :0 through /computeruse ----
@@ -594,10 +595,7 @@ func (s *session) portForwarder(ctx context.Context, port int) (*forwarder, erro
 	if err != nil || (target.Scheme != "http" && target.Scheme != "https") {
 		return nil, fmt.Errorf("daytona: sandbox %s: preview URL for port %d is not http(s)", s.id, port)
 	}
-	nf, err := newForwarder(target, &previewHeaders{next: s.p.o.Transport, token: pv.Token}, s.explain)
-	if err != nil {
-		return nil, fmt.Errorf("daytona provider: forwarder: %w", err)
-	}
+	nf := newForwarder(target, &previewHeaders{next: s.p.o.Transport, token: pv.Token}, s.explain)
 	s.portMu.Lock()
 	defer s.portMu.Unlock()
 	select {

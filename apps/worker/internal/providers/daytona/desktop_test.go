@@ -76,10 +76,10 @@ func TestDesktopUseCountsAsActivity(t *testing.T) {
 
 	// A viewer's port (the computer-use noVNC on 6080 here) through its
 	// preview forwarder is use too.
-	u, err := b.PortURL(ctx, 6080)
+	u, hc, err := b.PortURL(ctx, 6080)
 	require.NoError(t, err)
 	quiet("the viewer request")
-	resp, err := http.Get(u + "/vnc.html")
+	resp, err := hc.Get(u + "/vnc.html")
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode, "noVNC answers through the preview URL")

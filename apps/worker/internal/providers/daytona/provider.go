@@ -333,7 +333,7 @@ func (p *Provider) Reconnect(ctx context.Context, ref string, spec Spec) (*clien
 		}
 		p.log.Info().Str("sandbox", r.SandboxID).Msg("started botd")
 	}
-	c := client.New(sess.fwd.URL(), spec.BotdToken, nil)
+	c := client.New(sess.fwd.URL(), spec.BotdToken, &http.Client{Transport: sess.fwd, Timeout: 5 * time.Minute})
 	if err := p.awaitHealthy(ctx, sess, c); err != nil {
 		return nil, fmt.Errorf("daytona provider: sandbox %s: %w", r.SandboxID, err)
 	}
@@ -516,9 +516,7 @@ func (p *Provider) session(ctx context.Context, sb Sandbox) (*session, error) {
 	s := &session{p: p, id: sb.ID, done: make(chan struct{}), preview: pv, ports: map[int]*forwarder{}}
 	s.tb = &toolbox{a: p.tb, base: strings.TrimRight(sb.ToolboxProxyURL, "/") + "/" + url.PathEscape(sb.ID), use: s.used}
 	rt := &previewHeaders{next: p.o.Transport, token: pv.Token}
-	if s.fwd, err = newForwarder(target, rt, s.explain); err != nil {
-		return nil, fmt.Errorf("daytona provider: forwarder: %w", err)
-	}
+	s.fwd = newForwarder(target, rt, s.explain)
 	p.sessions[sb.ID] = s
 	go s.refresh()
 	return s, nil

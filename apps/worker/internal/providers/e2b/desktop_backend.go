@@ -396,13 +396,14 @@ func (b *envdBackend) WriteFile(ctx context.Context, path, user string, data []b
 	return b.s.envd.writeFile(ctx, b.userOf(user), path, data)
 }
 
-// PortURL is the local forwarder to port in the sandbox.
-func (b *envdBackend) PortURL(ctx context.Context, port int) (string, error) {
+// PortURL is the in-process forwarder to port in the sandbox: its base
+// URL and the client that reaches it (no listener).
+func (b *envdBackend) PortURL(ctx context.Context, port int) (string, *http.Client, error) {
 	f, err := b.s.portForwarder(port)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
-	return f.URL(), nil
+	return f.URL(), f.Client(), nil
 }
 
 // portForwarder is the session's forwarder to port (made once).
@@ -429,10 +430,7 @@ func (s *session) portForwarder(port int) (*forwarder, error) {
 		hdr.Set("E2b-Traffic-Access-Token", s.traffic)
 	}
 	rt := &router{next: s.p.o.Transport, sandboxID: s.id, port: port, byHeader: byHeader, set: hdr}
-	f, err := newForwarder(target, rt, s.explain)
-	if err != nil {
-		return nil, fmt.Errorf("e2b provider: forwarder: %w", err)
-	}
+	f := newForwarder(target, rt, s.explain)
 	s.ports[port] = f
 	return f, nil
 }

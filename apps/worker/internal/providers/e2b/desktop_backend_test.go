@@ -132,16 +132,17 @@ func TestEnvdDesktopBackend(t *testing.T) {
 		// The machine's first screen serves noVNC on port 6080.
 		_, err := m.StartScreen(ctx, "a")
 		require.NoError(t, err)
-		u, err := b.PortURL(ctx, 6080)
+		u, hc, err := b.PortURL(ctx, 6080)
 		require.NoError(t, err)
-		require.True(t, strings.HasPrefix(u, "http://127.0.0.1:"), u)
+		_, err = http.Get(u + "/vnc.html")
+		require.Error(t, err, "the port's URL is reached only through its forwarder's client (no listener)")
 		// websockify starts in the background: wait (≤ 30 s) until it serves.
 		var (
 			resp *http.Response
 			body []byte
 		)
 		for i := 0; i < 60; i++ {
-			resp, err = http.Get(u + "/vnc.html")
+			resp, err = hc.Get(u + "/vnc.html")
 			require.NoError(t, err)
 			body, _ = io.ReadAll(resp.Body)
 			resp.Body.Close()

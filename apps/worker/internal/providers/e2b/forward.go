@@ -5,9 +5,10 @@ package e2b
 // E2b-Sandbox-Id/E2b-Sandbox-Port headers) and its traffic token. Every part
 // of the worker that talks to a botd (its typed client, the events and
 // agent websockets, takeover's VNC relay, workspace export) does so with a
-// base URL and botd's bearer token only, so each reconnected sandbox gets a
-// reverse proxy on 127.0.0.1 that adds what the vendor's routing needs;
-// the worker then sees a botd like any other. The forwarder is also where
+// base URL, an HTTP client and botd's bearer token, so each reconnected
+// sandbox gets an in-process forwarder (an http.RoundTripper, no listener)
+// that adds what the vendor's routing needs; the worker then sees a botd
+// like any other. The forwarder is also where
 // use is seen (for the timeout refresher) and where a sandbox that stopped
 // answering is explained (its timeout lapsed, or it is gone).
 
@@ -24,12 +25,8 @@ import (
 // forwarder is one sandbox's local entry to its botd (vendorkit.Forwarder).
 type forwarder struct{ *vendorkit.Forwarder }
 
-func newForwarder(target *url.URL, rt http.RoundTripper, explain func(ctx context.Context) (status int, msg string, known bool)) (*forwarder, error) {
-	f, err := vendorkit.NewForwarder(target, rt, explain)
-	if err != nil {
-		return nil, err
-	}
-	return &forwarder{f}, nil
+func newForwarder(target *url.URL, rt http.RoundTripper, explain func(ctx context.Context) (status int, msg string, known bool)) *forwarder {
+	return &forwarder{vendorkit.NewForwarder(target, rt, explain)}
 }
 
 func (f *forwarder) touch()                                       { f.Touch() }

@@ -1,6 +1,7 @@
 package e2b
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -64,7 +65,7 @@ func TestForwarder(t *testing.T) {
 	get := func(path string) (int, string) {
 		req, _ := http.NewRequest(http.MethodGet, s.fwd.URL()+path, nil)
 		req.Header.Set("Authorization", "Bearer botd-token")
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := s.fwd.Client().Do(req)
 		require.NoError(t, err)
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
@@ -73,6 +74,8 @@ func TestForwarder(t *testing.T) {
 	code, body := get("/screens")
 	require.Equal(t, http.StatusOK, code, body)
 	require.JSONEq(t, `{"path":"/screens","auth":"Bearer botd-token","envd":""}`, body, "botd's bearer token passes; envd's token does not go to botd")
+	_, err = http.Get(s.fwd.URL() + "/screens")
+	require.Error(t, err, "the forwarder's URL is reached only through its own client: nothing listens")
 
 	long := time.Now().Add(-time.Hour)
 	s.fwd.TouchAt(long)
@@ -83,7 +86,7 @@ func TestForwarder(t *testing.T) {
 	require.True(t, s.fwd.inUse(time.Now(), time.Minute), "a tool call is use")
 
 	s.fwd.TouchAt(long)
-	ws, _, err := websocket.Dial(t.Context(), "ws"+strings.TrimPrefix(s.fwd.URL(), "http")+"/agent", nil)
+	ws, _, err := websocket.Dial(t.Context(), "ws"+strings.TrimPrefix(s.fwd.URL(), "http")+"/agent", &websocket.DialOptions{HTTPClient: s.fwd.Client()})
 	require.NoError(t, err)
 	require.NoError(t, ws.Write(t.Context(), websocket.MessageText, []byte("hello")))
 	_, b, err := ws.Read(t.Context())
@@ -97,8 +100,15 @@ func TestForwarder(t *testing.T) {
 	require.Equal(t, http.StatusServiceUnavailable, code)
 	require.Contains(t, body, "the E2B sandbox is paused (its timeout lapsed")
 
+	open, _, err := websocket.Dial(t.Context(), "ws"+strings.TrimPrefix(s.fwd.URL(), "http")+"/agent", &websocket.DialOptions{HTTPClient: s.fwd.Client()})
+	require.NoError(t, err)
 	p.drop("sbx1")
-	_, err = http.Get(s.fwd.URL() + "/screens")
+	rctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	_, _, err = open.Read(rctx)
+	require.Error(t, err)
+	require.NoError(t, rctx.Err(), "a dropped session's open websocket is closed by the forwarder")
+	cancel()
+	_, err = s.fwd.Client().Get(s.fwd.URL() + "/screens")
 	require.Error(t, err, "a dropped session's forwarder answers nothing")
 }
 

@@ -289,7 +289,7 @@ func (p *Provider) Reconnect(ctx context.Context, ref string, spec Spec) (*clien
 		}
 		p.log.Info().Str("sandbox", r.SandboxID).Msg("started botd")
 	}
-	c := client.New(sess.fwd.URL(), spec.BotdToken, nil)
+	c := client.New(sess.fwd.URL(), spec.BotdToken, &http.Client{Transport: sess.fwd, Timeout: 5 * time.Minute})
 	if err := p.awaitHealthy(ctx, sess, c); err != nil {
 		return nil, fmt.Errorf("e2b provider: sandbox %s: %w", r.SandboxID, err)
 	}
@@ -497,9 +497,7 @@ func (p *Provider) session(sb Sandbox) (*session, error) {
 		botdHdr.Set("E2b-Traffic-Access-Token", *sb.TrafficAccessToken)
 	}
 	rt := &router{next: p.o.Transport, sandboxID: sb.SandboxID, port: botdPort, byHeader: byHeader, set: botdHdr}
-	if s.fwd, err = newForwarder(botdURL, rt, s.explain); err != nil {
-		return nil, fmt.Errorf("e2b provider: forwarder: %w", err)
-	}
+	s.fwd = newForwarder(botdURL, rt, s.explain)
 	p.sessions[sb.SandboxID] = s
 	go s.refresh()
 	return s, nil
