@@ -536,7 +536,9 @@ func (m *Manager) freeSlotLocked(hostFree map[int]bool) int {
 }
 
 func (m *Manager) runStart(s *Screen, slot int, o *op) {
-	m.runStartWith(s, slot, o, func(ctx context.Context) (stack, error) { return m.be.start(ctx, s, slot) })
+	m.runStartWith(s, slot, o, func(ctx context.Context) (stack, error) {
+		return m.startMovingOn(ctx, s, slot, func(n int) { s.slot = n })
+	})
 }
 
 // runStartWith is runStart with the stack from start (a new one, or a
@@ -577,6 +579,7 @@ func (m *Manager) runStartWith(s *Screen, slot int, o *op, start func(ctx contex
 	}
 	m.mu.Lock()
 	s.start = nil
+	slot = s.slot // start may have moved on to another slot (xdisplay.go)
 	if err != nil {
 		s.state, s.slot, s.lastErr = shared.StateCrashed, -1, err.Error()
 		o.err = shared.Errorf(http.StatusServiceUnavailable, shared.CodeScreenUnavailable, "screen %s did not start", s.ID)

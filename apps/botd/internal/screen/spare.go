@@ -91,7 +91,7 @@ func (m *Manager) startSpare(sp *spareStack) {
 	defer cancel()
 	began := m.clock.Now()
 	s := &Screen{ID: spareID, m: m, slot: sp.slot, state: shared.StateStarting}
-	st, err := m.be.start(ctx, s, sp.slot)
+	st, err := m.startMovingOn(ctx, s, sp.slot, func(n int) { sp.slot, s.slot = n, n })
 	if err == nil {
 		// Ready means drawn: the panel and the desktop are up (or
 		// DrawnTimeout passed), so the first observation waits for

@@ -199,7 +199,7 @@ func (b *procBackend) start(ctx context.Context, s *Screen, slot int) (st stack,
 	}
 	ps.session = append(ps.session, dbus)
 	if err := ps.xvfb.WaitRunning(ctx); err != nil {
-		return nil, fmt.Errorf("xvfb: %w", err)
+		return nil, m.xvfbFailed(ps.xvfb, disp, err)
 	}
 	if err := dbus.WaitRunning(ctx); err != nil {
 		return nil, fmt.Errorf("dbus: %w", err)
@@ -441,27 +441,13 @@ func isRFB(c net.Conn) error {
 	return nil
 }
 
-// slotFreeOnHost reports whether nothing outside botd uses slot: no X
-// server (live, or someone else's) holds its display lock or socket, and its
-// view and control ports can be bound. The lock is in world-writable /tmp:
-// it is read without blocking or following a link (a FIFO or a link there
-// only marks the slot taken). Never called with m.mu held.
+// slotFreeOnHost reports whether nothing outside botd uses slot: nobody
+// holds its display number (displayHeld: the X lock, the X socket, the
+// abstract X name) and its view and control ports can be bound. Never
+// called with m.mu held.
 func (m *Manager) slotFreeOnHost(slot int) bool {
-	disp := m.display(slot)
-	desktop := int(m.o.Desktop.UID)
-	lock := fmt.Sprintf("/tmp/.X%d-lock", disp)
-	b, err := safefs.ReadOwned(lock, 64, -1)
-	switch {
-	case err == nil:
-		if !lockStale(lock, b, desktop) {
-			return false
-		}
-	case !errors.Is(err, os.ErrNotExist):
-		return false // a FIFO, a link, something unreadable
-	}
-	sock := x11SocketPath(disp)
-	if err := safefs.CheckSocket(sock, desktop); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return false // someone else's socket: Xvfb could not replace it
+	if displayHeld(m.display(slot), int(m.o.Desktop.UID)) {
+		return false
 	}
 	for _, port := range []int{m.viewPort(slot), m.controlPort(slot)} {
 		ln, err := net.Listen("tcp", net.JoinHostPort(m.o.PortHost, strconv.Itoa(port)))

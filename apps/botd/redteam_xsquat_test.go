@@ -1,0 +1,176 @@
+package main
+
+// Issue 36 row 6: a local bot squats the X display numbers another screen
+// (of its own computer or of another computer on the host) would take next.
+// Xvfb listens on the abstract unix name @/tmp/.X11-unix/X<d> as well as
+// on the path, and abstract names are per network namespace, not per
+// user: a bot that binds one first makes that display's Xvfb die with
+// "Cannot establish any listening sockets". The attack runs as the real bot
+// user (setpriv) against a real botd starting real Xvfb stacks. Displays
+// 2000-2031, view ports 35200+.
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"image/jpeg"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/open-bot/computer/apps/botd/internal/testenv"
+)
+
+const (
+	xsqDisplayBase  = 2000
+	xsqViewPortBase = 35200
+)
+
+// xSquatter binds the abstract X socket names of displays as user, as a
+// bot would (any user may bind any free abstract name in its network
+// namespace), and holds them until the test ends.
+func xSquatter(t *testing.T, user string, displays []int) {
+	t.Helper()
+	const script = `import socket, sys
+held = []
+for d in sys.argv[1:]:
+    s = socket.socket(socket.AF_UNIX)
+    s.bind("\0/tmp/.X11-unix/X" + d)
+    s.listen(1)
+    held.append(s)
+print("squatting", flush=True)
+sys.stdin.read()
+`
+	args := []string{"--reuid=" + user, "--regid=" + user, "--init-groups", "--reset-env", "--", "python3", "-c", script}
+	for _, d := range displays {
+		args = append(args, strconv.Itoa(d))
+	}
+	cmd := exec.Command("setpriv", args...)
+	cmd.Dir = "/"
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		stdin.Close()
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	line, _ := bufio.NewReader(stdout).ReadString('\n')
+	require.Equal(t, "squatting\n", line, "the squatter did not bind its names: %s", stderr.String())
+	// The names are really held, by the bot: without them this row proves
+	// nothing.
+	bound := abstractXNames(t)
+	for _, d := range displays {
+		require.True(t, bound[d], "display %d's abstract name is not bound", d)
+	}
+}
+
+// abstractXNames lists the displays whose abstract name
+// @/tmp/.X11-unix/X<d> is bound in this network namespace.
+func abstractXNames(t testing.TB) map[int]bool {
+	t.Helper()
+	b, err := os.ReadFile("/proc/net/unix")
+	require.NoError(t, err)
+	out := map[int]bool{}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 8 || !strings.HasPrefix(f[len(f)-1], "@/tmp/.X11-unix/X") {
+			continue
+		}
+		if n, err := strconv.Atoi(strings.TrimPrefix(f[len(f)-1], "@/tmp/.X11-unix/X")); err == nil {
+			out[n] = true
+		}
+	}
+	return out
+}
+
+// xsqCall is an authorized API request to d.
+func xsqCall(d *daemon, method, path string, body any) (int, []byte) {
+	rt := &redTeam{d: d}
+	return rt.call(method, path, body)
+}
+
+// xsqDisplay is screen id's display number (-1 when it has none).
+func xsqDisplay(t testing.TB, d *daemon, id string) int {
+	t.Helper()
+	rt := &redTeam{d: d}
+	for _, s := range rt.runningScreens(t) {
+		if s.id == id {
+			return s.display
+		}
+	}
+	return -1
+}
+
+func TestRedTeamXSquat(t *testing.T) {
+	testenv.RequireTools(t, "Xvfb", "x11vnc", "xfwm4", "chromium", "setpriv", "python3")
+	d := startDaemon(t, tempHome(t), randomKey("xsquat-token-"),
+		"DISPLAY_BASE="+strconv.Itoa(xsqDisplayBase), "VIEW_PORT_BASE="+strconv.Itoa(xsqViewPortBase), "MAX_SCREENS=4")
+	d.waitHealthy(90 * time.Second)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("botd logs:\n%s", tailLines(d.logs(), 60))
+		}
+	})
+	status, body := xsqCall(d, "POST", "/screens/first/start", nil)
+	require.Equal(t, http.StatusOK, status, string(body))
+	first := xsqDisplay(t, d, "first")
+	require.GreaterOrEqual(t, first, xsqDisplayBase, "the first screen has no display")
+
+	rows := []rtRow{
+		{"bot squats the abstract X names of the next displays: the next screen starts past them at once and shows a real screen", "bot", func(t *testing.T) {
+			// The next eight display numbers the probe would hand out.
+			var squatted []int
+			for n := first + 1; len(squatted) < 8; n++ {
+				squatted = append(squatted, n)
+			}
+			xSquatter(t, "bot", squatted)
+
+			began := time.Now()
+			status, body := xsqCall(d, "POST", "/screens/second/start", nil)
+			require.Equal(t, http.StatusOK, status, "the second screen did not start while a bot squats displays %v: %s", squatted, body)
+			// No waiting for the squatter: one start's worth of time.
+			require.Less(t, time.Since(began), 60*time.Second)
+			disp := xsqDisplay(t, d, "second")
+			require.Greater(t, disp, squatted[len(squatted)-1], "the second screen must start past the squatted displays")
+
+			status, body = xsqCall(d, "POST", "/screens/second/lease", map[string]any{"kind": "agent", "holder": "redteam"})
+			require.Equal(t, http.StatusOK, status, string(body))
+			var l struct {
+				LeaseID string `json:"leaseId"`
+			}
+			require.NoError(t, json.Unmarshal(body, &l))
+			status, body = xsqCall(d, "POST", "/screens/second/observe", map[string]any{"leaseId": l.LeaseID})
+			require.Equal(t, http.StatusOK, status, string(body))
+			var obs struct {
+				Image  []byte `json:"image"`
+				Width  int    `json:"width"`
+				Height int    `json:"height"`
+			}
+			require.NoError(t, json.Unmarshal(body, &obs))
+			img, err := jpeg.Decode(bytes.NewReader(obs.Image))
+			require.NoError(t, err, "observe returned no JPEG")
+			require.Equal(t, obs.Width, img.Bounds().Dx())
+			require.Equal(t, obs.Height, img.Bounds().Dy())
+			require.Positive(t, obs.Width)
+			// The squatter never got the screen: its names are still its own
+			// and the screen's X server holds its own.
+			bound := abstractXNames(t)
+			require.True(t, bound[squatted[0]], "the squatter's names are gone")
+			require.True(t, bound[disp], "the screen's Xvfb does not hold @/tmp/.X11-unix/X%d", disp)
+		}},
+	}
+	for _, row := range rows {
+		t.Run(row.position+": "+row.name, row.attack)
+	}
+}
