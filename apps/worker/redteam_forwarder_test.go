@@ -154,6 +154,27 @@ func TestRedteamForwarder(t *testing.T) {
 			require.Empty(t, reached, "an unauthenticated local client completed the RFB handshake of the sandbox's desktop through the worker's loopback listener(s) %v (this process's loopback listeners but the API's and the emulator's: %v)", reached, listeners)
 		})
 	}
+	// Issue 36's extra row: a grant ends with its bot. A link minted
+	// before the bot's removal must not reach a re-added bot of that name
+	// (its new screen) within the link's 10 minutes.
+	t.Run("a takeover link outlives its bot's removal", func(t *testing.T) {
+		status, link, msg := takeoverCall(t, c, "POST", bot, "")
+		require.Equal(t, 200, status, msg)
+		held := connectControl(t, link.URL)
+		defer held.Close()
+		require.Equal(t, 200, c.do(t, "DELETE", "/bots/"+bot, nil, nil))
+		requireClosedByServer(t, held, 20*time.Second, "the control connection of a removed bot")
+		require.Equal(t, 201, c.do(t, "POST", "/bots", map[string]string{"id": bot}, nil))
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		rc, st, err := dialRFB(ctx, wsURL(link.URL))
+		cancel()
+		if err == nil {
+			herr := rc.handshake()
+			rc.Close()
+			require.Error(t, herr, "the removed bot's link completed the RFB handshake of the re-added bot's screen")
+		}
+		require.Equal(t, 410, st, "the removed bot's link is refused as released (HTTP %d, %v)", st, err)
+	})
 	// A fresh takeover still works through the worker's URL alone.
 	status, link, msg = takeoverCall(t, c, "POST", bot, "")
 	require.Equal(t, 200, status, msg)

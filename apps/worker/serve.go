@@ -368,6 +368,7 @@ func newWorker(ctx context.Context, c serveConfig, log zerolog.Logger) (*worker,
 		return nil, err
 	}
 	tk := takeover.New(takeover.Options{Computers: comps, Store: st, Log: log.With().Str("sub", "takeover").Logger()})
+	comps.OnBotRemoved(tk.BotRemoved)
 	m := runs.NewManager(runs.Options{Store: st, Computers: comps, Model: c.Model, ModelProvider: c.ModelProvider,
 		Approvals: runs.ApprovalPolicy(c.Approvals), AskFor: c.AskFor, Log: log.With().Str("sub", "runs").Logger(), TakeoverLink: tk.ForRun, TakeoverDone: tk.Done})
 	tk.SetRuns(m)

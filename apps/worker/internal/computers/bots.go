@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/open-bot/computer/apps/worker/internal/store"
@@ -164,6 +165,36 @@ func (s *Service) HasBot(ctx context.Context, computerID, botID string) (store.C
 	return c, ErrNoBot
 }
 
+// removedHooks holds, per Service, the funcs OnBotRemoved registered.
+var removedHooks struct {
+	mu sync.Mutex
+	of map[*Service][]func(ctx context.Context, computerID, botID string)
+}
+
+// OnBotRemoved registers f, called when RemoveBot takes a bot off a
+// computer: before its screens are forgotten, and again once it is gone
+// (whatever was granted on the bot's screen ends with the bot: takeover's
+// grants and their control links, which must never reach a re-added bot of
+// the same name). f must not block for long.
+func (s *Service) OnBotRemoved(f func(ctx context.Context, computerID, botID string)) {
+	removedHooks.mu.Lock()
+	defer removedHooks.mu.Unlock()
+	if removedHooks.of == nil {
+		removedHooks.of = map[*Service][]func(context.Context, string, string){}
+	}
+	removedHooks.of[s] = append(removedHooks.of[s], f)
+}
+
+// botRemoved calls the OnBotRemoved funcs.
+func (s *Service) botRemoved(ctx context.Context, computerID, botID string) {
+	removedHooks.mu.Lock()
+	fs := removedHooks.of[s]
+	removedHooks.mu.Unlock()
+	for _, f := range fs {
+		f(ctx, computerID, botID)
+	}
+}
+
 // RemoveBotLeaseTTL bounds how long a removal holds the bot's lease.
 const RemoveBotLeaseTTL = 2 * time.Minute
 
@@ -215,6 +246,10 @@ func (s *Service) RemoveBot(ctx context.Context, computerID, botID string, purge
 	if err != nil {
 		return nil, err
 	}
+	// A person's control of the bot's screen ends first (its connections
+	// close, its lease is released), and again once the bot is gone.
+	s.botRemoved(ctx, c.ID, botID)
+	defer s.botRemoved(context.WithoutCancel(ctx), c.ID, botID)
 	list, err := m.Screens(ctx)
 	if err != nil {
 		return nil, upstreamErr("list the computer's screens", err)

@@ -238,7 +238,8 @@ func (s *Service) Release(ctx context.Context, computerID, botID string) error {
 	return nil
 }
 
-// end drops the bot's grant: its botd lease and its connections.
+// end drops the bot's grant: its botd lease (m nil: left to lapse) and
+// its connections.
 func (s *Service) end(ctx context.Context, m machines.Machine, computerID, botID string) {
 	s.mu.Lock()
 	g := s.grants[grantKey(computerID, botID)]
@@ -256,9 +257,24 @@ func (s *Service) end(ctx context.Context, m machines.Machine, computerID, botID
 	for _, c := range cancels {
 		c()
 	}
+	if m == nil { // the machine is not reachable: its lease lapses there
+		return
+	}
 	if err := m.ReleaseLease(ctx, g.screen, g.leaseID); err != nil && client.CodeOf(err) != shared.CodeLeaseRequired {
 		s.o.Log.Warn().Err(err).Str("screen", g.screen).Msg("release the person's lease")
 	}
+}
+
+// BotRemoved is the computers.Service OnBotRemoved hook: the person's
+// grant on the removed bot ends (its control connections close, botd's
+// lease is released), so no control link minted before the removal
+// reaches a re-added bot of the same name.
+func (s *Service) BotRemoved(ctx context.Context, computerID, botID string) {
+	m, err := s.o.Computers.Machine(ctx, computerID)
+	if err != nil {
+		m = nil
+	}
+	s.end(ctx, m, computerID, botID)
 }
 
 // InControl reports whether a person holds bot botID's screen now.
