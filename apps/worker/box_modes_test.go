@@ -16,9 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -27,7 +25,6 @@ import (
 	"github.com/open-bot/computer/apps/worker/internal/providers"
 	"github.com/open-bot/computer/apps/worker/internal/providers/box"
 	boxemutest "github.com/open-bot/computer/apps/worker/internal/providers/box/emulator/emutest"
-	"github.com/open-bot/computer/apps/worker/internal/runs"
 )
 
 func boxEmulator(t *testing.T) *boxemutest.Server {
@@ -70,12 +67,13 @@ func deleteBox(t testing.TB, emu *boxemutest.Server, ref string) {
 	require.Error(t, exec.Command("docker", "inspect", container).Run(), "the box's container is gone")
 }
 
-// TestAcceptanceReplaceBox: seed 000's acceptance flow on the box kind:
-// the scripted model (mockserve, inside the box with the button page) is
-// reached by codex in the box with the worker's model key, finds the
-// page's button in the screenshots it gets and clicks it, runs a shell
-// command and writes a file; the run's end checkpoints the home, an
-// explicit checkpoint exports it with the file. Then the box is deleted
+// TestAcceptanceReplaceBox: seed 000's acceptance flow on the box kind.
+// No agent runs on a box (the model key would be its user's to read): a
+// run is refused (501 unavailable) and the scripted model's decisions are
+// played through the direct tool API against the button page (mockserve
+// in the box): it finds the page's button in the screenshots it gets and
+// clicks it, runs a shell command and writes a file; the key is nowhere
+// in the box; an explicit checkpoint exports the file. Then the box is deleted
 // behind the worker's back and recover makes a replacement box into which
 // the checkpoint is imported: the file is back.
 func TestAcceptanceReplaceBox(t *testing.T) {
@@ -99,20 +97,20 @@ func TestAcceptanceReplaceBox(t *testing.T) {
 	container := boxContainer(t, emu, c.ProviderRef)
 	page.start(container)
 
-	runID := d.startRun(t, bot, acceptancePrompt("http://127.0.0.1:18081/", bot))
-	final, events := waitRun(t, d, runID, 10*time.Minute)
-	require.Equal(t, runs.StatusCompleted, final.Status, "run error: %s; tool calls: %+v", final.Error, final.ToolCalls)
-	requireSawAndPressed(t, final, page.Report(), page.Clicked(), page.Misses())
-	require.Contains(t, events, "checkpoint", "the run's end wrote a checkpoint: %v", events)
+	// No run on a box (the model key would be the box user's): the
+	// scripted model's decisions go through the direct tools.
+	acceptanceDirect(t, d, page, "http://127.0.0.1:18081/", bot)
 
-	// The key reached codex as a file of the box's user: in no container
-	// configuration and no command line there.
+	// The worker's model key never entered the box: in no container
+	// configuration, no command line, no agent directory.
 	inspect, err := exec.Command("docker", "inspect", container).CombinedOutput()
 	require.NoError(t, err, "%s", inspect)
 	require.NotContains(t, string(inspect), scriptedKey, "the model key is in docker inspect")
 	ps, err := exec.Command("docker", "exec", container, "ps", "-eo", "args").CombinedOutput()
 	require.NoError(t, err, "%s", ps)
 	require.NotContains(t, string(ps), scriptedKey, "the model key is in a command line in the box")
+	require.Error(t, exec.Command("docker", "exec", container, "test", "-e", "/home/user/.open-bot-agent").Run(),
+		"the worker made an agent directory in the box")
 
 	m, err := e.w.Computers.Machine(ctx, d.computer)
 	require.NoError(t, err)
@@ -120,6 +118,8 @@ func TestAcceptanceReplaceBox(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "user\n", string(who), "the shell tool ran as the box's user")
 
+	var cp CheckpointAnswer
+	require.Equal(t, http.StatusOK, d.do(t, "POST", "/checkpoint", nil, &cp))
 	var got struct {
 		Computer struct {
 			LastCheckpoint *struct{ Revision, Size int64 } `json:"lastCheckpoint"`
@@ -127,11 +127,9 @@ func TestAcceptanceReplaceBox(t *testing.T) {
 	}
 	require.Equal(t, http.StatusOK, d.do(t, "GET", "", nil, &got))
 	require.NotNil(t, got.Computer.LastCheckpoint)
-	var cp CheckpointAnswer
-	require.Equal(t, http.StatusOK, d.do(t, "POST", "/checkpoint", nil, &cp))
-	require.Greater(t, cp.Revision, got.Computer.LastCheckpoint.Revision)
+	require.Equal(t, cp.Revision, got.Computer.LastCheckpoint.Revision, "the computer shows the checkpoint just written")
 	_, content, ok := checkpointFile(t, d, "bots/"+bot+"/result.txt")
-	require.True(t, ok, "the exported checkpoint holds the run's file")
+	require.True(t, ok, "the exported checkpoint holds the model's file")
 	require.Equal(t, "the button was pressed\n", content)
 
 	// Lost behind the worker's back; the replacement is a new box with the
@@ -154,74 +152,27 @@ func TestAcceptanceReplaceBox(t *testing.T) {
 }
 
 // TestTakeoverBox: takeover on the box kind, as TestTakeoverE2B does it on
-// E2B's desktop: the policy (409 while the bot's run is busy), the run's
-// request_takeover whose waiting_takeover event carries a worker control
-// link (the worker's URL: never the box's desktop URL or its secret), a raw
-// RFB client through the worker's relay (which reaches the box's desktop
-// page from the worker) moving the X pointer on the box's :0 while control
-// is held, the agent refused meanwhile, and the release: closed by the
-// server, the link refused (410), later input never reaches X, the run
-// completes and the agent has its screen back.
+// E2B's desktop (takeoverNoRun: no run on a box, whose model key would be
+// its user's): a run refused, the policy (409 while another worker's run
+// holds the bot's execution lease), an idle bot's worker control link (the
+// worker's URL: never the box's desktop URL or its secret), a raw RFB
+// client through the worker's relay (which reaches the box's desktop page
+// from the worker) moving the X pointer on the box's :0 while control is
+// held, the agent refused meanwhile, and the release: closed by the
+// server, the link refused (410), later input never reaches X, and the
+// agent has its screen back.
 func TestTakeoverBox(t *testing.T) {
 	emu := boxEmulator(t)
 	dir := openDir(t, "wire-boxtk-")
-	ms := buildMockserve(t, dir)
 	e := templateWorker(t, boxEnv(emu, map[string]string{
 		"MODEL_UPSTREAM_URL": "http://127.0.0.1:18080/v1", "MODEL_API_KEY": scriptedKey,
 	}), filepath.Join(dir, "machines"))
-	ctx := t.Context()
 	const bot = "alice"
 	status, cc, c := createComputer(t, e, map[string]any{"scope": map[string]string{"team": "tk"}})
 	require.Equal(t, http.StatusCreated, status, "%+v", cc.Error)
 	require.Equal(t, "running", cc.Computer.State, cc.Computer.LastError)
 	require.Equal(t, http.StatusCreated, c.do(t, "POST", "/bots", map[string]string{"id": bot}, nil))
-	row, err := e.w.Store.GetComputer(ctx, c.computer)
-	require.NoError(t, err)
-	container := boxContainer(t, emu, row.ProviderRef)
-	startMockserve(t, ms, container, "-script", "takeover", "-bot", bot)
-	status, text := toolCall(t, c, bot, "computer_observe", map[string]any{})
-	require.Equal(t, http.StatusOK, status, "the agent observes before any takeover: %s", text)
-
-	id := c.startRun(t, bot, "Sign in to the page; ask a person to do it.")
-	sse := followSSE(t, c, id)
-	sse.wait(t, "waiting shell", 3*time.Minute, func(ev sseEvent) bool { return ev.Type == "tool_call" && ev.Data["tool"] == "shell" })
-	status, _, msg := takeoverCall(t, c, "POST", bot, "")
-	require.Equal(t, http.StatusConflict, status)
-	require.Equal(t, "Stop the bot first", msg)
-
-	writeBotFile(t, c, bot, "bots/"+bot+"/go")
-	ev := sse.wait(t, "waiting_takeover", 2*time.Minute, func(ev sseEvent) bool {
-		return ev.Type == "status" && ev.Data["status"] == string(runs.StatusWaitingTakeover)
-	})
-	link, _ := ev.Data["controlUrl"].(string)
-	require.True(t, strings.HasPrefix(link, e.url), "a worker control link, got %v", ev.Data)
 	emuURL, err := url.Parse(emu.URL)
 	require.NoError(t, err)
-	require.NotContains(t, link, emuURL.Host, "the box's desktop URL never reaches a browser")
-	require.NotContains(t, link, "/desktop/", "the box's desktop URL never reaches a browser")
-	rfb := connectControl(t, link)
-	require.NoError(t, rfb.pointer(0, 123, 234))
-	waitFor(t, "the pointer to move on the box's X", 30*time.Second, func() bool {
-		x, y := pointerIn(t, container, ":0", "")
-		return x == 123 && y == 234
-	})
-	status, text = toolCall(t, c, bot, "computer_observe", map[string]any{})
-	require.NotEqual(t, http.StatusOK, status, "the agent got the screen while a person holds it: %s", text)
-	require.Contains(t, text, "user_has_control")
-
-	status, _, _ = takeoverCall(t, c, "DELETE", bot, "")
-	require.Equal(t, http.StatusOK, status)
-	_ = rfb.pointer(0, 321, 123)
-	requireClosedByServer(t, rfb, 20*time.Second, "the released control connection")
-	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	_, st, err := dialRFB(dctx, wsURL(link))
-	cancel()
-	require.Error(t, err)
-	require.Equal(t, http.StatusGone, st)
-	final, _ := waitRun(t, c, id, 3*time.Minute)
-	require.Equal(t, runs.StatusCompleted, final.Status, "after release the run continues: %+v", final)
-	x, y := pointerIn(t, container, ":0", "")
-	require.False(t, x == 321 && y == 123, "a pointer move after the release reached the box's X")
-	status, text = toolCall(t, c, bot, "computer_observe", map[string]any{})
-	require.Equal(t, http.StatusOK, status, "the agent has its screen back: %s", text)
+	takeoverNoRun(t, e, c, bot, func(ref string) string { return boxContainer(t, emu, ref) }, emuURL.Host, "/desktop/")
 }

@@ -85,9 +85,10 @@ func loseDaytona(t testing.TB, emu *emutest.Server, ref string) {
 }
 
 // TestTakeoverDaytona: TestTakeoverE2B's takeover on both Daytona
-// snapshots (open-bot: botd's own screens and relay; desktop: the vendor's
-// display :0, its noVNC port of the desktop machine reached through
-// preview-url and its token behind the worker's capability proxy).
+// snapshots (open-bot: botd's own screens and relay, with a run; desktop:
+// the vendor's display :0, its noVNC port of the desktop machine reached
+// through preview-url and its token behind the worker's capability proxy,
+// with no run: takeoverNoRun).
 func TestTakeoverDaytona(t *testing.T) {
 	emu := bothSnapshots(t)
 	dir := openDir(t, "wire-dttk-")
@@ -103,11 +104,11 @@ func TestTakeoverDaytona(t *testing.T) {
 			require.Equal(t, "running", cc.Computer.State, cc.Computer.LastError)
 			require.Equal(t, snap, cc.Computer.Template)
 			require.Equal(t, http.StatusCreated, c.do(t, "POST", "/bots", map[string]string{"id": bot}, nil))
-			var xauthOf func(int) string
-			if snap == daytona.DefaultSnapshot {
-				xauthOf = botdXauth
+			if snap == daytona.DesktopSnapshot { // no run on a stock desktop
+				takeoverNoRun(t, e, c, bot, func(ref string) string { return daytonaContainer(t, ref) })
+				return
 			}
-			takeoverFlow(t, e, c, bot, ms, func(ref string) string { return daytonaContainer(t, ref) }, xauthOf)
+			takeoverFlow(t, e, c, bot, ms, func(ref string) string { return daytonaContainer(t, ref) }, botdXauth)
 		})
 	}
 }
@@ -143,11 +144,12 @@ func TestAcceptanceReplaceDaytona(t *testing.T) {
 }
 
 // TestAcceptanceDaytonaDesktop: seed 000's acceptance flow on snapshot
-// desktop (TestAcceptanceE2BDesktop's steps): codex in the sandbox,
-// started through a toolbox session, reaches the scripted model, which
-// finds the page's button in the computer-use screenshots and clicks it;
-// the checkpoint comes back into a desktop replacement after the sandbox
-// is deleted behind the worker's back.
+// desktop (TestAcceptanceE2BDesktop's steps): a run is refused (no agent
+// on a stock desktop: the model key never enters it), the scripted
+// model's decisions, played through the direct tools, find the page's
+// button in the computer-use screenshots and click it; the checkpoint
+// comes back into a desktop replacement after the sandbox is deleted
+// behind the worker's back.
 func TestAcceptanceDaytonaDesktop(t *testing.T) {
 	emu := bothSnapshots(t)
 	dir := openDir(t, "wire-dtdesk-")

@@ -257,14 +257,15 @@ func TestE2BTemplatePerComputer(t *testing.T) {
 }
 
 // TestAcceptanceE2BDesktop: seed 000's acceptance flow on template
-// desktop up to the replacement: the scripted model (mockserve, inside
-// the sandbox with the button page, as TestAcceptanceReplaceE2B runs it)
-// is reached by codex in the sandbox with the worker's model key, finds
-// the page's button in the screenshots it gets and clicks it, runs a shell
-// command and writes a file; the run's end checkpoints the home, an
-// explicit checkpoint exports it with the file. Then the sandbox is lost
-// and recover makes a desktop replacement into which the checkpoint is
-// imported: the file is back.
+// desktop up to the replacement. No agent runs on a stock desktop (the
+// model key would be the sandbox user's to read): a run is refused (501
+// unavailable) and the scripted model's decisions are played through the
+// direct tool API against the button page (mockserve in the sandbox):
+// it finds the page's button in the screenshots it gets and clicks it,
+// runs a shell command and writes a file; the key is nowhere in the
+// sandbox; an explicit checkpoint exports the file. Then the sandbox is
+// lost and recover makes a desktop replacement into which the checkpoint
+// is imported: the file is back.
 func TestAcceptanceE2BDesktop(t *testing.T) {
 	emu := bothTemplates(t)
 	dir := openDir(t, "wire-e2bdesk-")
@@ -339,9 +340,10 @@ func startMockserve(t *testing.T, ms, container string, args ...string) {
 	})
 }
 
-// TestTakeoverE2B: takeover on both e2b templates, as TestTakeoverAndBotdEvents
-// does on botd, the scripted model in the sandbox (mockserve -script
-// takeover): the policy (409 "Stop the bot first" while the bot's run is
+// TestTakeoverE2B: takeover on both e2b templates. On desktop no run can
+// ask for a person (no agent runs on a stock desktop: takeoverNoRun); on
+// open-bot, as TestTakeoverAndBotdEvents does on botd, the scripted model
+// in the sandbox (mockserve -script takeover): the policy (409 "Stop the bot first" while the bot's run is
 // busy, or its execution lease is held by another worker's run), the
 // run's request_takeover whose waiting_takeover event carries a worker
 // control link, a raw RFB client through the worker's relay that draws a
@@ -364,11 +366,12 @@ func TestTakeoverE2B(t *testing.T) {
 			require.Equal(t, http.StatusCreated, status, "%+v", cc.Error)
 			require.Equal(t, "running", cc.Computer.State, cc.Computer.LastError)
 			require.Equal(t, http.StatusCreated, c.do(t, "POST", "/bots", map[string]string{"id": bot}, nil))
-			var xauthOf func(int) string
-			if tpl == e2b.DefaultTemplate { // botd's screens have their own X cookie
-				xauthOf = botdXauth
+			if tpl == e2b.DesktopTemplate { // no run on a stock desktop
+				takeoverNoRun(t, e, c, bot, func(ref string) string { return sandboxOf(t, ref) })
+				return
 			}
-			takeoverFlow(t, e, c, bot, ms, func(ref string) string { return sandboxOf(t, ref) }, xauthOf)
+			// botd's screens have their own X cookie.
+			takeoverFlow(t, e, c, bot, ms, func(ref string) string { return sandboxOf(t, ref) }, botdXauth)
 		})
 	}
 }
@@ -475,8 +478,9 @@ func takeoverFlow(t *testing.T, e, c *workerEnv, bot, ms string, containerOf fun
 // acceptanceDesktop is TestAcceptanceE2BDesktop's steps on worker e: a
 // computer made from template (a vendor's desktop, the sandbox's user
 // `user`), whose sandbox containerOf names (a container of image) and
-// lose loses behind the worker's back; page is mockserve's (the scripted
-// model and the button page), started in the sandbox.
+// lose loses behind the worker's back; page is mockserve's button page,
+// started in the sandbox (the scripted model is played in the test:
+// acceptanceDirect).
 func acceptanceDesktop(t *testing.T, e *workerEnv, page *inContainer, template, image string, containerOf func(ref string) string, lose func(ref string)) {
 	t.Helper()
 	const bot = "alice"
@@ -489,23 +493,20 @@ func acceptanceDesktop(t *testing.T, e *workerEnv, page *inContainer, template, 
 	require.NoError(t, err)
 	page.start(containerOf(c.ProviderRef))
 
-	runID := d.startRun(t, bot, acceptancePrompt("http://127.0.0.1:18081/", bot))
-	final, events := waitRun(t, d, runID, 10*time.Minute)
-	require.Equal(t, runs.StatusCompleted, final.Status, "run error: %s; tool calls: %+v", final.Error, final.ToolCalls)
-	requireSawAndPressed(t, final, page.Report(), page.Clicked(), page.Misses())
-	require.Contains(t, events, "checkpoint", "the run's end wrote a checkpoint: %v", events)
+	// No run on a stock desktop (the model key would be the sandbox
+	// user's): the scripted model's decisions go through the direct tools.
+	acceptanceDirect(t, d, page, "http://127.0.0.1:18081/", bot)
 
-	// The key reached codex as a file of the sandbox's user: in no
-	// container configuration and no command line there.
+	// The worker's model key never entered the sandbox: in no container
+	// configuration, no command line, no agent directory.
 	inspect, err := exec.Command("docker", "inspect", containerOf(c.ProviderRef)).CombinedOutput()
 	require.NoError(t, err, "%s", inspect)
 	require.NotContains(t, string(inspect), scriptedKey, "the model key is in docker inspect")
 	ps, err := exec.Command("docker", "exec", containerOf(c.ProviderRef), "ps", "-eo", "args").CombinedOutput()
 	require.NoError(t, err, "%s", ps)
 	require.NotContains(t, string(ps), scriptedKey, "the model key is in a command line in the sandbox")
-	mode, err := exec.Command("docker", "exec", containerOf(c.ProviderRef), "stat", "-c", "%a %U", "/home/user/.open-bot-agent/model_api_key").CombinedOutput()
-	require.NoError(t, err, "%s", mode)
-	require.Equal(t, "600 user", strings.TrimSpace(string(mode)))
+	require.Error(t, exec.Command("docker", "exec", containerOf(c.ProviderRef), "test", "-e", "/home/user/.open-bot-agent").Run(),
+		"the worker made an agent directory in the sandbox")
 
 	m, err := e.w.Computers.Machine(ctx, d.computer)
 	require.NoError(t, err)
@@ -513,6 +514,8 @@ func acceptanceDesktop(t *testing.T, e *workerEnv, page *inContainer, template, 
 	require.NoError(t, err)
 	require.Equal(t, "user\n", string(who), "the shell tool ran as the desktop's user")
 
+	var cp CheckpointAnswer
+	require.Equal(t, http.StatusOK, d.do(t, "POST", "/checkpoint", nil, &cp))
 	var got struct {
 		Computer struct {
 			LastCheckpoint *struct{ Revision, Size int64 } `json:"lastCheckpoint"`
@@ -520,11 +523,9 @@ func acceptanceDesktop(t *testing.T, e *workerEnv, page *inContainer, template, 
 	}
 	require.Equal(t, http.StatusOK, d.do(t, "GET", "", nil, &got))
 	require.NotNil(t, got.Computer.LastCheckpoint)
-	var cp CheckpointAnswer
-	require.Equal(t, http.StatusOK, d.do(t, "POST", "/checkpoint", nil, &cp))
-	require.Greater(t, cp.Revision, got.Computer.LastCheckpoint.Revision)
+	require.Equal(t, cp.Revision, got.Computer.LastCheckpoint.Revision, "the computer shows the checkpoint just written")
 	_, content, ok := checkpointFile(t, d, "bots/"+bot+"/result.txt")
-	require.True(t, ok, "the exported checkpoint holds the run's file")
+	require.True(t, ok, "the exported checkpoint holds the model's file")
 	require.Equal(t, "the button was pressed\n", content)
 
 	// The replacement: a desktop sandbox with the checkpoint imported.

@@ -239,6 +239,12 @@ func (m *Manager) Start(ctx context.Context, computerID string, req StartRequest
 	if err != nil {
 		return nil, err
 	}
+	// A machine on which no agent may run (a vendor's stock desktop, where
+	// the model key would be the bot's to read) is refused before a lease
+	// is held or anything is started there.
+	if err := machines.NoAgentOf(machine); err != nil {
+		return nil, err
+	}
 	if req.Record {
 		if err := canRecord(ctx, machine, req.BotID); err != nil {
 			return nil, err

@@ -63,9 +63,9 @@ type Options struct {
 	// (zero: when New ran). A backend that finds a running desktop again
 	// passes its start, so a reconnect is seen not to restart it.
 	BootedAt time.Time
-	// Model, when set, is the model DialAgent's codex reaches: its key goes
-	// into the sandbox as a file only User can read, never an argument,
-	// an environment variable of a command sent, or a log line.
+	// Model is ignored: no agent runs on a desktop machine and the model
+	// key never enters the sandbox (no file, environment or argument);
+	// see DialAgent.
 	Model *Model
 }
 
@@ -77,7 +77,6 @@ type Machine struct {
 	booted time.Time
 	events *hub
 	links  *linkTable
-	agent  agentProbe
 
 	// startMu serializes screen starts and stops (slot bookkeeping in the
 	// sandbox).
@@ -423,8 +422,7 @@ func (m *Machine) ReleaseLease(ctx context.Context, id, leaseID string) error {
 }
 
 // Health: the backend answers and display :0 is up (OK); the agent is
-// "running" when a codex binary is in the sandbox (DialAgent starts one
-// per connection), "stopped" otherwise.
+// always "stopped" (no agent runs on a desktop machine: DialAgent).
 func (m *Machine) Health(ctx context.Context) (shared.ComputerHealth, error) {
 	h := shared.ComputerHealth{BootedAt: m.booted.UTC(), Agent: shared.StateStopped, Egress: shared.EgressHealth{Mode: "sandbox"}}
 	r, err := m.b.Exec(ctx, Cmd{Argv: []string{"xdpyinfo", "-display", ":0"}, User: m.o.User, MaxOutput: 1})
@@ -432,9 +430,6 @@ func (m *Machine) Health(ctx context.Context) (shared.ComputerHealth, error) {
 		return h, fmt.Errorf("desktop machine: the sandbox does not answer: %w", err)
 	}
 	h.OK = r.ExitCode == 0
-	if ok, _ := m.agent.available(ctx, m); ok {
-		h.Agent = shared.StateRunning
-	}
 	m.mu.Lock()
 	for _, s := range m.screens {
 		sh := shared.ScreenHealth{ID: s.id, State: shared.StateStopped, Browser: shared.StateStopped, Lease: m.leases.current(s.id).Info()}
