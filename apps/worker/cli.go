@@ -32,8 +32,10 @@ import (
 // cliClient is a client of the worker's API.
 type cliClient struct {
 	url, token, capa string
-	asJSON           bool
-	out              io.Writer
+	// restoreKey is a create's X-Restore-Key (a scope's kept home).
+	restoreKey string
+	asJSON     bool
+	out        io.Writer
 	// socket is the operator socket's path; hc, when set, dials it.
 	socket string
 	hc     *http.Client
@@ -107,6 +109,9 @@ func (c *cliClient) request(ctx context.Context, method, path string, body any) 
 	if c.capa != "" {
 		req.Header.Set("X-Computer-Capability", c.capa)
 	}
+	if c.restoreKey != "" {
+		req.Header.Set("X-Restore-Key", c.restoreKey)
+	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
@@ -175,15 +180,20 @@ func (c cliComputer) scope() string {
 	return "session:" + c.Scope.Session
 }
 
-const computersUsage = `usage: worker computers <create|list|adopt|add-bot|remove-bot|stop|start|recover|checkpoint|destroy> [flags]
+const computersUsage = `usage: worker computers <create|list|adopt|restore-key|add-bot|remove-bot|stop|start|recover|checkpoint|destroy> [flags]
   create  [--team T | --session S | --account] [--kind team|private] [--provider KIND] [--template open-bot|desktop]
-          [--attach-url URL --attach-token-file FILE]   prints the capability once
+          [--restore-key-file FILE] [--attach-url URL --attach-token-file FILE]   prints the capability once
+          (--restore-key-file: the scope's kept home, restored into the new computer; without it the computer starts empty)
           (attach is an operator action: this CLI reads FILE and sends the token by value)
   list    [--team T | --session S | --account]   (with one: that scope's live computer)
   adopt ID   operator: a new capability (the old one stops working; a restart forgets them all)
+  restore-key SCOPE   operator: a new restore key for the newest kept home of SCOPE (team:T, session:S or account),
+          when a restart forgot the one destroy --keep-home printed (an older key of that home stops working)
   add-bot  --capability C ID BOT   bot ids: ^[a-z0-9][a-z0-9_]{0,62}$ (no '-')
   remove-bot --capability C [--purge] ID BOT   stop its screens, forget their profiles (--purge: and bots/BOT/)
   stop|start|recover|destroy --capability C ID
+  destroy --keep-home --capability C ID   keep the home in the home store; prints its restore key once (single-use;
+          a restart forgets it, restore-key mints a new one)
   checkpoint --capability C ID   export the computer's home into the home store now
 long work (create, start, recover, checkpoint) shows its phase and time on stderr
 (one redrawn line on a terminal, plain lines elsewhere; none with --json)
@@ -212,13 +222,15 @@ func runComputersWith(ctx context.Context, args []string, prog *progress.Printer
 	template := fs.String("template", "", "create: the provider's template (e2b: open-bot or desktop; default: the worker's E2B_TEMPLATE)")
 	attURL := fs.String("attach-url", "", "attach: the botd URL")
 	attTok := fs.String("attach-token-file", "", "attach: a file holding the botd's token (read here, sent by value; never pass the token as an argument)")
+	restoreFile := fs.String("restore-key-file", "", "create: a file holding the scope's restore key (read here, sent in X-Restore-Key; never pass the key as an argument)")
+	keepHome := fs.Bool("keep-home", false, "destroy: keep the computer's home in the home store and print its restore key")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
 	if c.asJSON { // JSON alone, for programs (which often read stderr too)
 		c.prog = progress.New(io.Discard, false)
 	}
-	operator := args[0] == "adopt" || (args[0] == "create" && (*attURL != "" || *attTok != "" || *provider == "attach"))
+	operator := args[0] == "adopt" || args[0] == "restore-key" || (args[0] == "create" && (*attURL != "" || *attTok != "" || *provider == "attach"))
 	if operator {
 		if err := c.useOperator(); err != nil {
 			return err
@@ -266,9 +278,17 @@ func runComputersWith(ctx context.Context, args []string, prog *progress.Printer
 			}
 			body["attach"] = map[string]string{"url": *attURL, "token": tok}
 		}
+		if *restoreFile != "" {
+			b, err := os.ReadFile(*restoreFile)
+			if err != nil {
+				return fmt.Errorf("--restore-key-file: %w", err)
+			}
+			c.restoreKey = strings.TrimSpace(string(b))
+		}
 		var out struct {
 			Computer   cliComputer `json:"computer"`
 			Capability string      `json:"capability"`
+			Restored   bool        `json:"restored"`
 		}
 		what := "creating a computer"
 		if *provider != "" {
@@ -277,6 +297,7 @@ func runComputersWith(ctx context.Context, args []string, prog *progress.Printer
 		if err := c.longCall(ctx, "POST", "/v1/computers", body, &out, what); err != nil {
 			return err
 		}
+		c.restoreKey = "" // used once, by the create
 		if out.Computer.ID != "" && out.Capability != "" {
 			c.capa = out.Capability
 			// The capability is printed below whatever the wait gives.
@@ -288,6 +309,9 @@ func runComputersWith(ctx context.Context, args []string, prog *progress.Printer
 			fmt.Printf("computer %s (%s, %s, %s) is %s\n", out.Computer.ID, out.Computer.Kind, out.Computer.Provider, out.Computer.scope(), out.Computer.State)
 			if out.Computer.LastError != "" {
 				fmt.Printf("  last error: %s\n", out.Computer.LastError)
+			}
+			if out.Restored {
+				fmt.Println("  the scope's kept home was restored into it (the restore key is used up)")
 			}
 			fmt.Printf("capability (shown once; a worker restart forgets it, adopt mints a new one):\n%s\n", out.Capability)
 		}
@@ -363,6 +387,21 @@ func runComputersWith(ctx context.Context, args []string, prog *progress.Printer
 			fmt.Printf("new capability for %s (the old one no longer works):\n%s\n", pos[0], out.Capability)
 		}
 		return nil
+	case "restore-key":
+		if err := needID(1); err != nil {
+			return err
+		}
+		var out struct {
+			RestoreKey string `json:"restoreKey"`
+			ComputerID string `json:"computerId"`
+		}
+		if err := c.call(ctx, "POST", "/v1/scopes/"+url.PathEscape(pos[0])+"/restore-key", nil, &out); err != nil {
+			return err
+		}
+		if !c.asJSON {
+			fmt.Printf("restore key for %s (the kept home of %s; works once, an older key stops working, a restart forgets it):\n%s\n", pos[0], out.ComputerID, out.RestoreKey)
+		}
+		return nil
 	case "checkpoint":
 		if err := needID(1); err != nil {
 			return err
@@ -391,9 +430,13 @@ func runComputersWith(ctx context.Context, args []string, prog *progress.Printer
 		method, path := "POST", "/v1/computers/"+pos[0]+"/"+args[0]
 		if args[0] == "destroy" {
 			method, path = "DELETE", "/v1/computers/"+pos[0]
+			if *keepHome {
+				path += "?keepHome=true"
+			}
 		}
 		var out struct {
-			Computer cliComputer `json:"computer"`
+			Computer   cliComputer `json:"computer"`
+			RestoreKey string      `json:"restoreKey"`
 		}
 		verb := map[string]string{"stop": "stopping", "start": "starting", "recover": "recovering", "destroy": "destroying"}[args[0]]
 		if err := c.longCall(ctx, method, path, nil, &out, verb+" "+pos[0]); err != nil {
@@ -412,6 +455,9 @@ func runComputersWith(ctx context.Context, args []string, prog *progress.Printer
 			fmt.Printf("computer %s is %s\n", out.Computer.ID, out.Computer.State)
 			if out.Computer.LastError != "" {
 				fmt.Printf("  last error: %s\n", out.Computer.LastError)
+			}
+			if out.RestoreKey != "" {
+				fmt.Printf("restore key of its kept home (shown once; create --restore-key-file restores it, once; a worker restart forgets it, restore-key mints a new one):\n%s\n", out.RestoreKey)
 			}
 		}
 		return nil

@@ -3,11 +3,14 @@ package main
 // Issue 24.3: the warm pool on real providers (local and docker). A create
 // takes a pooled machine and the pool refills; a pooled machine that died
 // is not handed out (and is replaced); two teams never get the same machine
-// and see nothing of each other; a scope's checkpoint (its earlier computer
-// destroyed with keepHome=true) is restored into a pooled machine.
+// and see nothing of each other; a scope's kept home (its earlier computer
+// destroyed with keepHome=true) is restored into a pooled machine with the
+// restore key that destroy answered, and only with it.
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -71,14 +74,33 @@ func newPoolWorker(t testing.TB, env map[string]string, machines string) *poolEn
 // create makes a computer for scope and returns it as a workerEnv.
 func (pe *poolEnv) create(t testing.TB, scope map[string]any) *workerEnv {
 	t.Helper()
+	return pe.createRestoring(t, scope, "", false)
+}
+
+// createRestoring is create presenting restore key key (X-Restore-Key;
+// none when "") and checking the answer's restored is want.
+func (pe *poolEnv) createRestoring(t testing.TB, scope map[string]any, key string, want bool) *workerEnv {
+	t.Helper()
 	var created struct {
 		Computer struct {
 			ID, State, LastError string
 		} `json:"computer"`
 		Capability string `json:"capability"`
+		Restored   bool   `json:"restored"`
 	}
-	st := post(t, pe.url+"/v1/computers", pe.token, map[string]any{"scope": scope}, &created)
-	require.Equal(t, http.StatusCreated, st)
+	b, _ := json.Marshal(map[string]any{"scope": scope})
+	req, _ := http.NewRequest("POST", pe.url+"/v1/computers", bytes.NewReader(b))
+	req.Header.Set("Authorization", "Bearer "+pe.token)
+	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set("X-Restore-Key", key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusCreated, resp.StatusCode)
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&created))
+	require.Equal(t, want, created.Restored, "the answer's restored")
 	require.Equal(t, "running", created.Computer.State, "the new computer: %s", created.Computer.LastError)
 	pe.mu.Lock()
 	pe.made = append(pe.made, created.Computer.ID)
@@ -86,14 +108,19 @@ func (pe *poolEnv) create(t testing.TB, scope map[string]any) *workerEnv {
 	return &workerEnv{url: pe.url, token: pe.token, computer: created.Computer.ID, capa: created.Capability, w: pe.w}
 }
 
-// destroy destroys e's computer (its checkpoints kept when keepHome).
-func (pe *poolEnv) destroy(t testing.TB, e *workerEnv, keepHome bool) {
+// destroy destroys e's computer (its checkpoints kept when keepHome) and
+// returns the answer's restore key ("" when none).
+func (pe *poolEnv) destroy(t testing.TB, e *workerEnv, keepHome bool) string {
 	t.Helper()
 	q := ""
 	if keepHome {
 		q = "?keepHome=true"
 	}
-	require.Equal(t, http.StatusOK, e.do(t, "DELETE", q, nil, nil))
+	var out struct {
+		RestoreKey string `json:"restoreKey"`
+	}
+	require.Equal(t, http.StatusOK, e.do(t, "DELETE", q, nil, &out))
+	return out.RestoreKey
 }
 
 // ready waits until kind's pool holds want ready machines none of which is
@@ -282,10 +309,20 @@ func testPool(t *testing.T, pe *poolEnv, kind string, kill func(t *testing.T, id
 		require.Equal(t, http.StatusOK, st)
 		require.True(t, res.Success, res.text())
 		require.Equal(t, http.StatusOK, first.do(t, "POST", "/checkpoint", nil, nil))
-		pe.destroy(t, first, true)
+		key := pe.destroy(t, first, true)
+		require.NotEmpty(t, key, "the keepHome destroy answers a restore key")
 
+		// Without the key a pooled machine starts empty (issue 36, row 1).
 		pooled := pe.ready(t, kind, 2, first.computer)
-		second := pe.create(t, scope)
+		bare := pe.create(t, scope)
+		require.Equal(t, pooled[0], bare.computer, "the create took a pooled machine")
+		require.Equal(t, http.StatusCreated, bare.do(t, "POST", "/bots", map[string]string{"id": "carol"}, nil))
+		_, res = bare.tool(t, "carol", "file_read", map[string]any{"path": "bots/carol/note.txt"})
+		require.False(t, res.Success, "the scope's kept home without its key: %s", res.text())
+		pe.destroy(t, bare, false)
+
+		pooled = pe.ready(t, kind, 2, bare.computer)
+		second := pe.createRestoring(t, scope, key, true)
 		require.Equal(t, pooled[0], second.computer, "the create took a pooled machine")
 		require.Equal(t, http.StatusCreated, second.do(t, "POST", "/bots", map[string]string{"id": "carol"}, nil))
 		st, res = second.tool(t, "carol", "file_read", map[string]any{"path": "bots/carol/note.txt"})

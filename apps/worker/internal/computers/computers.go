@@ -49,7 +49,9 @@ type Options struct {
 	DefaultProvider string
 	Sealer          *secret.Sealer
 	Caps            *capability.Set
-	Log             zerolog.Logger
+	// RestoreKeys holds the restore keys of kept homes (nil: a new set).
+	RestoreKeys *capability.RestoreKeys
+	Log         zerolog.Logger
 	// Homes checkpoints and restores portable homes (nil: none kept).
 	Homes *homes.Checkpointer
 	// IdleAfter suspends a running machine nobody used for this long
@@ -87,6 +89,9 @@ func New(o Options) (*Service, error) {
 	}
 	if o.Caps == nil {
 		o.Caps = capability.NewSet()
+	}
+	if o.RestoreKeys == nil {
+		o.RestoreKeys = capability.NewRestoreKeys()
 	}
 	return &Service{o: o, machines: map[string]providers.Machine{}, lastUsed: map[string]time.Time{},
 		connecting: map[string]*sync.Mutex{}, checkpointing: map[string]*sync.Mutex{}}, nil
@@ -166,6 +171,18 @@ type CreateRequest struct {
 	// templates refuse one (400 TEMPLATE_UNAVAILABLE). It is kept with the
 	// computer: a replacement is made from the same template.
 	Template string `json:"template,omitempty"`
+	// RestoreKey is the X-Restore-Key header (never in the body): the
+	// restore key of the scope's kept home, which the new computer then
+	// starts from. Without it the new computer starts empty.
+	RestoreKey string `json:"-"`
+}
+
+// Created is a create's answer: the computer, its capability (shown this
+// once) and whether a kept home of the scope was restored into it.
+type Created struct {
+	View       View
+	Capability string
+	Restored   bool
 }
 
 // AttachRequest names an existing botd (the attach provider, an operator
@@ -233,8 +250,11 @@ func newID(prefix string) string {
 
 // Create makes a computer and returns it with its capability (the only time
 // the capability is shown). The computer is recorded before the provider
-// is asked, so a crash mid-create leaves a row that reconcile finds.
-func (s *Service) Create(ctx context.Context, req CreateRequest) (View, string, error) {
+// is asked, so a crash mid-create leaves a row that reconcile finds. With
+// req.RestoreKey the scope's kept home that key opens is restored into the
+// new machine before the answer (a key that opens none is 403 and nothing
+// is made); the key is used up only when the restore succeeds.
+func (s *Service) Create(ctx context.Context, req CreateRequest) (out Created, err error) {
 	c := store.Computer{ID: newID("c_"), DesiredState: store.StateRunning, ObservedState: store.StateCreating,
 		StateDeadline: time.Now().Add(TransitionTimeout)}
 	n := 0
@@ -252,18 +272,18 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (View, string, 
 	}
 	switch {
 	case n > 1:
-		return View{}, "", bad("scope: give one of session, team or account")
+		return Created{}, bad("scope: give one of session, team or account")
 	case n == 0:
 		c.ScopeKind, c.ScopeID = store.ScopeSession, newID("s_") // one computer per session by default
 	case c.ScopeKind != store.ScopeAccount && !ValidID(c.ScopeID):
-		return View{}, "", bad("scope: ids are [A-Za-z0-9_-]{1,64}")
+		return Created{}, bad("scope: ids are [A-Za-z0-9_-]{1,64}")
 	}
 	if sh := req.Scope.Share; sh != nil {
 		switch {
 		case c.ScopeKind != store.ScopeTeam:
-			return View{}, "", bad("scope: share goes with a team ({team, share: true})")
+			return Created{}, bad("scope: share goes with a team ({team, share: true})")
 		case !*sh:
-			return View{}, "", bad("scope: a team scope is the team's shared computer; for a computer of one conversation use {session}")
+			return Created{}, bad("scope: a team scope is the team's shared computer; for a computer of one conversation use {session}")
 		}
 	}
 	c.Kind = req.Kind
@@ -271,7 +291,7 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (View, string, 
 		c.Kind = KindTeam
 	}
 	if c.Kind != KindTeam && c.Kind != KindPrivate {
-		return View{}, "", bad("kind: want team or private")
+		return Created{}, bad("kind: want team or private")
 	}
 	c.Provider = req.Provider
 	if c.Provider == "" {
@@ -279,49 +299,58 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (View, string, 
 	}
 	p, ok := s.o.Providers[c.Provider]
 	if !ok {
-		return View{}, "", bad("provider: unknown kind %q", c.Provider)
+		return Created{}, bad("provider: unknown kind %q", c.Provider)
 	}
 	tpl, err := providers.CheckTemplate(p, c.Provider, req.Template)
 	if err != nil {
-		return View{}, "", err
+		return Created{}, err
 	}
 	c.Template = tpl
 	spec := providers.Spec{ComputerID: c.ID, Template: tpl}
 	if c.Provider == providers.KindAttach {
 		switch {
 		case req.Attach == nil:
-			return View{}, "", bad("attach: {url, token} is required for the attach provider")
+			return Created{}, bad("attach: {url, token} is required for the attach provider")
 		case req.Attach.TokenFile != "":
-			return View{}, "", bad("attach: tokenFile is not accepted (the worker reads no file a caller names): give the botd's token by value as attach.token")
+			return Created{}, bad("attach: tokenFile is not accepted (the worker reads no file a caller names): give the botd's token by value as attach.token")
 		case !providers.ValidAttachToken(req.Attach.Token):
-			return View{}, "", bad("attach: token must be the botd's token (16-512 token characters)")
+			return Created{}, bad("attach: token must be the botd's token (16-512 token characters)")
 		}
 		spec.AttachURL, spec.BotdToken = req.Attach.URL, req.Attach.Token
 	} else {
 		if req.Attach != nil {
-			return View{}, "", bad("attach: only for the attach provider")
+			return Created{}, bad("attach: only for the attach provider")
 		}
 		var tok [32]byte
 		_, _ = rand.Read(tok[:])
 		spec.BotdToken = hex.EncodeToString(tok[:])
 	}
+	claim, err := s.claimRestore(c, req.RestoreKey)
+	if err != nil {
+		return Created{}, err
+	}
+	defer func() {
+		if !out.Restored {
+			s.o.RestoreKeys.Release(claim)
+		}
+	}()
 	if pe := s.takePooled(ctx, c.Provider); pe != nil {
-		return s.createPooled(ctx, c, pe)
+		return s.createPooled(ctx, c, pe, claim)
 	}
 	sealed, err := s.o.Sealer.Seal([]byte(spec.BotdToken), c.ID)
 	if err != nil {
-		return View{}, "", err
+		return Created{}, err
 	}
 	c.BotdToken = sealed
 	c.HomeKey = c.ID
 	if err := s.o.Store.CreateComputer(ctx, c); err != nil {
 		if errors.Is(err, store.ErrScopeTaken) {
 			if live, ok, lerr := s.liveIn(ctx, c.ScopeKind, c.ScopeID); lerr == nil && ok {
-				return View{}, "", scopeTaken(live)
+				return Created{}, scopeTaken(live)
 			}
-			return View{}, "", shared.Errorf(http.StatusConflict, shared.CodeConflict, "scope %s has a live computer already", scopeName(c.ScopeKind, c.ScopeID))
+			return Created{}, shared.Errorf(http.StatusConflict, shared.CodeConflict, "scope %s has a live computer already", scopeName(c.ScopeKind, c.ScopeID))
 		}
-		return View{}, "", err
+		return Created{}, err
 	}
 	if s.direct(c.Provider) {
 		// A new computer: its worker-owned home starts empty, with
@@ -332,7 +361,7 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (View, string, 
 		}
 		if err != nil {
 			s.fail(c.ID, err)
-			return View{}, "", fmt.Errorf("home: %w", err)
+			return Created{}, fmt.Errorf("home: %w", err)
 		}
 		spec.HomeDir = dir
 	}
@@ -343,26 +372,26 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (View, string, 
 		var ae *shared.APIError
 		if errors.As(err, &ae) || c.Provider == providers.KindAttach {
 			_, _ = s.o.Store.UpdateComputer(context.WithoutCancel(ctx), c.ID, store.StateUpdate{Desired: ptr(store.StateDestroyed), Observed: ptr(store.StateDestroyed)})
-			return View{}, "", bad("%s", err.Error())
+			return Created{}, bad("%s", err.Error())
 		}
-		return View{}, "", fmt.Errorf("provision: %w", err)
+		return Created{}, fmt.Errorf("provision: %w", err)
 	}
 	dl := time.Now().Add(TransitionTimeout)
 	if c, err = s.o.Store.UpdateComputer(ctx, c.ID, store.StateUpdate{ProviderRef: &ref, Observed: ptr(store.StateStarting), Deadline: &dl}); err != nil {
-		return View{}, "", err
+		return Created{}, err
 	}
 	cap, err := s.o.Caps.Mint(c.ID)
 	if err != nil {
-		return View{}, "", err
+		return Created{}, err
 	}
 	m, err := s.connectWithin(ctx, c, ReconcileTimeout)
 	if err != nil {
 		c, _ = s.o.Store.GetComputer(context.WithoutCancel(ctx), c.ID)
-		return ViewOf(c), cap, nil // created; the state says what went wrong
+		return Created{View: ViewOf(c), Capability: cap}, nil // created; the state says what went wrong
 	}
-	s.restoreScopeAfterCreate(ctx, c, m)
+	restored := s.restoreScopeAfterCreate(ctx, c, m, claim)
 	c, err = s.o.Store.GetComputer(ctx, c.ID)
-	return ViewOf(c), cap, err
+	return Created{View: ViewOf(c), Capability: cap, Restored: restored}, err
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -657,6 +686,7 @@ func (s *Service) forgetHome(ctx context.Context, c store.Computer) error {
 	if s.o.Homes == nil || c.HomeKey == "" {
 		return nil
 	}
+	s.o.RestoreKeys.Forget(c.HomeKey)
 	return s.o.Homes.Forget(ctx, c.HomeKey)
 }
 

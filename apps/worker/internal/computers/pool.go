@@ -27,9 +27,10 @@ package computers
 // takes — its profile made and its hooks run then, its session already
 // drawn. A browser starts, as always, when the bot first uses one.
 //
-// A create for a scope whose earlier computer was destroyed with its
-// checkpoints kept (keepHome=true) restores the newest of them into the
-// new machine, pooled or not (scopeCheckpoint), before the create answers.
+// A create that presents a restore key of its scope (X-Restore-Key, see
+// scopehome.go) restores the kept home it opens into the new machine,
+// pooled or not, before the create answers; without one the machine
+// starts empty whatever the scope kept.
 //
 // Health before hand-out: a pooled machine is asked for botd's health (a
 // short deadline) when it is taken; one that does not answer ok, or is
@@ -60,6 +61,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/open-bot/computer/apps/worker/internal/capability"
 	"github.com/open-bot/computer/apps/worker/internal/providers"
 	"github.com/open-bot/computer/apps/worker/internal/store"
 	"github.com/open-bot/computer/pkg/shared"
@@ -612,17 +614,13 @@ func (s *Service) takePooled(ctx context.Context, kind string) *pooled {
 }
 
 // createPooled makes computer c on the pooled machine pe: the store row
-// takes pe's id, ref and sealed token; the scope's checkpoint (if any) is
-// restored before the create answers.
-func (s *Service) createPooled(ctx context.Context, c store.Computer, pe *pooled) (View, string, error) {
+// takes pe's id, ref and sealed token; the kept home claim opens (if any)
+// is restored before the create answers.
+func (s *Service) createPooled(ctx context.Context, c store.Computer, pe *pooled, claim capability.Claim) (Created, error) {
 	start := time.Now()
 	c.ID, c.HomeKey, c.BotdToken, c.ProviderRef = pe.id, pe.id, pe.sealed, pe.ref
 	p := s.thePool()
-	prevKey, restore, err := s.scopeCheckpoint(ctx, c)
-	if err != nil {
-		p.giveBack(pe)
-		return View{}, "", err
-	}
+	restore, restored := claim.Home != "" && s.o.Homes != nil, false
 	if restore {
 		c.ObservedState, c.StateDeadline = store.StateStarting, time.Now().Add(TransitionTimeout)
 	} else {
@@ -632,11 +630,11 @@ func (s *Service) createPooled(ctx context.Context, c store.Computer, pe *pooled
 		p.giveBack(pe)
 		if errors.Is(err, store.ErrScopeTaken) {
 			if live, ok, lerr := s.liveIn(ctx, c.ScopeKind, c.ScopeID); lerr == nil && ok {
-				return View{}, "", scopeTaken(live)
+				return Created{}, scopeTaken(live)
 			}
-			return View{}, "", shared.Errorf(http.StatusConflict, shared.CodeConflict, "scope %s has a live computer already", scopeName(c.ScopeKind, c.ScopeID))
+			return Created{}, shared.Errorf(http.StatusConflict, shared.CodeConflict, "scope %s has a live computer already", scopeName(c.ScopeKind, c.ScopeID))
 		}
-		return View{}, "", err
+		return Created{}, err
 	}
 	p.handedOut(pe)
 	s.mu.Lock()
@@ -644,24 +642,25 @@ func (s *Service) createPooled(ctx context.Context, c store.Computer, pe *pooled
 	s.lastUsed[c.ID] = time.Now()
 	s.mu.Unlock()
 	if restore {
-		if err := s.restoreScope(ctx, c, prevKey, pe.m); err != nil {
+		var err error
+		if restored, err = s.restoreScope(ctx, c, claim.Home, pe.m); err != nil {
 			s.drop(c.ID)
 			s.fail(c.ID, err)
 		} else {
 			zero := time.Time{}
 			if c, err = s.o.Store.UpdateComputer(ctx, c.ID, store.StateUpdate{Observed: ptr(store.StateRunning), Deadline: &zero}); err != nil {
-				return View{}, "", err
+				return Created{}, err
 			}
 		}
 	}
 	cap, err := s.o.Caps.Mint(c.ID)
 	if err != nil {
-		return View{}, "", err
+		return Created{}, err
 	}
-	s.o.Log.Info().Str("computer", c.ID).Str("provider", c.Provider).Str("ref", short(pe.ref)).Bool("restored", restore).
+	s.o.Log.Info().Str("computer", c.ID).Str("provider", c.Provider).Str("ref", short(pe.ref)).Bool("restored", restored).
 		Int64("elapsed_ms", time.Since(start).Milliseconds()).Msg("pool: a create took a pooled machine")
 	if restore {
 		c, err = s.o.Store.GetComputer(ctx, c.ID)
 	}
-	return ViewOf(c), cap, err
+	return Created{View: ViewOf(c), Capability: cap, Restored: restored}, err
 }

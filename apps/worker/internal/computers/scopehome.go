@@ -1,69 +1,159 @@
 package computers
 
-// A scope's checkpoint: a computer destroyed with keepHome=true leaves its
-// latest checkpoint in the home store. The next computer made for the same
-// scope (pooled or not) starts from it: the newest such checkpoint is
-// imported into the new machine before the create answers. The new
-// computer keeps its own home key; the old key's checkpoint is only read.
+// A scope's kept home: a computer destroyed with keepHome=true leaves its
+// checkpoints in the home store. Naming the scope does not reach them
+// (issue 36, row 1: scope names are easy to collect, and the home holds the
+// team's files, browser profiles and sign-in jar). The destroy answers a
+// restore key once, to the capability holder who destroyed the computer;
+// the worker keeps only its SHA-256 in memory, bound to the scope and the
+// kept home (capability.RestoreKeys). A create for the scope that presents
+// it (X-Restore-Key) imports that home's latest checkpoint into the new
+// machine before the create answers, pooled or not, and uses the key up; a
+// create without one starts empty and leaves the kept home untouched; a
+// key that opens no kept home of the scope is 403, whether or not the
+// scope has one. A restart forgets every key, as it forgets capabilities:
+// the operator mints a fresh one for the scope's newest kept home
+// (MintRestoreKey; `worker computers restore-key SCOPE`), as adopt mints a
+// capability. The new computer keeps its own home key; the kept home's
+// checkpoints are only read.
 
 import (
 	"context"
 	"fmt"
+	"net/http"
 
+	"github.com/open-bot/computer/apps/worker/internal/capability"
 	"github.com/open-bot/computer/apps/worker/internal/homes"
 	"github.com/open-bot/computer/apps/worker/internal/providers"
 	"github.com/open-bot/computer/apps/worker/internal/store"
+	"github.com/open-bot/computer/pkg/shared"
 )
 
-// scopeCheckpoint finds the home key of the newest destroyed computer of
-// c's scope whose checkpoint the home store still holds.
-func (s *Service) scopeCheckpoint(ctx context.Context, c store.Computer) (key string, ok bool, err error) {
-	if s.o.Homes == nil || c.Provider == providers.KindAttach {
-		return "", false, nil
+// ErrRestoreKey is the answer to a create whose X-Restore-Key opens no
+// kept home of its scope: the same whether the scope has one or not.
+var ErrRestoreKey = shared.Errorf(http.StatusForbidden, shared.CodeForbidden,
+	"X-Restore-Key does not open a kept home of this scope: a restore key is the one a destroy with keepHome=true answered, for the same scope, and works once; after a worker restart the operator mints a new one (worker computers restore-key SCOPE)")
+
+// claimRestore takes the restore key presented for c's scope (none when
+// key is ""): the kept home it opens, which the create gives back unless it
+// restored it.
+func (s *Service) claimRestore(c store.Computer, key string) (capability.Claim, error) {
+	if key == "" {
+		return capability.Claim{}, nil
+	}
+	cl, ok := s.o.RestoreKeys.Take(scopeName(c.ScopeKind, c.ScopeID), key)
+	if !ok {
+		return capability.Claim{}, ErrRestoreKey
+	}
+	if c.Provider == providers.KindAttach {
+		s.o.RestoreKeys.Release(cl)
+		return capability.Claim{}, bad("X-Restore-Key: an attached botd keeps its own home; nothing is restored into it")
+	}
+	return cl, nil
+}
+
+// scopeCheckpoint finds the newest destroyed computer of scope kind/id
+// whose checkpoint the home store still holds.
+func (s *Service) scopeCheckpoint(ctx context.Context, kind, id string) (store.Computer, bool, error) {
+	if s.o.Homes == nil {
+		return store.Computer{}, false, nil
 	}
 	cs, err := s.o.Store.ListComputers(ctx)
 	if err != nil {
-		return "", false, err
+		return store.Computer{}, false, err
 	}
 	for i := len(cs) - 1; i >= 0; i-- { // oldest first: newest at the end
 		o := cs[i]
-		if o.ID == c.ID || o.ScopeKind != c.ScopeKind || o.ScopeID != c.ScopeID ||
+		if o.ScopeKind != kind || o.ScopeID != id || o.Provider == providers.KindAttach ||
 			o.ObservedState != store.StateDestroyed || homes.ValidKey(o.HomeKey) != nil {
 			continue
 		}
-		_, has, err := s.o.Homes.Store().Latest(ctx, o.HomeKey)
+		has, err := s.hasCheckpoint(ctx, o.HomeKey)
 		if err != nil {
-			return "", false, fmt.Errorf("the scope's checkpoint (%s): %w", o.ID, err)
+			return store.Computer{}, false, fmt.Errorf("the scope's checkpoint (%s): %w", o.ID, err)
 		}
 		if has {
-			return o.HomeKey, true, nil
+			return o, true, nil
 		}
 	}
-	return "", false, nil
+	return store.Computer{}, false, nil
 }
 
-// restoreScope imports the checkpoint of home key into c's new machine m.
-func (s *Service) restoreScope(ctx context.Context, c store.Computer, key string, m providers.Machine) error {
+// hasCheckpoint reports whether the home store holds a checkpoint of home
+// key.
+func (s *Service) hasCheckpoint(ctx context.Context, key string) (bool, error) {
+	_, has, err := s.o.Homes.Store().Latest(ctx, key)
+	return has, err
+}
+
+// DestroyKeepingHome is DestroyWith KeepHome, and returns the restore key
+// of the kept home, shown this once ("" when there is nothing to restore:
+// no home store, an attached botd, no checkpoint, or a destroy that did
+// not finish).
+func (s *Service) DestroyKeepingHome(ctx context.Context, id string) (View, string, error) {
+	v, err := s.destroy(ctx, id, false)
+	if err != nil || v.State != store.StateDestroyed {
+		return v, "", err
+	}
+	c, err := s.o.Store.GetComputer(ctx, id)
+	if err != nil {
+		return v, "", err
+	}
+	if s.o.Homes == nil || c.Provider == providers.KindAttach || homes.ValidKey(c.HomeKey) != nil {
+		return v, "", nil
+	}
+	has, err := s.hasCheckpoint(ctx, c.HomeKey)
+	if err != nil || !has {
+		if err != nil {
+			s.o.Log.Warn().Str("computer", id).Err(err).Msg("keepHome: the home store did not say whether it holds a checkpoint; no restore key (the operator can mint one)")
+		}
+		return v, "", nil
+	}
+	key, err := s.o.RestoreKeys.Mint(scopeName(c.ScopeKind, c.ScopeID), c.HomeKey)
+	return v, key, err
+}
+
+// MintRestoreKey is the operator's: a new restore key for the newest kept
+// home of scope kind/id (replacing any older key of that home), and the id
+// of the destroyed computer it was. 404 when the scope has none.
+func (s *Service) MintRestoreKey(ctx context.Context, kind, id string) (key, from string, err error) {
+	o, ok, err := s.scopeCheckpoint(ctx, kind, id)
+	if err != nil {
+		return "", "", err
+	}
+	if !ok {
+		return "", "", shared.Errorf(http.StatusNotFound, shared.CodeNotFound,
+			"scope %s has no kept home: no computer of it was destroyed with keepHome=true leaving a checkpoint", scopeName(kind, id))
+	}
+	key, err = s.o.RestoreKeys.Mint(scopeName(kind, id), o.HomeKey)
+	return key, o.ID, err
+}
+
+// restoreScope imports the checkpoint of home key into c's new machine m;
+// false when the home store holds none.
+func (s *Service) restoreScope(ctx context.Context, c store.Computer, key string, m providers.Machine) (bool, error) {
 	r, ok, err := s.o.Homes.Restore(ctx, key, m)
 	if err != nil {
-		return fmt.Errorf("restore the scope's checkpoint: %w", err)
+		return false, fmt.Errorf("restore the scope's kept home: %w", err)
 	}
 	if ok {
 		s.o.Log.Info().Str("computer", c.ID).Str("from", key).Int64("revision", r.Revision.Number).
-			Dur("took", r.Elapsed).Msg("restored the scope's latest checkpoint into the new computer")
+			Dur("took", r.Elapsed).Msg("restored the scope's kept home (its restore key presented) into the new computer")
 	}
-	return nil
+	return ok, nil
 }
 
 // restoreScopeAfterCreate is restoreScope for a computer Create made
-// without the pool, once its machine runs.
-func (s *Service) restoreScopeAfterCreate(ctx context.Context, c store.Computer, m providers.Machine) {
-	key, ok, err := s.scopeCheckpoint(ctx, c)
-	if err == nil && ok {
-		err = s.restoreScope(ctx, c, key, m)
+// without the pool, once its machine runs: the kept home claim opens, if
+// any. A failed restore is recorded on the computer.
+func (s *Service) restoreScopeAfterCreate(ctx context.Context, c store.Computer, m providers.Machine, claim capability.Claim) bool {
+	if claim.Home == "" || s.o.Homes == nil {
+		return false
 	}
+	ok, err := s.restoreScope(ctx, c, claim.Home, m)
 	if err != nil {
 		s.drop(c.ID)
 		s.fail(c.ID, err)
 	}
+	return ok
 }

@@ -56,6 +56,7 @@ func Handler(o Options) http.Handler {
 	mux.HandleFunc("POST /v1/computers", a.createComputer)
 	mux.HandleFunc("GET /v1/computers", a.listComputers)
 	mux.HandleFunc("POST /v1/computers/{id}/adopt", Operator(a.adopt))
+	mux.HandleFunc("POST /v1/scopes/{scope}/restore-key", Operator(a.mintRestoreKey))
 	mux.HandleFunc("GET /v1/computers/{id}", a.gate(a.getComputer))
 	mux.HandleFunc("POST /v1/computers/{id}/start", a.gate(a.lifecycle(a.o.Computers.Start)))
 	mux.HandleFunc("POST /v1/computers/{id}/recover", a.gate(a.lifecycle(a.o.Computers.Start)))

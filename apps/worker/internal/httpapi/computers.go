@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/open-bot/computer/apps/worker/internal/capability"
 	"github.com/open-bot/computer/apps/worker/internal/computers"
 	"github.com/open-bot/computer/apps/worker/internal/providers"
 	"github.com/open-bot/computer/apps/worker/internal/store"
@@ -23,7 +24,10 @@ func (a *api) createComputer(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusForbidden, shared.CodeForbidden, OperatorOnly)
 		return
 	}
-	v, capa, err := a.o.Computers.Create(r.Context(), req)
+	// The scope's kept home is restored only with its restore key, which
+	// travels in a header like every credential (never in the body or URL).
+	req.RestoreKey = r.Header.Get(capability.RestoreHeader)
+	out, err := a.o.Computers.Create(r.Context(), req)
 	var taken *computers.ScopeTaken
 	if errors.As(err, &taken) {
 		// The scope's live computer: its id, never its capability.
@@ -35,7 +39,7 @@ func (a *api) createComputer(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, map[string]any{"computer": v, "capability": capa})
+	writeJSON(w, http.StatusCreated, map[string]any{"computer": out.View, "capability": out.Capability, "restored": out.Restored})
 }
 
 // listComputers is every live computer, or with ?scope=session:<id>,
@@ -171,7 +175,9 @@ func (a *api) lifecycle(fn func(context.Context, string) (computers.View, error)
 }
 
 // destroyComputer is DELETE /v1/computers/{id}: the machine, and the
-// computer's checkpoints in the home store unless ?keepHome=true.
+// computer's checkpoints in the home store unless ?keepHome=true, which
+// answers the kept home's restore key (shown this once, to the capability
+// holder; a create for the scope restores the home only with it).
 func (a *api) destroyComputer(w http.ResponseWriter, r *http.Request) {
 	var o computers.DestroyOptions
 	switch r.URL.Query().Get("keepHome") {
@@ -182,12 +188,42 @@ func (a *api) destroyComputer(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusBadRequest, shared.CodeBadRequest, "keepHome is true or false")
 		return
 	}
+	if o.KeepHome {
+		v, key, err := a.o.Computers.DestroyKeepingHome(r.Context(), r.PathValue("id"))
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		answer := map[string]any{"computer": v}
+		if key != "" {
+			answer["restoreKey"] = key
+		}
+		writeJSON(w, http.StatusOK, answer)
+		return
+	}
 	v, err := a.o.Computers.DestroyWith(r.Context(), r.PathValue("id"), o)
 	if err != nil {
 		fail(w, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"computer": v})
+}
+
+// mintRestoreKey is the operator's POST /v1/scopes/{scope}/restore-key: a
+// new restore key for the scope's newest kept home (after a restart forgot
+// the one its destroy answered), as adopt mints a capability.
+func (a *api) mintRestoreKey(w http.ResponseWriter, r *http.Request) {
+	kind, id, err := computers.ParseScope(r.PathValue("scope"))
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	key, from, err := a.o.Computers.MintRestoreKey(r.Context(), kind, id)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"restoreKey": key, "computerId": from})
 }
 
 func (a *api) addBot(w http.ResponseWriter, r *http.Request) {
