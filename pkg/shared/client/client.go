@@ -1,5 +1,6 @@
 // Package client is a typed client of botd's HTTP API, used by the worker
-// (and tests). It never logs, and its errors never carry the token.
+// (and tests). It never logs, and its errors never carry the token. Every
+// answer is read under a cap and every call has a deadline (limits.go).
 package client
 
 import (
@@ -25,9 +26,11 @@ type Client struct {
 }
 
 // New returns a client of the botd at baseURL (e.g. http://127.0.0.1:7000).
+// With hc nil it uses an http.Client with no overall timeout: each call
+// sets its own deadline (limits.go), a stream's is its idleness.
 func New(baseURL, token string, hc *http.Client) *Client {
 	if hc == nil {
-		hc = &http.Client{Timeout: 5 * time.Minute}
+		hc = &http.Client{}
 	}
 	return &Client{base: strings.TrimRight(baseURL, "/"), token: token, http: hc}
 }
@@ -62,8 +65,18 @@ func CodeOf(err error) shared.Code {
 }
 
 // Do sends method path with a JSON body (nil for none) and decodes a JSON
-// reply into out (nil to discard).
+// reply into out (nil to discard), as a small call: the answer is read
+// under MaxReply within CallTimeout.
 func (c *Client) Do(ctx context.Context, method, path string, body, out any) error {
+	return c.do(ctx, small, method, path, body, out)
+}
+
+// do is Do for a kind of call k: its deadline bounds the call (unless ctx
+// ends sooner) and its cap the answer read; an answer over the cap is a
+// CodeReplyTooLarge *Error and its connection is closed, not drained.
+func (c *Client) do(parent context.Context, k call, method, path string, body, out any) error {
+	ctx, cancel := context.WithTimeout(parent, k.timeout)
+	defer cancel()
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -74,15 +87,19 @@ func (c *Client) Do(ctx context.Context, method, path string, body, out any) err
 	}
 	resp, err := c.raw(ctx, method, path, rd, "application/json")
 	if err != nil {
-		return err
+		return late(parent, ctx, method, path, k.timeout, err)
 	}
 	defer resp.Body.Close()
 	if out == nil {
-		_, _ = io.Copy(io.Discard, resp.Body)
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxDrain))
 		return nil
 	}
-	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-		return fmt.Errorf("botd %s %s: decode reply: %w", method, path, err)
+	cr := &capReader{r: resp.Body, max: k.max}
+	if err := json.NewDecoder(cr).Decode(out); err != nil {
+		if cr.n > k.max {
+			return tooLarge(method, path, k)
+		}
+		return late(parent, ctx, method, path, k.timeout, fmt.Errorf("botd %s %s: decode reply: %w", method, pathOnly(path), err))
 	}
 	return nil
 }
@@ -105,7 +122,7 @@ func (c *Client) raw(ctx context.Context, method, path string, body io.Reader, c
 		return resp, nil
 	}
 	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, MaxErrorReply))
 	var env shared.ErrorEnvelope
 	if json.Unmarshal(b, &env) == nil && env.Error.Code != "" {
 		return nil, &Error{Status: resp.StatusCode, Code: env.Error.Code, Message: env.Error.Message}
@@ -142,7 +159,7 @@ type Screen struct {
 // StartScreen is POST /screens/{id}/start.
 func (c *Client) StartScreen(ctx context.Context, id string) (Screen, error) {
 	var s Screen
-	return s, c.Do(ctx, http.MethodPost, "/screens/"+esc(id)+"/start", struct{}{}, &s)
+	return s, c.do(ctx, screenCall, http.MethodPost, "/screens/"+esc(id)+"/start", struct{}{}, &s)
 }
 
 // Lease is a granted lease.
@@ -184,21 +201,21 @@ type Observation struct {
 // Observe is POST /screens/{id}/observe.
 func (c *Client) Observe(ctx context.Context, id, leaseID string) (Observation, error) {
 	var o Observation
-	return o, c.Do(ctx, http.MethodPost, "/screens/"+esc(id)+"/observe", map[string]string{"leaseId": leaseID}, &o)
+	return o, c.do(ctx, shotCall, http.MethodPost, "/screens/"+esc(id)+"/observe", map[string]string{"leaseId": leaseID}, &o)
 }
 
 // ObserveElements is POST /screens/{id}/observe with elements: the
 // screenshot and the screen's elements in screen pixels.
 func (c *Client) ObserveElements(ctx context.Context, id, leaseID string) (Observation, error) {
 	var o Observation
-	return o, c.Do(ctx, http.MethodPost, "/screens/"+esc(id)+"/observe", map[string]any{"leaseId": leaseID, "elements": true}, &o)
+	return o, c.do(ctx, shotCall, http.MethodPost, "/screens/"+esc(id)+"/observe", map[string]any{"leaseId": leaseID, "elements": true}, &o)
 }
 
 // ActElements is Act whose final observation carries the elements; its
 // actions may target elements.
 func (c *Client) ActElements(ctx context.Context, id, leaseID string, actions []shared.Action) (ActResult, error) {
 	var r ActResult
-	return r, c.Do(ctx, http.MethodPost, "/screens/"+esc(id)+"/act", map[string]any{"leaseId": leaseID, "actions": actions, "elements": true}, &r)
+	return r, c.do(ctx, actCall(actions), http.MethodPost, "/screens/"+esc(id)+"/act", map[string]any{"leaseId": leaseID, "actions": actions, "elements": true}, &r)
 }
 
 // ActResult is POST /screens/{id}/act's reply.
@@ -210,19 +227,19 @@ type ActResult struct {
 // Act is POST /screens/{id}/act.
 func (c *Client) Act(ctx context.Context, id, leaseID string, actions []shared.Action) (ActResult, error) {
 	var r ActResult
-	return r, c.Do(ctx, http.MethodPost, "/screens/"+esc(id)+"/act", map[string]any{"leaseId": leaseID, "actions": actions}, &r)
+	return r, c.do(ctx, actCall(actions), http.MethodPost, "/screens/"+esc(id)+"/act", map[string]any{"leaseId": leaseID, "actions": actions}, &r)
 }
 
 // Open is POST /screens/{id}/open; the reply is returned as raw JSON.
 func (c *Client) Open(ctx context.Context, id, leaseID, target string) (json.RawMessage, error) {
 	var r json.RawMessage
-	return r, c.Do(ctx, http.MethodPost, "/screens/"+esc(id)+"/open", map[string]string{"leaseId": leaseID, "target": target}, &r)
+	return r, c.do(ctx, screenCall, http.MethodPost, "/screens/"+esc(id)+"/open", map[string]string{"leaseId": leaseID, "target": target}, &r)
 }
 
 // Launch is POST /screens/{id}/launch.
 func (c *Client) Launch(ctx context.Context, id, leaseID, app string) (json.RawMessage, error) {
 	var r json.RawMessage
-	return r, c.Do(ctx, http.MethodPost, "/screens/"+esc(id)+"/launch", map[string]string{"leaseId": leaseID, "app": app}, &r)
+	return r, c.do(ctx, screenCall, http.MethodPost, "/screens/"+esc(id)+"/launch", map[string]string{"leaseId": leaseID, "app": app}, &r)
 }
 
 // Windows is POST /screens/{id}/windows: the screen's application windows,
@@ -252,9 +269,11 @@ func (c *Client) SetClipboard(ctx context.Context, id, leaseID, text string) err
 
 // TypeSecret is POST /screens/{id}/type-secret: botd types secret into the
 // focused field of the screen's front page only when that page (and every
-// frame down to the field) is on origin. The secret is in the body only.
-func (c *Client) TypeSecret(ctx context.Context, id, leaseID, origin, secret string) error {
-	return c.Do(ctx, http.MethodPost, "/screens/"+esc(id)+"/type-secret", map[string]string{"leaseId": leaseID, "origin": origin, "secret": secret}, nil)
+// frame down to the field) is on origin, and, unless visible, only into a
+// masked password field (else a CodeSecretFieldRefused error). The secret
+// is in the body only.
+func (c *Client) TypeSecret(ctx context.Context, id, leaseID, origin, secret string, visible bool) error {
+	return c.do(ctx, screenCall, http.MethodPost, "/screens/"+esc(id)+"/type-secret", map[string]any{"leaseId": leaseID, "origin": origin, "secret": secret, "visible": visible}, nil)
 }
 
 // Page is the front page as botd reads it.
@@ -268,7 +287,7 @@ type Page struct {
 // ReadPage is GET /screens/{id}/browser/page.
 func (c *Client) ReadPage(ctx context.Context, id string) (Page, error) {
 	var p Page
-	return p, c.Do(ctx, http.MethodGet, "/screens/"+esc(id)+"/browser/page", nil, &p)
+	return p, c.do(ctx, pageCall, http.MethodGet, "/screens/"+esc(id)+"/browser/page", nil, &p)
 }
 
 // ExecRequest is POST /exec's body.
@@ -291,25 +310,32 @@ type ExecResult struct {
 // Exec is POST /exec.
 func (c *Client) Exec(ctx context.Context, req ExecRequest) (ExecResult, error) {
 	var r ExecResult
-	return r, c.Do(ctx, http.MethodPost, "/exec", req, &r)
+	return r, c.do(ctx, execCall(req), http.MethodPost, "/exec", req, &r)
 }
 
-// ReadFile is GET /files?path=.
-func (c *Client) ReadFile(ctx context.Context, path string, max int64) ([]byte, error) {
+// ReadFile is GET /files?path=: at most max bytes of the file (the rest
+// is not read: the connection is closed), within FileTimeout.
+func (c *Client) ReadFile(parent context.Context, path string, max int64) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(parent, FileTimeout)
+	defer cancel()
 	resp, err := c.raw(ctx, http.MethodGet, "/files?path="+url.QueryEscape(path), nil, "")
 	if err != nil {
-		return nil, err
+		return nil, late(parent, ctx, http.MethodGet, "/files", FileTimeout, err)
 	}
 	defer resp.Body.Close()
-	return io.ReadAll(io.LimitReader(resp.Body, max))
+	b, err := io.ReadAll(io.LimitReader(resp.Body, max))
+	return b, late(parent, ctx, http.MethodGet, "/files", FileTimeout, err)
 }
 
-// WriteFile is PUT /files?path=.
-func (c *Client) WriteFile(ctx context.Context, path string, data []byte) error {
+// WriteFile is PUT /files?path=, within FileTimeout.
+func (c *Client) WriteFile(parent context.Context, path string, data []byte) error {
+	ctx, cancel := context.WithTimeout(parent, FileTimeout)
+	defer cancel()
 	resp, err := c.raw(ctx, http.MethodPut, "/files?path="+url.QueryEscape(path), bytes.NewReader(data), "application/octet-stream")
 	if err != nil {
-		return err
+		return late(parent, ctx, http.MethodPut, "/files", FileTimeout, err)
 	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxDrain))
 	resp.Body.Close()
 	return nil
 }
@@ -317,5 +343,11 @@ func (c *Client) WriteFile(ctx context.Context, path string, data []byte) error 
 // ListFiles is GET /files/list?path=; the listing is returned as raw JSON.
 func (c *Client) ListFiles(ctx context.Context, path string) (json.RawMessage, error) {
 	var r json.RawMessage
-	return r, c.Do(ctx, http.MethodGet, "/files/list?path="+url.QueryEscape(path), nil, &r)
+	return r, c.do(ctx, listCall, http.MethodGet, "/files/list?path="+url.QueryEscape(path), nil, &r)
+}
+
+// ForgetScreen is DELETE /screens/{id}: botd stops the screen and forgets
+// its browser profile.
+func (c *Client) ForgetScreen(ctx context.Context, id string) error {
+	return c.do(ctx, screenCall, http.MethodDelete, "/screens/"+esc(id), nil, nil)
 }

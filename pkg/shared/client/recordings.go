@@ -14,13 +14,13 @@ import (
 // StartRecording is POST /screens/{id}/recordings.
 func (c *Client) StartRecording(ctx context.Context, id string, in shared.RecordingStart) (shared.Recording, error) {
 	var r shared.Recording
-	return r, c.Do(ctx, http.MethodPost, "/screens/"+esc(id)+"/recordings", in, &r)
+	return r, c.do(ctx, screenCall, http.MethodPost, "/screens/"+esc(id)+"/recordings", in, &r)
 }
 
 // StopRecording is POST /screens/{id}/recordings/{rid}/stop.
 func (c *Client) StopRecording(ctx context.Context, id, rid string) (shared.Recording, error) {
 	var r shared.Recording
-	return r, c.Do(ctx, http.MethodPost, "/screens/"+esc(id)+"/recordings/"+esc(rid)+"/stop", struct{}{}, &r)
+	return r, c.do(ctx, screenCall, http.MethodPost, "/screens/"+esc(id)+"/recordings/"+esc(rid)+"/stop", struct{}{}, &r)
 }
 
 // Recordings is GET /screens/{id}/recordings.
@@ -45,9 +45,21 @@ func (c *Client) DeleteRecording(ctx context.Context, id, rid string) error {
 
 // RecordingVideo is GET /screens/{id}/recordings/{rid}/video: botd's
 // answer (200, or 206 for a rangeHeader) for the caller to stream on; a
-// botd error is a *Error.
-func (c *Client) RecordingVideo(ctx context.Context, id, rid, rangeHeader string) (*http.Response, error) {
+// botd error is a *Error. The stream fails once no byte moved for
+// StreamIdle; the caller closes its body.
+func (c *Client) RecordingVideo(parent context.Context, id, rid, rangeHeader string) (*http.Response, error) {
 	p := "/screens/" + esc(id) + "/recordings/" + esc(rid) + "/video"
+	ctx, idl := newIdle(parent, StreamIdle)
+	resp, err := c.recordingVideo(ctx, p, rangeHeader)
+	if err != nil {
+		idl.stop()
+		return nil, idl.err(http.MethodGet, p, err)
+	}
+	resp.Body = &streamBody{rc: resp.Body, i: idl, method: http.MethodGet, path: p}
+	return resp, nil
+}
+
+func (c *Client) recordingVideo(ctx context.Context, p, rangeHeader string) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+p, nil)
 	if err != nil {
 		return nil, err
@@ -64,7 +76,7 @@ func (c *Client) RecordingVideo(ctx context.Context, id, rid, rangeHeader string
 		return resp, nil
 	}
 	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, MaxErrorReply))
 	var env shared.ErrorEnvelope
 	if json.Unmarshal(b, &env) == nil && env.Error.Code != "" {
 		return nil, &Error{Status: resp.StatusCode, Code: env.Error.Code, Message: env.Error.Message}

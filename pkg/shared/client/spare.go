@@ -9,5 +9,5 @@ import (
 // under no id (or waits for the one starting), and the next screen to
 // start takes it. It returns once the spare runs.
 func (c *Client) PrepareSpareScreen(ctx context.Context) error {
-	return c.Do(ctx, http.MethodPost, "/screens/spare", struct{}{}, nil)
+	return c.do(ctx, screenCall, http.MethodPost, "/screens/spare", struct{}{}, nil)
 }

@@ -54,10 +54,13 @@ func (c *Client) ExportWorkspaceMax(ctx context.Context, maxBytes int64) (io.Rea
 	if len(q) > 0 {
 		p += "?" + q.Encode()
 	}
-	resp, err := c.raw(ctx, http.MethodGet, p, nil, "")
+	sctx, idl := newIdle(ctx, StreamIdle)
+	resp, err := c.raw(sctx, http.MethodGet, p, nil, "")
 	if err != nil {
-		return nil, err
+		idl.stop()
+		return nil, idl.err(http.MethodGet, p, err)
 	}
+	resp.Body = &streamBody{rc: resp.Body, i: idl, method: http.MethodGet, path: p}
 	return &exportBody{resp: resp}, nil
 }
 
@@ -82,16 +85,24 @@ func (e *exportBody) Read(p []byte) (int, error) {
 func (e *exportBody) Close() error { return e.resp.Body.Close() }
 
 // ImportWorkspace is PUT /workspace/import: it streams r (a tar from
-// ExportWorkspace) into the portable home.
+// ExportWorkspace) into the portable home. The call fails once no byte
+// moved for StreamIdle; botd's summary is read under MaxReply.
 func (c *Client) ImportWorkspace(ctx context.Context, r io.Reader) (WorkspaceSummary, error) {
+	const p = "/workspace/import"
 	var sum WorkspaceSummary
-	resp, err := c.raw(ctx, http.MethodPut, "/workspace/import", r, "application/x-tar")
+	sctx, idl := newIdle(ctx, StreamIdle)
+	defer idl.stop()
+	resp, err := c.raw(sctx, http.MethodPut, p, idleReader{r: r, i: idl}, "application/x-tar")
 	if err != nil {
-		return sum, err
+		return sum, idl.err(http.MethodPut, p, err)
 	}
 	defer resp.Body.Close()
-	if err := json.NewDecoder(resp.Body).Decode(&sum); err != nil {
-		return sum, fmt.Errorf("botd PUT /workspace/import: decode reply: %w", err)
+	cr := &capReader{r: idleReader{r: resp.Body, i: idl}, max: MaxReply}
+	if err := json.NewDecoder(cr).Decode(&sum); err != nil {
+		if cr.n > MaxReply {
+			return sum, tooLarge(http.MethodPut, p, small)
+		}
+		return sum, idl.err(http.MethodPut, p, fmt.Errorf("botd PUT %s: decode reply: %w", p, err))
 	}
 	return sum, nil
 }

@@ -145,6 +145,10 @@ type Options struct {
 	// SessionTTL a session (default 12 hours); ViewTTL a viewer id and the
 	// botd view link behind it (default 2 minutes; an open view stays open).
 	LoginTTL, SessionTTL, ViewTTL time.Duration
+	// StateTimeout bounds one computer's part of the state call (its bots,
+	// screens and runs; default 5 s): the parts are read at once, and a
+	// part not read in time is marked unavailable rather than waited for.
+	StateTimeout time.Duration
 	// Secure marks the session cookie Secure (serve over TLS).
 	Secure bool
 	Now    func() time.Time
@@ -193,6 +197,9 @@ func New(o Options) (*Dashboard, error) {
 	}
 	if o.ViewTTL <= 0 {
 		o.ViewTTL = 2 * time.Minute
+	}
+	if o.StateTimeout <= 0 {
+		o.StateTimeout = 5 * time.Second
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -395,30 +402,74 @@ type computerState struct {
 	Error string `json:"error,omitempty"`
 }
 
+// stateWorkers bounds the computers whose parts are read at once.
+const stateWorkers = 16
+
+// handleState answers every computer with its bots and runs. The parts are
+// read concurrently, each within StateTimeout: a computer whose machine is
+// slow or hostile is marked unavailable and delays no other.
 func (d *Dashboard) handleState(w http.ResponseWriter, r *http.Request, _ string) error {
 	cs, err := d.o.Lister.Computers(r.Context())
 	if err != nil {
 		return err
 	}
-	out := make([]computerState, 0, len(cs))
-	for _, c := range cs {
-		st := computerState{Computer: c, Bots: []Bot{}, Runs: []Run{}}
-		bots, err := d.o.Lister.Bots(r.Context(), c.ID)
-		if err == nil {
-			st.Bots = bots
-			var runs []Run
-			if runs, err = d.o.Lister.Runs(r.Context(), c.ID); err == nil {
-				st.Runs = runs
-			}
-		}
-		if err != nil {
-			d.o.Log.Warn().Err(err).Str("computer", c.ID).Msg("dashboard: computer details")
-			st.Error = "details unavailable"
-		}
-		out = append(out, st)
+	out := make([]computerState, len(cs))
+	slots := make(chan struct{}, stateWorkers)
+	var wg sync.WaitGroup
+	for i, c := range cs {
+		wg.Add(1)
+		slots <- struct{}{}
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			out[i] = d.computerPart(r.Context(), c)
+		}()
 	}
+	wg.Wait()
 	writeJSON(w, http.StatusOK, map[string]any{"computers": out})
 	return nil
+}
+
+// computerPart is computer c's part of the state, read within
+// StateTimeout; one not read in time is answered without waiting for it.
+func (d *Dashboard) computerPart(parent context.Context, c Computer) computerState {
+	ctx, cancel := context.WithTimeout(parent, d.o.StateTimeout)
+	defer cancel()
+	type part struct {
+		bots []Bot
+		runs []Run
+		err  error
+	}
+	done := make(chan part, 1)
+	go func() {
+		var p part
+		if p.bots, p.err = d.o.Lister.Bots(ctx, c.ID); p.err == nil {
+			p.runs, p.err = d.o.Lister.Runs(ctx, c.ID)
+		}
+		done <- p
+	}()
+	st := computerState{Computer: c, Bots: []Bot{}, Runs: []Run{}}
+	var p part
+	select {
+	case p = <-done:
+	case <-ctx.Done():
+		p.err = ctx.Err()
+	}
+	switch {
+	case p.err != nil && ctx.Err() != nil && parent.Err() == nil:
+		d.o.Log.Warn().Str("computer", c.ID).Dur("timeout", d.o.StateTimeout).Msg("dashboard: computer details timed out")
+		st.Error = "details unavailable: the computer did not answer in time"
+	case p.err != nil:
+		d.o.Log.Warn().Err(p.err).Str("computer", c.ID).Msg("dashboard: computer details")
+		st.Error = "details unavailable"
+	default:
+		if p.bots != nil {
+			st.Bots = p.bots
+		}
+		if p.runs != nil {
+			st.Runs = p.runs
+		}
+	}
+	return st
 }
 
 // findBot checks that computer id has a bot with that id (or screen).

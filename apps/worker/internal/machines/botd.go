@@ -69,7 +69,7 @@ func (b *Botd) Screens(ctx context.Context) ([]client.Screen, error) { return b.
 
 // ForgetScreen implements Machine: DELETE /screens/{id}.
 func (b *Botd) ForgetScreen(ctx context.Context, id string) error {
-	return b.c.Do(ctx, http.MethodDelete, "/screens/"+url.PathEscape(id), nil, nil)
+	return b.c.ForgetScreen(ctx, id)
 }
 
 // AcquireLease implements Machine.
@@ -118,8 +118,8 @@ func (b *Botd) Launch(ctx context.Context, id, leaseID, app string) (json.RawMes
 }
 
 // TypeSecret implements Machine.
-func (b *Botd) TypeSecret(ctx context.Context, id, leaseID, origin, secret string) error {
-	return b.c.TypeSecret(ctx, id, leaseID, origin, secret)
+func (b *Botd) TypeSecret(ctx context.Context, id, leaseID, origin, secret string, visible bool) error {
+	return b.c.TypeSecret(ctx, id, leaseID, origin, secret, visible)
 }
 
 // ReadPage implements Machine.

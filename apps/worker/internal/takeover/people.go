@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -110,23 +111,49 @@ func (l *dashLister) Bots(ctx context.Context, computerID string) ([]dashboard.B
 	if err != nil {
 		return nil, err
 	}
-	states := map[string]string{}
-	if m, err := l.comps.Machine(ctx, computerID); err == nil {
-		if scs, err := m.Screens(ctx); err == nil {
-			for _, s := range scs {
-				states[s.ID] = s.State
-			}
-		}
-	}
+	states, unread := l.screenStates(ctx, computerID)
 	out := make([]dashboard.Bot, 0, len(bots))
 	for _, b := range bots {
 		st := states[b.ID]
-		if st == "" {
+		switch {
+		case unread:
+			st = ScreenUnavailable
+		case st == "":
 			st = "stopped"
 		}
 		out = append(out, dashboard.Bot{ID: b.ID, Screen: b.ID, ScreenState: st, InControl: l.tk.InControl(computerID, b.ID)})
 	}
 	return out, nil
+}
+
+// ScreenUnavailable is a bot's screen state on the dashboard when the
+// computer's machine did not say (no answer within dashScreensTimeout, an
+// answer over its cap, an error).
+const ScreenUnavailable = "unavailable"
+
+// dashScreensTimeout bounds the machine's screens call of one computer's
+// part of the dashboard (within dashboard.Options.StateTimeout, so the
+// bots still show).
+const dashScreensTimeout = 3 * time.Second
+
+// screenStates is the machine's screen states by id; unread is true when
+// the running machine did not answer them.
+func (l *dashLister) screenStates(ctx context.Context, computerID string) (states map[string]string, unread bool) {
+	ctx, cancel := context.WithTimeout(ctx, dashScreensTimeout)
+	defer cancel()
+	m, err := l.comps.Machine(ctx, computerID)
+	if err != nil {
+		return nil, false // not running (or not reached): its screens are stopped
+	}
+	scs, err := m.Screens(ctx)
+	if err != nil {
+		return nil, true
+	}
+	states = make(map[string]string, len(scs))
+	for _, s := range scs {
+		states[s.ID] = s.State
+	}
+	return states, false
 }
 
 // dashRuns and dashEvents bound what the page shows per computer.
