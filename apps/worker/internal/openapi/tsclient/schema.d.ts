@@ -36,7 +36,7 @@ export interface paths {
         put?: never;
         /**
          * Create a computer
-         * @description Makes a computer for one scope (at most one live computer per scope: a second create is 409 with the live one's id, never its capability). The answer carries the computer's capability: the only time it is shown. attach (or the attach provider) is an operator action: with WORKER_TOKEN it is 403 before anything is read or dialed.
+         * @description Makes a computer for one scope (at most one live computer per scope: a second create is 409 with the live one's id, never its capability). The answer carries the computer's capability: the only time it is shown. attach (or the attach provider) is an operator action: with WORKER_TOKEN it is 403 before anything is read or dialed. A scope's kept home (an earlier computer of it destroyed with keepHome=true) is restored into the new computer only with its restore key in X-Restore-Key: without one the computer starts empty and the kept home stays in the home store; a key that opens no kept home of the scope is 403 and nothing is made (the same answer whether the scope has one or not); a key works once.
          */
         post: operations["createComputer"];
         delete?: never;
@@ -61,7 +61,7 @@ export interface paths {
         post?: never;
         /**
          * Destroy a computer
-         * @description Destroys the machine, and the computer's checkpoints in the home store unless keepHome=true.
+         * @description Destroys the machine, and the computer's checkpoints in the home store unless keepHome=true. keepHome=true answers the kept home's restore key, shown this once: a create for the scope restores the home only with it (X-Restore-Key).
          */
         delete: operations["destroyComputer"];
         options?: never;
@@ -86,6 +86,29 @@ export interface paths {
          * @description An operator action: the operator's credential (WORKER_OPERATOR_TOKEN, or the operator socket), never WORKER_TOKEN, which gets 403 for a real computer and an unknown one alike. The old capability stops working.
          */
         post: operations["adoptComputer"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/scopes/{scope}/restore-key": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description session:<id>, team:<id> or account. */
+                scope: string;
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Mint a restore key for a scope's kept home (operator)
+         * @description An operator action: the operator's credential (WORKER_OPERATOR_TOKEN, or the operator socket), never WORKER_TOKEN, which gets 403. A new restore key for the newest kept home of the scope (a computer of it destroyed with keepHome=true, its checkpoint in the home store), for when a worker restart forgot the one the destroy answered; an older key of that home stops working. 404 when the scope has no kept home.
+         */
+        post: operations["mintRestoreKey"];
         delete?: never;
         options?: never;
         head?: never;
@@ -661,6 +684,13 @@ export interface components {
             computer: components["schemas"]["Computer"];
             /** @description The computer's capability, for X-Computer-Capability: shown this once. */
             capability: string;
+            /** @description Whether the scope's kept home that X-Restore-Key opened was restored into the computer (the key is then used up); false without a key. */
+            restored: boolean;
+        };
+        ComputerDestroyed: {
+            computer: components["schemas"]["Computer"];
+            /** @description keepHome=true: the kept home's restore key, for X-Restore-Key on a create for the same scope; shown this once, works once, kept by the worker only as a hash in memory (a restart forgets it; the operator mints a new one). Absent when nothing was kept to restore (no checkpoint, an attached botd, or a destroy that did not finish). */
+            restoreKey?: string;
         };
         ComputerAnswer: {
             computer: components["schemas"]["Computer"];
@@ -706,6 +736,12 @@ export interface components {
         };
         ComputerDetailAnswer: {
             computer: components["schemas"]["ComputerDetail"];
+        };
+        RestoreKeyMinted: {
+            /** @description The new restore key, for X-Restore-Key: shown this once, works once. */
+            restoreKey: string;
+            /** @description The destroyed computer whose kept home the key opens. */
+            computerId: string;
         };
         Adopted: {
             /** @description The new capability; the old one stopped working. */
@@ -1137,7 +1173,10 @@ export interface operations {
     createComputer: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description The restore key of the scope's kept home: the one DELETE /v1/computers/{id}?keepHome=true answered, or one the operator minted (POST /v1/scopes/{scope}/restore-key). Used up when the home is restored; a worker restart forgets it. */
+                "X-Restore-Key"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -1215,7 +1254,15 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            200: components["responses"]["ComputerAnswer"];
+            /** @description The computer; with keepHome=true, the kept home's restore key too. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ComputerDestroyed"];
+                };
+            };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
@@ -1246,6 +1293,35 @@ export interface operations {
                     "application/json": components["schemas"]["Adopted"];
                 };
             };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    mintRestoreKey: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description session:<id>, team:<id> or account. */
+                scope: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The new restore key, shown this once. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RestoreKeyMinted"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
