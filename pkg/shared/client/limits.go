@@ -65,6 +65,9 @@ const (
 	execDefault = 60 * time.Second
 )
 
+// streamIdle is StreamIdle (a variable for tests).
+var streamIdle = StreamIdle
+
 // call is one kind of call: the cap of its answer and its deadline.
 type call struct {
 	what    string // "a shell answer", for the error

@@ -49,7 +49,7 @@ func (c *Client) DeleteRecording(ctx context.Context, id, rid string) error {
 // StreamIdle; the caller closes its body.
 func (c *Client) RecordingVideo(parent context.Context, id, rid, rangeHeader string) (*http.Response, error) {
 	p := "/screens/" + esc(id) + "/recordings/" + esc(rid) + "/video"
-	ctx, idl := newIdle(parent, StreamIdle)
+	ctx, idl := newIdle(parent, streamIdle)
 	resp, err := c.recordingVideo(ctx, p, rangeHeader)
 	if err != nil {
 		idl.stop()

@@ -54,7 +54,7 @@ func (c *Client) ExportWorkspaceMax(ctx context.Context, maxBytes int64) (io.Rea
 	if len(q) > 0 {
 		p += "?" + q.Encode()
 	}
-	sctx, idl := newIdle(ctx, StreamIdle)
+	sctx, idl := newIdle(ctx, streamIdle)
 	resp, err := c.raw(sctx, http.MethodGet, p, nil, "")
 	if err != nil {
 		idl.stop()
@@ -90,7 +90,7 @@ func (e *exportBody) Close() error { return e.resp.Body.Close() }
 func (c *Client) ImportWorkspace(ctx context.Context, r io.Reader) (WorkspaceSummary, error) {
 	const p = "/workspace/import"
 	var sum WorkspaceSummary
-	sctx, idl := newIdle(ctx, StreamIdle)
+	sctx, idl := newIdle(ctx, streamIdle)
 	defer idl.stop()
 	resp, err := c.raw(sctx, http.MethodPut, p, idleReader{r: r, i: idl}, "application/x-tar")
 	if err != nil {
