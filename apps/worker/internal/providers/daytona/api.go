@@ -130,7 +130,16 @@ type request struct {
 	out             any     // JSON answer decoded into it (nil: none wanted)
 	rawOut          *[]byte // the answer's body as is
 	idempotent      bool
+	// max caps what is read of the answer (0: maxAnswer); a raw answer
+	// is cut at it, any other over it fails. The connection is closed,
+	// not drained.
+	max int64
 }
+
+// maxAnswer caps one answer of the API or the toolbox (a command's output,
+// a screenshot, a session's logs) unless the request sets its own: the
+// sandbox is a machine, and its answers are not trusted to be small.
+const maxAnswer = 64 << 20
 
 // do sends one request, retried per the policy. A create that answered
 // 500/502/504, or no answer, may have made a sandbox: only a 429 or a 503
@@ -189,9 +198,19 @@ func (a *api) once(ctx context.Context, r request, payload []byte, ct string) (i
 		return 0, 0, fmt.Errorf("daytona: %s: %s %s: %w", r.op, r.method, redactURL(r.url), err)
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 256<<20))
+	limit := r.max
+	if limit <= 0 {
+		limit = maxAnswer
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
 	if err != nil {
 		return resp.StatusCode, 0, fmt.Errorf("daytona: %s: read the answer: %w", r.op, err)
+	}
+	if int64(len(b)) > limit {
+		if r.rawOut == nil || resp.StatusCode < 200 || resp.StatusCode >= 300 {
+			return resp.StatusCode, 0, fmt.Errorf("daytona: %s: the answer is larger than %d bytes, the cap; it was not read further", r.op, limit)
+		}
+		b = b[:limit]
 	}
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		if r.rawOut != nil {
@@ -383,13 +402,14 @@ func (t *toolbox) upload(ctx context.Context, path string, data []byte) error {
 	return err
 }
 
-// download reads path (GET /files/download).
-func (t *toolbox) download(ctx context.Context, path string) ([]byte, error) {
+// download reads at most max bytes of path (GET /files/download); the
+// rest is not read.
+func (t *toolbox) download(ctx context.Context, path string, max int64) ([]byte, error) {
 	t.use()
 	defer t.use()
 	var b []byte
 	_, err := t.a.do(ctx, request{op: "download file", method: http.MethodGet, url: t.base + "/files/download?" + url.Values{"path": {path}}.Encode(),
-		rawOut: &b, idempotent: true})
+		rawOut: &b, idempotent: true, max: max})
 	return b, err
 }
 

@@ -426,7 +426,7 @@ func (p *sessionProc) Close() error {
 
 // ReadFile reads path through /files/download, at most max bytes.
 func (b *toolboxBackend) ReadFile(ctx context.Context, path string, max int64) ([]byte, error) {
-	data, err := b.s.tb.download(ctx, path)
+	data, err := b.s.tb.download(ctx, path, max)
 	if errors.Is(err, ErrNotFound) {
 		return nil, fmt.Errorf("toolbox: %s: %w", path, fs.ErrNotExist)
 	}

@@ -289,7 +289,7 @@ func (p *Provider) Reconnect(ctx context.Context, ref string, spec Spec) (*clien
 		}
 		p.log.Info().Str("sandbox", r.SandboxID).Msg("started botd")
 	}
-	c := client.New(sess.fwd.URL(), spec.BotdToken, &http.Client{Transport: sess.fwd, Timeout: 5 * time.Minute})
+	c := client.New(sess.fwd.URL(), spec.BotdToken, &http.Client{Transport: sess.fwd}) // each call has its own deadline
 	if err := p.awaitHealthy(ctx, sess, c); err != nil {
 		return nil, fmt.Errorf("e2b provider: sandbox %s: %w", r.SandboxID, err)
 	}
