@@ -23,6 +23,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -197,6 +199,11 @@ func (o revealObs) notShown(t *testing.T, what string) {
 	require.NotNil(t, o.img, "the observation carries a screenshot")
 	f := o.field(t)
 	u := unevenIn(o.img, f.Box)
+	if dir := os.Getenv("REVEAL_DUMP"); dir != "" {
+		var buf bytes.Buffer
+		_ = jpeg.Encode(&buf, o.img, nil)
+		_ = os.WriteFile(filepath.Join(dir, strings.NewReplacer(" ", "_", "/", "_").Replace(what)+".jpg"), buf.Bytes(), 0o644)
+	}
 	t.Logf("%s: %.1f%% of the field's box %+v differs from its median", what, 100*u, f.Box)
 	require.Less(t, u, 0.03, "%s: the screenshot shows text in the field's box %+v (%.1f%% of its pixels differ from the median): the secret is on the image the model gets", what, f.Box, 100*u)
 }
@@ -233,6 +240,10 @@ func TestRedteamVaultReveal(t *testing.T) {
 			r := tool(t, "browser_read_page", map[string]any{})
 			return r.Success && strings.Contains(r.text(), `"title":"`+page+`"`)
 		})
+		// Click into the field, as the tool asks (the window gets the
+		// keyboard focus too).
+		r = tool(t, "computer_act", map[string]any{"actions": []map[string]any{{"type": "click", "x": 600, "y": 225}}})
+		require.True(t, r.Success, r.text())
 	}
 	observe := func(t *testing.T) revealObs {
 		t.Helper()
@@ -292,15 +303,17 @@ func TestRedteamVaultReveal(t *testing.T) {
 	})
 
 	t.Run("secret into a password field styled to show its text", func(t *testing.T) {
+		// Chromium keeps a password field's dots whatever the page's
+		// -webkit-text-security (botd checks the computed style too): the
+		// secret is typed, and neither the elements nor the image show it.
 		site.reset()
 		open(t, "styledpw")
 		r := tool(t, "type_secret", map[string]any{"name": "bank"})
-		t.Logf("type_secret into a password field with -webkit-text-security:none: success=%v %s", r.Success, r.text())
-		settle()
+		require.True(t, r.Success, "type_secret into a password field: %s", r.text())
+		waitFor(t, "the page's report of the typed value", 30*time.Second, func() bool { return slices.Contains(site.of("styledpw"), secret) })
 		o := observe(t)
 		o.noSecretIn(t, secret)
-		o.notShown(t, "after type_secret into an unmasked password field")
-		refused(t, r, "styledpw")
+		require.Nil(t, o.field(t).Value, "a password field carries no value")
 	})
 
 	t.Run("secret into a password field, then the page shows it", func(t *testing.T) {

@@ -105,6 +105,8 @@ type Browser struct {
 	maximized chan struct{}
 	// elems is the element bookkeeping (elements.go).
 	elems elemState
+	// secrets remembers the fields that received a secret (secretfields.go).
+	secrets secretFields
 
 	// mu guards sessions, crashed, lastFront, lastTabChange, blocked and
 	// state.

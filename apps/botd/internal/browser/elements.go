@@ -74,7 +74,7 @@ type children struct {
 }
 
 // The styles the snapshot returns for every layout node, in this order.
-var snapStyles = []string{"visibility", "pointer-events", "overflow-x", "overflow-y", "border-left-width", "border-top-width", "padding-left", "padding-top"}
+var snapStyles = []string{"visibility", "pointer-events", "overflow-x", "overflow-y", "border-left-width", "border-top-width", "padding-left", "padding-top", "-webkit-text-security"}
 
 const (
 	stVisibility = iota
@@ -85,6 +85,7 @@ const (
 	stBorderTop
 	stPadLeft
 	stPadTop
+	stTextSecurity
 )
 
 // rect is a rectangle in float pixels.
@@ -300,6 +301,11 @@ type scan struct {
 	all   []*candidate
 	byID  map[string]*candidate
 	shown []shared.Element
+	// secret: the fields that received a secret (secretfields.go).
+	secret *secretSet
+	// masksOnly: only masks is wanted (the boxes to paint over).
+	masksOnly bool
+	masks     []shared.Box
 }
 
 // interactiveRoles are roles a person acts on.
@@ -486,8 +492,28 @@ func (b *Browser) Elements(ctx context.Context) ([]shared.Element, error) {
 	return sc.shown, nil
 }
 
+// SecretBoxes lists the screen boxes to paint over in a screenshot of the
+// page in front: the fields that received a secret and show their text
+// now (all of them but masked password fields), or the whole viewport
+// when the page counts whole (secretfields.go). None when no field of the
+// page received a secret.
+func (b *Browser) SecretBoxes(ctx context.Context) ([]shared.Box, error) {
+	sc, err := b.scanFrontWith(ctx, true)
+	if err != nil {
+		return nil, err
+	}
+	return sc.masks, nil
+}
+
 // scanFront reads every element candidate of the page in front.
 func (b *Browser) scanFront(ctx context.Context) (*scan, error) {
+	return b.scanFrontWith(ctx, false)
+}
+
+// scanFrontWith is scanFront; with masksOnly it only finds the boxes of
+// the fields that received a secret (and returns at once when there are
+// none).
+func (b *Browser) scanFrontWith(ctx context.Context, masksOnly bool) (*scan, error) {
 	if err := b.alive(); err != nil {
 		return nil, err
 	}
@@ -498,6 +524,10 @@ func (b *Browser) scanFront(ctx context.Context) (*scan, error) {
 	s, err := b.session(ctx, t.TargetID)
 	if err != nil {
 		return nil, err
+	}
+	secret := b.secretFieldsOf(ctx, s)
+	if masksOnly && secret == nil {
+		return &scan{masksOnly: true}, nil
 	}
 	// The window, the viewport, the snapshot and the page's accessibility
 	// tree are asked for at once; they do not depend on each other.
@@ -512,7 +542,7 @@ func (b *Browser) scanFront(ctx context.Context) (*scan, error) {
 	if err != nil {
 		return nil, b.wrap(err)
 	}
-	sc := &scan{byID: map[string]*candidate{}, shown: []shared.Element{}, zoom: 1}
+	sc := &scan{byID: map[string]*candidate{}, shown: []shared.Element{}, zoom: 1, secret: secret, masksOnly: masksOnly}
 	if win.Bounds == nil || win.Bounds.WindowState == browser.WindowStateMinimized {
 		return sc, nil
 	}
@@ -541,6 +571,9 @@ func (b *Browser) scanFront(ctx context.Context) (*scan, error) {
 	// device scale), which is the screen's pixels: one unit per pixel.
 	if err := b.scanTarget(ctx, sc, s, kids, pre, nil, -1, ox, oy, 1, clip, true, 0); err != nil {
 		return nil, err
+	}
+	if masksOnly {
+		return sc, nil
 	}
 	// Document order, the shown ones first up to the cap.
 	b.elems.mu.Lock()
@@ -711,6 +744,12 @@ func (b *Browser) scanTarget(ctx context.Context, sc *scan, s *cdp.Session, kids
 			}
 		}
 	}
+	if sc.masksOnly {
+		if parent == nil {
+			sc.masks = secretMasks(sc.secret, docs, clip)
+		}
+		return nil
+	}
 	// The accessibility tree of each placed document, all at once.
 	type axRes struct {
 		nodes []*accessibility.Node
@@ -832,7 +871,12 @@ func (b *Browser) addCandidates(sc *scan, d *doc, nodes []*accessibility.Node, m
 			continue
 		}
 		c := &candidate{d: d, node: ni, el: shared.Element{ID: id, Role: role, Name: name, States: st}}
-		if valueRoles[role] && !isPassword(d, ni) {
+		secret := sc.secret.has(d.session, n.BackendDOMNodeID)
+		if secret && !isInputOrTextArea(d, ni) {
+			// Anything else may be named by its text.
+			c.el.Name = ""
+		}
+		if valueRoles[role] && !isPassword(d, ni) && !secret {
 			if v := axString(n.Value); v != "" {
 				v = cut(v)
 				c.el.Value = &v

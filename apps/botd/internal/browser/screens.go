@@ -797,6 +797,9 @@ type typeSecretRequest struct {
 	// Secret is typed, never logged or echoed.
 	Secret string `json:"secret"`
 	Origin string `json:"origin"`
+	// Visible: the secret may go into a field that shows it (stored with
+	// visible: true); otherwise only a masked password field takes it.
+	Visible bool `json:"visible,omitempty"`
 }
 
 func (bs *Screens) handleTypeSecret(w http.ResponseWriter, r *http.Request) {
@@ -831,7 +834,10 @@ func (bs *Screens) handleTypeSecret(w http.ResponseWriter, r *http.Request) {
 		// The origin check and the typing are one step in the page: a
 		// navigation or a focus moving into a frame of another origin in
 		// between types nothing (InsertSecret).
-		switch err := b.InsertSecret(ctx, want, req.Secret); {
+		var refused *FieldRefusedError
+		switch err := b.InsertSecret(ctx, want, req.Secret, req.Visible); {
+		case errors.As(err, &refused):
+			return shared.Errorf(http.StatusConflict, shared.CodeSecretFieldRefused, "%s; the secret was not typed", refused.Error())
 		case errors.Is(err, ErrSecretOrigin):
 			return shared.Errorf(http.StatusConflict, shared.CodeConflict, "the page in front is not on %s; the secret was not typed", want)
 		case errors.Is(err, ErrSecretFrame), errors.Is(err, ErrSecretNoField), errors.Is(err, ErrSecretNoFocus), errors.Is(err, ErrSecretChanged):

@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	cdpapi "github.com/chromedp/cdproto/cdp"
 	jsonv2 "github.com/chromedp/cdproto/cdp/jsonv2"
+	"github.com/chromedp/cdproto/dom"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/runtime"
 
@@ -24,15 +26,32 @@ var (
 	ErrSecretChanged = errors.New("the page changed while the secret was being typed")
 )
 
+// FieldRefusedError: the focused field would show the secret (it is not a
+// masked password field) and the secret is not stored as visible, or the
+// field is an editable area (its text is part of the page's). Nothing was
+// typed. Kind names the field ("text field", "one-time-code field", …).
+type FieldRefusedError struct{ Kind string }
+
+func (e *FieldRefusedError) Error() string {
+	if e.Kind == "editable area" {
+		return "the focused field is an editable area, whose text is part of the page's; a secret types only into an input field or a text area"
+	}
+	return "this secret types only into password fields; store it with visible: true to type it into a " + e.Kind
+}
+
 // insertSecretScript runs in an isolated world of the front page's main
 // frame, in one task of the page: no navigation, frame load or focus
 // change can come between its checks and the insertion. It finds the
 // focused element (through same-origin frames and open shadow roots),
-// refuses unless every document on the way is on want, and inserts the
-// secret at the caret as text input (beforeinput/input events, like an
-// IME or a paste; no key events). It returns a verdict word, never the
-// secret.
-const insertSecretScript = `function (want, secret) {
+// refuses unless every document on the way is on want, refuses a field
+// that would show the secret unless visible (only a password input whose
+// computed -webkit-text-security masks its text hides it; a one-time-code
+// field, a text area or any other input shows it), refuses editable areas
+// (their text is the page's text), and inserts the secret at the caret as
+// text input (beforeinput/input events, like an IME or a paste; no key
+// events). It returns the field that received the secret, or a verdict
+// word; never the secret.
+const insertSecretScript = `function (want, secret, visible) {
   if (location.origin !== want) return "origin";
   if (!document.hasFocus()) return "nofocus";
   let doc = document;
@@ -56,18 +75,29 @@ const insertSecretScript = `function (want, secret) {
     break;
   }
   if (!el || el === doc.body || el === doc.documentElement) return "nofield";
-  let editable = false;
+  let kind = "";
   if (el.tagName === "INPUT") {
-    const t = (el.type || "text").toLowerCase();
-    editable = ["text", "password", "email", "tel", "url", "search", "number"].includes(t) && !el.disabled && !el.readOnly;
+    const t = String(el.type || "text").toLowerCase();
+    if (!["text", "password", "email", "tel", "url", "search", "number"].includes(t) || el.disabled || el.readOnly) return "nofield";
+    if (t === "password") {
+      const sec = String(doc.defaultView.getComputedStyle(el).getPropertyValue("-webkit-text-security") || "").trim();
+      kind = (sec === "" || sec === "none") ? "password field styled to show its text" : "masked";
+    } else if (String(el.autocomplete || "").toLowerCase().includes("one-time-code")) {
+      kind = "one-time-code field";
+    } else {
+      kind = t + " field";
+    }
   } else if (el.tagName === "TEXTAREA") {
-    editable = !el.disabled && !el.readOnly;
+    if (el.disabled || el.readOnly) return "nofield";
+    kind = "text area";
+  } else if (el.isContentEditable === true) {
+    return "shown:editable area";
   } else {
-    editable = el.isContentEditable === true;
+    return "nofield";
   }
-  if (!editable) return "nofield";
+  if (kind !== "masked" && !visible) return "shown:" + kind;
   if (!doc.execCommand("insertText", false, secret)) return "nofield";
-  return "typed";
+  return el;
 }`
 
 // InsertSecret types secret into the focused text field of the page in
@@ -76,7 +106,13 @@ const insertSecretScript = `function (want, secret) {
 // the page (see insertSecretScript); a navigation that commits before it
 // runs leaves its world gone and nothing is typed. The secret travels only
 // over the DevTools pipe: no argv, no log, no error text.
-func (b *Browser) InsertSecret(ctx context.Context, want, secret string) error {
+//
+// visible says the secret may be typed into a field that shows it; without
+// it only a masked password field takes it (*FieldRefusedError). The field
+// that received it is remembered (rememberSecretField): its value is left
+// out of every elements answer and, while it shows its text, its box is
+// painted over in screenshots.
+func (b *Browser) InsertSecret(ctx context.Context, want, secret string, visible bool) error {
 	if err := b.alive(); err != nil {
 		return err
 	}
@@ -109,12 +145,13 @@ func (b *Browser) InsertSecret(ctx context.Context, want, secret string) error {
 	}
 	wantArg, _ := json.Marshal(want)
 	secretArg, _ := json.Marshal(secret)
+	visibleArg, _ := json.Marshal(visible)
 	yes := true
+	// Not by value: a typed field comes back as an object, to be named.
 	res, err := cdpapi.Call(ctx, s, runtime.CallFunctionOn, runtime.CallFunctionOnParams{
 		FunctionDeclaration: insertSecretScript,
 		ExecutionContextID:  w.ExecutionContextID,
-		Arguments:           []*runtime.CallArgument{{Value: jsonv2.Value(wantArg)}, {Value: jsonv2.Value(secretArg)}},
-		ReturnByValue:       &yes,
+		Arguments:           []*runtime.CallArgument{{Value: jsonv2.Value(wantArg)}, {Value: jsonv2.Value(secretArg)}, {Value: jsonv2.Value(visibleArg)}},
 		Silent:              &yes,
 	})
 	if err != nil {
@@ -127,13 +164,24 @@ func (b *Browser) InsertSecret(ctx context.Context, want, secret string) error {
 	if res.ExceptionDetails != nil || res.Result == nil {
 		return ErrSecretChanged
 	}
+	if res.Result.ObjectID != "" {
+		// Typed: remember the field (its backend node) before anything
+		// can observe it. Should naming it fail, the whole page counts as
+		// holding a secret (every textbox's value left out, the viewport
+		// painted over) until it navigates.
+		var node cdpapi.BackendNodeID
+		if d, err := cdpapi.Call(ctx, s, dom.DescribeNode, dom.DescribeNodeParams{ObjectID: res.Result.ObjectID}); err == nil && d.Node != nil {
+			node = d.Node.BackendNodeID
+		}
+		b.rememberSecretField(s, node)
+		_, _ = cdpapi.Call(ctx, s, runtime.ReleaseObject, runtime.ReleaseObjectParams{ObjectID: res.Result.ObjectID})
+		return nil
+	}
 	var verdict string
 	if err := json.Unmarshal(res.Result.Value, &verdict); err != nil {
 		return ErrSecretChanged
 	}
 	switch verdict {
-	case "typed":
-		return nil
 	case "origin":
 		return ErrSecretOrigin
 	case "frame":
@@ -142,6 +190,9 @@ func (b *Browser) InsertSecret(ctx context.Context, want, secret string) error {
 		return ErrSecretNoField
 	case "nofocus":
 		return ErrSecretNoFocus
+	}
+	if kind, ok := strings.CutPrefix(verdict, "shown:"); ok {
+		return &FieldRefusedError{Kind: kind}
 	}
 	return fmt.Errorf("type secret: unexpected verdict")
 }

@@ -268,12 +268,23 @@ func (s *Screen) ObserveWith(ctx context.Context, o ObserveOptions) (*Observatio
 	}
 	s.inMu.Unlock()
 	elems := s.startElements(ctx, o)
+	// The boxes that show a secret, read before and after the capture: a
+	// field that moves meanwhile is painted over where it was and is.
+	masker := s.m.secretMasker()
+	before := s.startMasks(ctx, masker)
 	f, changed, err := drv.CaptureIfChanged(ctx, prev)
 	if err != nil {
 		if elems != nil {
 			<-elems
 		}
+		if before != nil {
+			<-before
+		}
 		return nil, s.translate(ctx, err)
+	}
+	var masks []shared.Box
+	if before != nil {
+		masks = append(<-before, <-s.startMasks(ctx, masker)...)
 	}
 	obs := &Observation{}
 	finishElements(obs, elems)
@@ -286,6 +297,11 @@ func (s *Screen) ObserveWith(ctx context.Context, o ObserveOptions) (*Observatio
 		obs.Unchanged = true
 	} else {
 		obs.Image = f.JPEG
+		if len(masks) > 0 {
+			if obs.Image, err = maskFrame(f.JPEG, masks); err != nil {
+				return nil, err
+			}
+		}
 	}
 	if sess != nil {
 		s.inMu.Lock()

@@ -18,7 +18,8 @@ import (
 // The vault: secrets a caller gives a computer by name, each bound to one
 // web origin. A value is sealed at rest like the botd token, never returned,
 // never logged; the type_secret tool has botd type it into the focused field
-// of a bot's screen only while the page in front is on its origin.
+// of a bot's screen only while the page in front is on its origin, and only
+// into a masked password field unless the secret is visible (issue 36).
 
 // MaxSecretValue bounds a secret's value (bytes).
 const MaxSecretValue = 4096
@@ -35,6 +36,8 @@ var ErrNoSecret = shared.Errorf(http.StatusNotFound, shared.CodeNotFound, "no su
 type SecretView struct {
 	Name   string `json:"name"`
 	Origin string `json:"origin"`
+	// Visible: the value may be typed into a field that shows it.
+	Visible bool `json:"visible,omitempty"`
 }
 
 // NormalizeOrigin checks that raw is a web origin, scheme://host[:port],
@@ -130,7 +133,9 @@ func secretAAD(computerID, name string) string { return "vault:" + computerID + 
 
 // PutSecret seals value and keeps it as the computer's secret name for
 // origin (replacing one of that name). It reports whether it replaced one.
-func (s *Service) PutSecret(ctx context.Context, computerID, name, origin, value string) (SecretView, bool, error) {
+// visible lets type_secret type it into a field that shows it; otherwise
+// it goes only into a masked password field.
+func (s *Service) PutSecret(ctx context.Context, computerID, name, origin, value string, visible bool) (SecretView, bool, error) {
 	if !ValidSecretName(name) {
 		return SecretView{}, false, shared.Errorf(http.StatusBadRequest, shared.CodeInvalidID, "name: want a short identifier, [A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 	}
@@ -156,11 +161,11 @@ func (s *Service) PutSecret(ctx context.Context, computerID, name, origin, value
 	if err != nil {
 		return SecretView{}, false, err
 	}
-	replaced, err := s.o.Store.PutSecret(ctx, store.Secret{ComputerID: c.ID, Name: name, Origin: o, Value: sealed})
+	replaced, err := s.o.Store.PutSecret(ctx, store.Secret{ComputerID: c.ID, Name: name, Origin: o, Value: sealed, Visible: visible})
 	if err != nil {
 		return SecretView{}, false, err
 	}
-	return SecretView{Name: name, Origin: o}, replaced, nil
+	return SecretView{Name: name, Origin: o, Visible: visible}, replaced, nil
 }
 
 // Secrets lists the computer's secrets: names and origins only.
@@ -175,7 +180,7 @@ func (s *Service) Secrets(ctx context.Context, computerID string) ([]SecretView,
 	}
 	out := make([]SecretView, 0, len(list))
 	for _, sec := range list {
-		out = append(out, SecretView{Name: sec.Name, Origin: sec.Origin})
+		out = append(out, SecretView{Name: sec.Name, Origin: sec.Origin, Visible: sec.Visible})
 	}
 	return out, nil
 }
@@ -210,31 +215,41 @@ func (s *Service) forgetSecrets(ctx context.Context, computerID string) {
 	}
 }
 
-// OpenSecret returns the origin and clear value of the computer's secret
-// name, for the type_secret tool only.
-func (s *Service) OpenSecret(ctx context.Context, computerID, name string) (origin, value string, err error) {
+// OpenedSecret is a vault entry opened for the type_secret tool.
+type OpenedSecret struct {
+	Origin string
+	// Value is the clear value: typed, never logged or returned.
+	Value string
+	// Visible: it may be typed into a field that shows it.
+	Visible bool
+}
+
+// OpenSecret returns the origin, clear value and visibility of the
+// computer's secret name, for the type_secret tool only.
+func (s *Service) OpenSecret(ctx context.Context, computerID, name string) (OpenedSecret, error) {
 	if !ValidSecretName(name) {
-		return "", "", ErrNoSecret
+		return OpenedSecret{}, ErrNoSecret
 	}
 	sec, err := s.o.Store.GetSecret(ctx, computerID, name)
 	if errors.Is(err, store.ErrNotFound) {
-		return "", "", ErrNoSecret
+		return OpenedSecret{}, ErrNoSecret
 	}
 	if err != nil {
-		return "", "", err
+		return OpenedSecret{}, err
 	}
 	plain, err := s.o.Sealer.Open(sec.Value, secretAAD(computerID, name))
 	if err != nil {
-		return "", "", shared.Errorf(http.StatusInternalServerError, shared.CodeInternal, "secret %s does not open with this worker's key", name)
+		return OpenedSecret{}, shared.Errorf(http.StatusInternalServerError, shared.CodeInternal, "secret %s does not open with this worker's key", name)
 	}
-	return sec.Origin, string(plain), nil
+	return OpenedSecret{Origin: sec.Origin, Value: string(plain), Visible: sec.Visible}, nil
 }
 
 // SecretOpener is OpenSecret bound to one computer, for a tools session;
 // names lists what it holds (for the model's error text).
-func (s *Service) SecretOpener(computerID string) (open func(ctx context.Context, name string) (string, string, error), names func(ctx context.Context) []string) {
-	open = func(ctx context.Context, name string) (string, string, error) {
-		return s.OpenSecret(ctx, computerID, name)
+func (s *Service) SecretOpener(computerID string) (open func(ctx context.Context, name string) (origin, value string, visible bool, err error), names func(ctx context.Context) []string) {
+	open = func(ctx context.Context, name string) (string, string, bool, error) {
+		o, err := s.OpenSecret(ctx, computerID, name)
+		return o.Origin, o.Value, o.Visible, err
 	}
 	names = func(ctx context.Context) []string {
 		list, err := s.o.Store.ListSecrets(ctx, computerID)

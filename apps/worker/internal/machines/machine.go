@@ -55,7 +55,9 @@ type Machine interface {
 	// message saying what to use instead.
 	Open(ctx context.Context, id, leaseID, target string) (json.RawMessage, error)
 	Launch(ctx context.Context, id, leaseID, app string) (json.RawMessage, error)
-	TypeSecret(ctx context.Context, id, leaseID, origin, secret string) error
+	// TypeSecret types secret into the focused field only on origin, and
+	// (unless visible) only into a masked password field.
+	TypeSecret(ctx context.Context, id, leaseID, origin, secret string, visible bool) error
 	ReadPage(ctx context.Context, id string) (client.Page, error)
 	// BrowserPages lists the URLs open in the screen's browser.
 	BrowserPages(ctx context.Context, id string) ([]string, error)

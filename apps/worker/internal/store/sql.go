@@ -471,8 +471,12 @@ func (s *sqlStore) PutSecret(ctx context.Context, sec Secret) (bool, error) {
 		return false, err
 	}
 	now := ms(time.Now())
-	res, err := s.db.ExecContext(ctx, s.q(`UPDATE secrets SET origin=?, value=?, updated_at=? WHERE computer_id=? AND name=?`),
-		sec.Origin, sec.Value, now, sec.ComputerID, sec.Name)
+	visible := 0
+	if sec.Visible {
+		visible = 1
+	}
+	res, err := s.db.ExecContext(ctx, s.q(`UPDATE secrets SET origin=?, value=?, visible=?, updated_at=? WHERE computer_id=? AND name=?`),
+		sec.Origin, sec.Value, visible, now, sec.ComputerID, sec.Name)
 	if err != nil {
 		return false, s.wrap(err)
 	}
@@ -481,23 +485,24 @@ func (s *sqlStore) PutSecret(ctx context.Context, sec Secret) (bool, error) {
 	} else if n > 0 {
 		return true, nil
 	}
-	_, err = s.db.ExecContext(ctx, s.q(`INSERT INTO secrets (computer_id, name, origin, value, created_at, updated_at) VALUES (?,?,?,?,?,?)`),
-		sec.ComputerID, sec.Name, sec.Origin, sec.Value, now, now)
+	_, err = s.db.ExecContext(ctx, s.q(`INSERT INTO secrets (computer_id, name, origin, value, visible, created_at, updated_at) VALUES (?,?,?,?,?,?,?)`),
+		sec.ComputerID, sec.Name, sec.Origin, sec.Value, visible, now, now)
 	if errors.Is(s.wrap(err), ErrExists) {
 		// A concurrent put made it first: replace it.
-		_, err = s.db.ExecContext(ctx, s.q(`UPDATE secrets SET origin=?, value=?, updated_at=? WHERE computer_id=? AND name=?`),
-			sec.Origin, sec.Value, now, sec.ComputerID, sec.Name)
+		_, err = s.db.ExecContext(ctx, s.q(`UPDATE secrets SET origin=?, value=?, visible=?, updated_at=? WHERE computer_id=? AND name=?`),
+			sec.Origin, sec.Value, visible, now, sec.ComputerID, sec.Name)
 		return true, s.wrap(err)
 	}
 	return false, s.wrap(err)
 }
 
-const secretCols = `computer_id, name, origin, value, created_at, updated_at`
+const secretCols = `computer_id, name, origin, value, visible, created_at, updated_at`
 
 func scanSecret(sc interface{ Scan(...any) error }) (Secret, error) {
 	var sec Secret
-	var created, updated int64
-	err := sc.Scan(&sec.ComputerID, &sec.Name, &sec.Origin, &sec.Value, &created, &updated)
+	var created, updated, visible int64
+	err := sc.Scan(&sec.ComputerID, &sec.Name, &sec.Origin, &sec.Value, &visible, &created, &updated)
+	sec.Visible = visible != 0
 	sec.CreatedAt, sec.UpdatedAt = fromMs(created), fromMs(updated)
 	return sec, err
 }

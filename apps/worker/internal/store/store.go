@@ -174,8 +174,11 @@ type Secret struct {
 	Name       string
 	Origin     string
 	Value      []byte
-	CreatedAt  time.Time
-	UpdatedAt  time.Time
+	// Visible: the value may be typed into a field that shows it (not
+	// only a masked password field).
+	Visible   bool
+	CreatedAt time.Time
+	UpdatedAt time.Time
 }
 
 // Store is the worker's state. Every method is safe for concurrent use.

@@ -55,10 +55,11 @@ type Session struct {
 	// CheckScreen, when set, is the backend's screen limit (a single-screen
 	// provider answers MULTI_SCREEN_UNAVAILABLE for all screens but one).
 	CheckScreen func(ctx context.Context, screen string) error
-	// Secret opens the computer's vault entry name (its origin and clear
-	// value) for type_secret; nil: the vault is not available here.
+	// Secret opens the computer's vault entry name (its origin, clear
+	// value and whether it may go into a field that shows it) for
+	// type_secret; nil: the vault is not available here.
 	// SecretNames lists the names the vault holds (for error text).
-	Secret      func(ctx context.Context, name string) (origin, value string, err error)
+	Secret      func(ctx context.Context, name string) (origin, value string, visible bool, err error)
 	SecretNames func(ctx context.Context) []string
 
 	// mu guards leases.

@@ -86,7 +86,7 @@ var All = []Tool{
 		Schema:      `{"type":"object","properties":{` + screenProp + `},"additionalProperties":false}`,
 		run:         readPage},
 	{Name: "type_secret", Graphical: true,
-		Description: "Type a secret from the computer's vault (a password, by its name) into the focused field of your screen's browser. You never see the value. It is typed only while the page in front, and every frame down to the focused field, is on the secret's own site; otherwise nothing is typed and you get an error. Click into the field first.",
+		Description: "Type a secret from the computer's vault (a password, by its name) into the focused field of your screen's browser. You never see the value. It is typed only while the page in front, and every frame down to the focused field, is on the secret's own site; otherwise nothing is typed and you get an error. It goes only into a password field, unless its owner stored it as visible (then also a text field; the field is painted over in your screenshots); other fields refuse it with secret_field_refused. The field that received it never shows a value in elements. Click into the field first.",
 		Schema:      `{"type":"object","properties":{"name":{"type":"string","description":"The secret's name in the vault."},` + screenProp + `},"required":["name"],"additionalProperties":false}`,
 		run:         typeSecret},
 	{Name: "shell",
@@ -415,6 +415,7 @@ func typeSecret(ctx context.Context, s *Session, raw json.RawMessage) ([]Content
 		Name string `json:"name"`
 	}
 	var origin, value string
+	var visible bool
 	check := func() error {
 		if strings.TrimSpace(a.Name) == "" {
 			return &ToolError{Code: shared.CodeBadRequest, Msg: "name is required"}
@@ -423,7 +424,7 @@ func typeSecret(ctx context.Context, s *Session, raw json.RawMessage) ([]Content
 			return &ToolError{Code: shared.CodeConflict, Msg: "this session has no vault"}
 		}
 		var err error
-		origin, value, err = s.Secret(ctx, a.Name)
+		origin, value, visible, err = s.Secret(ctx, a.Name)
 		var ae *shared.APIError
 		if errors.As(err, &ae) && ae.Code == shared.CodeNotFound {
 			names := []string{}
@@ -438,7 +439,7 @@ func typeSecret(ctx context.Context, s *Session, raw json.RawMessage) ([]Content
 		return nil
 	}
 	err := leased(ctx, s, raw, &a, check, func(screen, l string) error {
-		return s.Machine.TypeSecret(ctx, screen, l, origin, value)
+		return s.Machine.TypeSecret(ctx, screen, l, origin, value, visible)
 	})
 	if err != nil {
 		if value != "" && strings.Contains(describe(err), value) {

@@ -427,7 +427,7 @@ func TestDesktopMachine(t *testing.T) {
 
 		_, err = m.ReadPage(ctx, "a")
 		requireCode(t, err, shared.CodeUnavailable)
-		requireCode(t, m.TypeSecret(ctx, "a", "", "https://example.com", "s3cret"), shared.CodeUnavailable)
+		requireCode(t, m.TypeSecret(ctx, "a", "", "https://example.com", "s3cret", false), shared.CodeUnavailable)
 		_, err = m.BrowserPages(ctx, "a")
 		requireCode(t, err, shared.CodeUnavailable)
 	})

@@ -452,7 +452,7 @@ func unavailable(what, instead string) error {
 
 // TypeSecret is unavailable: without the browser's DevTools the machine
 // cannot check the page's origin before it types, so it never types one.
-func (m *Machine) TypeSecret(ctx context.Context, id, leaseID, origin, secret string) error {
+func (m *Machine) TypeSecret(ctx context.Context, id, leaseID, origin, secret string, visible bool) error {
 	return unavailable("typing a secret", "the machine cannot verify the page's origin, so it types no secret; sign in by taking over the screen")
 }
 

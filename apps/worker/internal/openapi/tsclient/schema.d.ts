@@ -623,7 +623,7 @@ export interface components {
          * @description A stable, machine-readable code (pkg/shared/errors.go): codes never change meaning; callers branch on them.
          * @enum {string}
          */
-        ErrorCode: "unauthorized" | "forbidden" | "not_found" | "method_not_allowed" | "bad_request" | "invalid_json" | "payload_too_large" | "invalid_action" | "invalid_id" | "user_has_control" | "lease_required" | "conflict" | "MULTI_SCREEN_UNAVAILABLE" | "FS_SANDBOX_DENIED" | "screen_unavailable" | "browser_error" | "timeout" | "unavailable" | "internal" | "window_gone" | "element_not_found" | "element_stale" | "element_covered" | "element_offscreen" | "elements_unavailable" | "TEMPLATE_UNAVAILABLE" | "recording_not_found" | "recording_running" | "recording_ended" | "disk_full";
+        ErrorCode: "unauthorized" | "forbidden" | "not_found" | "method_not_allowed" | "bad_request" | "invalid_json" | "payload_too_large" | "invalid_action" | "invalid_id" | "user_has_control" | "lease_required" | "conflict" | "MULTI_SCREEN_UNAVAILABLE" | "FS_SANDBOX_DENIED" | "screen_unavailable" | "browser_error" | "timeout" | "unavailable" | "internal" | "window_gone" | "element_not_found" | "element_stale" | "element_covered" | "element_offscreen" | "elements_unavailable" | "TEMPLATE_UNAVAILABLE" | "recording_not_found" | "recording_running" | "recording_ended" | "disk_full" | "secret_field_refused";
         /** @description The one JSON shape of every error response. */
         Error: {
             error: {
@@ -800,11 +800,18 @@ export interface components {
             origin: string;
             /** @description At most 4096 bytes; sealed at rest, never returned. */
             value: string;
+            /**
+             * @description Whether type_secret may type the value into a field that shows it (a text field, a one-time-code field, a text area). Default false: only into a password field that masks its text; any other field refuses it (secret_field_refused). A field that received a secret never shows a value in elements, and is painted over in screenshots while it shows its text.
+             * @default false
+             */
+            visible: boolean;
         };
         /** @description A secret as the API shows it: never its value. */
         Secret: {
             name: string;
             origin: string;
+            /** @description Present (true) when the secret may be typed into a field that shows it. */
+            visible?: boolean;
         };
         SecretAnswer: {
             secret: components["schemas"]["Secret"];
