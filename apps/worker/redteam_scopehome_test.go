@@ -58,15 +58,16 @@ type scopeHomeWorker struct {
 	made       []string // computers to destroy at the end
 }
 
-// start serves a worker on sw's directories (a restart when one ran).
-func (sw *scopeHomeWorker) start(t *testing.T) {
+// start serves a worker on sw's directories (a restart when one ran),
+// until life (the whole test) ends.
+func (sw *scopeHomeWorker) start(t, life *testing.T) {
 	t.Helper()
-	w, err := newWorker(t.Context(), serveConfig{DataDir: sw.dataDir, Provider: providers.KindLocal, Token: sw.token,
+	w, err := newWorker(life.Context(), serveConfig{DataDir: sw.dataDir, Provider: providers.KindLocal, Token: sw.token,
 		OperatorToken: sw.op, Model: "scripted-model", ModelProvider: "botd", Approvals: "decline", MachinesDir: sw.machines,
 		Getenv: envMap(sw.env)}, testLog(t))
 	require.NoError(t, err)
 	srv := httptest.NewServer(w.Handler)
-	checkAPI(t, srv.URL)
+	checkAPI(life, srv.URL)
 	var once sync.Once
 	sw.close = func() {
 		once.Do(func() {
@@ -83,7 +84,7 @@ func (sw *scopeHomeWorker) start(t *testing.T) {
 			w.Close()
 		})
 	}
-	t.Cleanup(sw.close)
+	life.Cleanup(sw.close)
 	sw.url, sw.w = srv.URL, w
 }
 
@@ -206,7 +207,8 @@ func TestRedTeamScopeHome(t *testing.T) {
 			"WORKER_LOCAL_DISPLAY_BASE": fmt.Sprint(scopeHomeDisplayBase), "WORKER_LOCAL_PORT_BASE": fmt.Sprint(scopeHomePortBase),
 			"WORKER_LOCAL_SLOTS": "2",
 		}}
-	sw.start(t)
+	sw.start(t, t)
+	top := t
 	victim := map[string]any{"team": "victim", "share": true}
 
 	// Team victim writes a secret, checkpoints, and is destroyed keeping
@@ -271,9 +273,10 @@ func TestRedTeamScopeHome(t *testing.T) {
 		assert.Equal(t, http.StatusForbidden, st, "a used key: %s", body)
 	})
 
+	var live *workerEnv // the scope's computer the operator's key restored
 	t.Run("after a restart the operator mints a key that restores the home", func(t *testing.T) {
 		sw.close()
-		sw.start(t)
+		sw.start(t, top)
 		// WORKER_TOKEN is not the operator.
 		st, body := raw(t, "POST", sw.url+"/v1/scopes/team:victim/restore-key", sw.token, "", nil)
 		assert.Equal(t, http.StatusForbidden, st, body)
@@ -300,6 +303,49 @@ func TestRedTeamScopeHome(t *testing.T) {
 		ok, text := readSecret(t, d)
 		assert.True(t, ok, "the operator's key restores the home: %s", text)
 		assert.Contains(t, text, secret)
-		sw.destroy(t, d, false)
+		live = d
+	})
+
+	t.Run("the CLI prints a kept home's key once and restores with it from a file", func(t *testing.T) {
+		if live == nil {
+			t.Skip("no live computer of the scope (the row before failed)")
+		}
+		t.Setenv("WORKER_URL", sw.url)
+		t.Setenv("WORKER_TOKEN", sw.token)
+		t.Setenv("WORKER_OPERATOR_TOKEN", "")
+		cli := func(args ...string) string {
+			printed, err := stdoutOf(t, func() error {
+				return runComputersWith(t.Context(), args, progress.New(io.Discard, false))
+			})
+			require.NoError(t, err, "worker computers %s", args[0])
+			return printed
+		}
+		// Its home into the home store: a kept home is its checkpoint.
+		require.Equal(t, http.StatusOK, live.do(t, "POST", "/checkpoint", nil, nil))
+		var destroyed struct {
+			Computer   struct{ State string } `json:"computer"`
+			RestoreKey string                 `json:"restoreKey"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(cli("destroy", "--json", "--keep-home", "--capability", live.capa, live.computer)), &destroyed))
+		require.Equal(t, "destroyed", destroyed.Computer.State)
+		require.NotEmpty(t, destroyed.RestoreKey)
+		sw.mu.Lock()
+		sw.made = nil
+		sw.mu.Unlock()
+		keyFile := filepath.Join(t.TempDir(), "restore-key")
+		require.NoError(t, os.WriteFile(keyFile, []byte(destroyed.RestoreKey+"\n"), 0o600))
+		var created scopeCreated
+		require.NoError(t, json.Unmarshal([]byte(cli("create", "--json", "--team", "victim", "--restore-key-file", keyFile)), &created))
+		require.NotEmpty(t, created.Computer.ID)
+		e := &workerEnv{url: sw.url, token: sw.token, computer: created.Computer.ID, capa: created.Capability, w: sw.w}
+		sw.mu.Lock()
+		sw.made = append(sw.made, e.computer)
+		sw.mu.Unlock()
+		require.NotNil(t, created.Restored)
+		assert.True(t, *created.Restored)
+		ok, text := readSecret(t, e)
+		assert.True(t, ok, "the CLI's create with the key restores the home: %s", text)
+		assert.Contains(t, text, secret)
+		sw.destroy(t, e, false)
 	})
 }
