@@ -612,7 +612,8 @@ func TestRedTeam(t *testing.T) {
 			defer os.Remove(fifo)
 			// Squat slot 2's view port (when something else already holds
 			// it, it is squatted all the same).
-			if squat, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(rtViewPortBase+2*2)); err == nil {
+			squatted := rtViewPortBase + 2*2
+			if squat, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(squatted)); err == nil {
 				defer squat.Close()
 			}
 			type result struct {
@@ -637,7 +638,12 @@ func TestRedTeam(t *testing.T) {
 			}
 			in := rt.screen(t, "rt-fifo")
 			require.NotNil(t, in.Slot)
-			require.GreaterOrEqual(t, *in.Slot, 3, "slots 1 (FIFO lock) and 2 (squatted view port) are skipped")
+			require.GreaterOrEqual(t, *in.Slot, 2, "slot 1 (FIFO lock) is skipped")
+			// A squatted view port skips no slot: the screen's ports are
+			// others then (issue 36 row 6).
+			require.NotNil(t, in.Ports)
+			require.NotEqual(t, squatted, in.Ports.View, "the screen was given the squatted view port")
+			require.NotEqual(t, squatted, in.Ports.Control)
 			rt.call("POST", "/screens/rt-fifo/stop", nil)
 		}},
 		{"the model key is in no bot or desktop process, nor in bot's files", "bot", func(t *testing.T) {

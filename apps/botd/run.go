@@ -157,7 +157,7 @@ func run(ctx context.Context, cfg config.Config) error {
 	}).Register(srv.Mux())
 	listenHost, _, _ := net.SplitHostPort(cfg.Listen)
 	screens := screen.New(screen.Options{
-		Home: cfg.Home, DisplayBase: cfg.DisplayBase, ViewPortBase: cfg.ViewPortBase, PortHost: listenHost,
+		Home: cfg.Home, DisplayBase: cfg.DisplayBase, ViewPortBase: cfg.ViewPortBase,
 		MaxScreens: cfg.MaxScreens, Idle: cfg.ScreenIdle, Desktop: desktopUser, Supervisor: sup, Log: log,
 		Events: hub, Changed: model.Changed, Blocked: browsers.Blocked, BrowserState: browsers.State,
 	})

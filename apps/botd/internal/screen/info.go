@@ -38,7 +38,13 @@ func (m *Manager) infoLocked(s *Screen) Info {
 		slot := s.slot
 		in.Slot = &slot
 		in.Display = ":" + itoa(m.display(slot))
-		in.Ports = &Ports{View: m.viewPort(slot), Control: m.controlPort(slot)}
+		if s.ports != nil {
+			p := *s.ports
+			in.Ports = &p
+		} else {
+			// Not bound yet: the ones the start asks for (0: any).
+			in.Ports = &Ports{View: m.viewPort(slot), Control: m.controlPort(slot)}
+		}
 	}
 	in.Lease = m.leases.Current(s.ID).Info()
 	return in

@@ -32,8 +32,14 @@ import (
 const (
 	Width  = 1280
 	Height = 800
-	// MaxSlots is how many slots exist (0..31).
+	// MaxSlots caps MAX_SCREENS: at most this many screens (a spare
+	// counted) hold a slot at once.
 	MaxSlots = 32
+	// SlotSpan is how many slots exist: 0..SlotSpan-1, slot n drawing on
+	// display DisplayBase+n. Far more than MaxSlots, so that display
+	// numbers someone else holds (any fixed set a bot can squat) never
+	// leave a screen without one (xdisplay.go).
+	SlotSpan = 1024
 	// SweepEvery is how often leases and idle screens are swept.
 	SweepEvery = 5 * time.Second
 	// StartTimeout bounds one start of a screen's whole stack.
@@ -70,10 +76,7 @@ type Options struct {
 	Home         string
 	DisplayBase  int
 	ViewPortBase int
-	// PortHost is the host the view and control ports bind (BOTD_LISTEN's
-	// host); a slot whose ports cannot be bound there is skipped.
-	PortHost   string
-	MaxScreens int
+	MaxScreens   int
 	// Idle stops screens nobody used for this long (0 = never).
 	Idle time.Duration
 	// ExtraEnv is added to every screen process's environment (e.g.
@@ -102,7 +105,7 @@ type Options struct {
 	// backend replaces the real process stack in unit tests.
 	backend backend
 	// slotFree reports whether nothing outside botd holds a slot's display
-	// or VNC port (tests replace it).
+	// (tests replace it).
 	slotFree func(slot int) bool
 }
 
@@ -135,8 +138,8 @@ type Manager struct {
 	bg sync.WaitGroup
 
 	// probeMu keeps host probes (slotFree) one at a time: a probe binds a
-	// slot's ports for a moment, and a second probe running alongside would
-	// find them taken by the first.
+	// display's abstract X name for a moment, and a second probe running
+	// alongside would find it taken by the first.
 	probeMu sync.Mutex
 
 	// mu guards screens, closed, spare and every Screen's lifecycle fields
@@ -292,6 +295,9 @@ type Screen struct {
 	lastUsed  time.Time
 	watchers  int
 	lastErr   string
+	// ports are the view and control ports package vnc bound for this
+	// start (SetPorts); nil until then.
+	ports *Ports
 
 	// q serializes everything that acts on or observes the screen, in
 	// arrival order.
@@ -340,12 +346,41 @@ func (m *Manager) Register(id string) (*Screen, error) {
 
 var errClosed = shared.Errorf(http.StatusServiceUnavailable, shared.CodeUnavailable, "botd is shutting down")
 
-// Slot values of a running screen.
+// Slot values of a running screen. A slot below MaxScreens asks for its
+// own view and control ports (ViewPortBase+2*slot, +1: the ports a
+// provider publishes or reserves for this botd); a higher one, and one
+// whose own ports someone else holds, gets ports the kernel picks (0 here;
+// package vnc reports the bound ones through SetPorts).
 func (m *Manager) display(slot int) int { return m.o.DisplayBase + slot }
 func (m *Manager) viewPort(slot int) int {
+	if slot >= m.o.MaxScreens {
+		return 0
+	}
 	return m.o.ViewPortBase + 2*slot
 }
-func (m *Manager) controlPort(slot int) int { return m.o.ViewPortBase + 2*slot + 1 }
+func (m *Manager) controlPort(slot int) int {
+	if slot >= m.o.MaxScreens {
+		return 0
+	}
+	return m.o.ViewPortBase + 2*slot + 1
+}
+
+// slotSpan is how many slots this botd has: SlotSpan, fewer when
+// DisplayBase is so high that display numbers would pass 65535.
+func (m *Manager) slotSpan() int {
+	return max(1, min(SlotSpan, 65536-m.o.DisplayBase))
+}
+
+// SetPorts records the view and control ports package vnc bound for
+// screen id's running stack (Info shows them); ignored when the screen
+// holds no slot.
+func (m *Manager) SetPorts(id string, p Ports) {
+	m.mu.Lock()
+	if s := m.screens[id]; s != nil && s.slot >= 0 {
+		s.ports = &p
+	}
+	m.mu.Unlock()
+}
 
 // DesktopHome is $BOTD_HOME/desktop.
 func (m *Manager) DesktopHome() string { return filepath.Join(m.o.Home, "desktop") }
@@ -516,7 +551,7 @@ func (m *Manager) unusedSlotsLocked() []int {
 		}
 	}
 	var out []int
-	for i := 0; i < MaxSlots; i++ {
+	for i := 0; i < m.slotSpan(); i++ {
 		if !used[i] {
 			out = append(out, i)
 		}
@@ -547,6 +582,9 @@ func (m *Manager) runStartWith(s *Screen, slot int, o *op, start func(ctx contex
 	ctx, cancel := context.WithTimeout(context.Background(), StartTimeout)
 	defer cancel()
 	began := m.clock.Now()
+	m.mu.Lock()
+	s.ports = nil // this start's ports are bound by its hooks
+	m.mu.Unlock()
 	st, err := start(ctx)
 	if err == nil {
 		// The hooks may already ask for Target and Env.

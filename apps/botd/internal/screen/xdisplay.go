@@ -11,7 +11,11 @@ package screen
 // after the probe moves on to the next free display at once. Xvfb keeps
 // its abstract listener (no -nolisten local): X clients on Linux try the
 // abstract name first, and one held by someone else would be handed the
-// desktop's cookie.
+// desktop's cookie. Slots, and so display numbers, reach SlotSpan past
+// DisplayBase, far more than the screens that may run: a bot that squats
+// every number of the first MaxSlots (or any other fixed set short of the
+// whole span) delays no screen, and a search of the span is bounded (a
+// probe is a few system calls; no waiting for anyone).
 
 import (
 	"context"

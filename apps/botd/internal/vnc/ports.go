@@ -7,16 +7,23 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/open-bot/computer/apps/botd/internal/httpx"
+	"github.com/open-bot/computer/apps/botd/internal/screen"
 	"github.com/open-bot/computer/pkg/shared"
 )
 
 // screenPorts are one running screen's own noVNC-compatible websocket
-// ports: view (ViewPortBase+2*slot) and control (+1). Any path upgrades
-// (noVNC asks for /websockify); the mode is the port's.
+// ports: view (ViewPortBase+2*slot) and control (+1) for a slot below
+// MAX_SCREENS, else, and when someone else holds either, ports the kernel
+// picks (issue 36 row 6: a bot that binds them first blocks no screen).
+// Any path upgrades (noVNC asks for /websockify); the mode is the port's.
 type screenPorts struct {
 	servers []*http.Server
+	// bound are the view and control ports, once both listen (guarded
+	// by Server.mu).
+	bound *screen.Ports
 }
 
 func (p *screenPorts) close() {
@@ -25,9 +32,11 @@ func (p *screenPorts) close() {
 	}
 }
 
-// openPorts starts screen id's view and control ports (idempotent). It is
-// the screen manager's OnStartRequired hook: when either cannot be bound
-// (someone else holds the port) nothing stays open and the start fails.
+// openPorts starts screen id's view and control ports (idempotent) and
+// reports them to the screen manager (SetPorts). It is the screen
+// manager's OnStartRequired hook: a port someone else holds is replaced by
+// one the kernel picks; when even that cannot be bound nothing stays open
+// and the start fails.
 func (s *Server) openPorts(id string) error {
 	in, ok := s.screens.Info(id)
 	if !ok || in.Ports == nil {
@@ -35,23 +44,31 @@ func (s *Server) openPorts(id string) error {
 	}
 	s.mu.Lock()
 	if s.closed || s.ports[id] != nil {
+		var bound *screen.Ports
+		if p := s.ports[id]; p != nil {
+			bound = p.bound
+		}
 		s.mu.Unlock()
+		if bound != nil {
+			s.screens.SetPorts(id, *bound)
+		}
 		return nil
 	}
 	p := &screenPorts{}
 	s.ports[id] = p
 	s.mu.Unlock()
 	var errs []error
+	var bound []int
 	for _, l := range []struct {
 		port int
 		mode Mode
 	}{{in.Ports.View, ModeView}, {in.Ports.Control, ModeControl}} {
-		addr := net.JoinHostPort(s.o.ListenHost, strconv.Itoa(l.port))
-		ln, err := net.Listen("tcp", addr)
+		ln, err := s.listenPort(id, l.mode, l.port)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s port: %w", l.mode, err))
 			break
 		}
+		bound = append(bound, ln.Addr().(*net.TCPAddr).Port)
 		ln = httpx.LimitListener(ln, s.o.MaxConns, true)
 		hs := &http.Server{Handler: s.portHandler(id, l.mode), ReadHeaderTimeout: httpx.ReadHeaderTimeout, IdleTimeout: httpx.IdleTimeout, MaxHeaderBytes: httpx.MaxHeaderBytes}
 		p.servers = append(p.servers, hs)
@@ -64,11 +81,30 @@ func (s *Server) openPorts(id string) error {
 	if !stale && len(errs) > 0 {
 		delete(s.ports, id)
 	}
+	if !stale && len(errs) == 0 {
+		p.bound = &screen.Ports{View: bound[0], Control: bound[1]}
+	}
 	s.mu.Unlock()
 	if stale || len(errs) > 0 {
 		p.close()
 	}
+	if !stale && len(errs) == 0 {
+		s.screens.SetPorts(id, *p.bound)
+	}
 	return errors.Join(errs...)
+}
+
+// listenPort listens on port (0: one the kernel picks) on the view ports'
+// host; when someone else holds port, on one the kernel picks.
+func (s *Server) listenPort(id string, mode Mode, port int) (net.Listener, error) {
+	if port != 0 {
+		ln, err := net.Listen("tcp", net.JoinHostPort(s.o.ListenHost, strconv.Itoa(port)))
+		if err == nil || !errors.Is(err, syscall.EADDRINUSE) {
+			return ln, err
+		}
+		s.log.Warn().Str("screen", id).Str("mode", string(mode)).Int("port", port).Msg("someone else holds the screen's port; taking one the kernel picks")
+	}
+	return net.Listen("tcp", net.JoinHostPort(s.o.ListenHost, "0"))
 }
 
 // portHandler serves one screen port: websocket upgrades with a link for

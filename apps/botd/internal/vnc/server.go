@@ -111,8 +111,9 @@ func New(o Options) *Server {
 		o: o, log: o.Log.With().Str("component", "vnc").Logger(), signer: NewSigner(o.Token, o.Now), screens: o.Screens,
 		conns: map[string]map[*relay]struct{}{}, ports: map[string]*screenPorts{},
 	}
-	// A view or control port that cannot be bound fails the start: someone
-	// else holds it.
+	// A screen's view and control ports are bound before it counts as
+	// started (someone else's port is replaced by one the kernel picks);
+	// when they cannot be bound at all the start fails.
 	o.Screens.OnStartRequired(func(ctx context.Context, sc *screen.Screen) error { return s.openPorts(sc.ID) })
 	o.Screens.BeforeStop(func(ctx context.Context, sc *screen.Screen) { s.screenStopped(sc.ID) })
 	// Screens already running (the server was made late) get their ports now.
