@@ -385,6 +385,27 @@ func TestRedteamVaultReveal(t *testing.T) {
 		require.Less(t, u, 0.01, "after the sign-in, something is drawn where the password manager's save bubble shows (%.1f%% of %+v differs from its median): it offers to show the secret in clear", 100*u, bubble)
 	})
 
+	t.Run("the model reads the field through the address bar", func(t *testing.T) {
+		// A javascript: URL typed into the address bar runs in the page
+		// (on the secret's own origin) and can put the field's value
+		// where the model reads it: the title.
+		site.reset()
+		open(t, "pw")
+		r := tool(t, "type_secret", map[string]any{"name": "bank"})
+		require.True(t, r.Success, "type_secret into a password field: %s", r.text())
+		r = tool(t, "computer_act", map[string]any{"actions": []map[string]any{
+			{"type": "keypress", "keys": []string{"ctrl", "l"}},
+			{"type": "type", "text": "javascript:document.title='leak:'+document.getElementById('f').value"},
+			{"type": "keypress", "keys": []string{"Enter"}},
+			{"type": "wait", "ms": 1000},
+		}})
+		require.True(t, r.Success, r.text())
+		r = tool(t, "browser_read_page", map[string]any{})
+		require.True(t, r.Success, r.text())
+		t.Logf("the page's title after the javascript: URL: leaked=%v", strings.Contains(r.text(), secret))
+		require.NotContains(t, r.text(), secret, "a javascript: URL typed into the address bar read the secret out of the field")
+	})
+
 	t.Run("visible secret into a text field", func(t *testing.T) {
 		site.reset()
 		require.Equal(t, http.StatusCreated, e.do(t, "POST", "/secrets", map[string]any{"name": "code", "origin": site.url, "value": code, "visible": true}, nil))
