@@ -39,11 +39,12 @@ func (b *Botd) wsURL(path string) string {
 
 // wsClient is the HTTP client of botd's websocket dials: the botd
 // client's own (a vendor sandbox's botd is reached only through its
-// in-process forwarder), without its timeout (a dial's context bounds
-// the handshake; the connection then lives on).
+// in-process forwarder), its timeout client.CallTimeout: coder/websocket
+// bounds only the handshake with it (a botd that never answers the
+// upgrade fails the dial), and the connection then lives on.
 func (b *Botd) wsClient() *http.Client {
 	hc := *b.c.HTTPClient()
-	hc.Timeout = 0
+	hc.Timeout = client.CallTimeout
 	return &hc
 }
 
