@@ -92,7 +92,8 @@ func TestRedTeamDesktopModelKey(t *testing.T) {
 		for d.getRun(t, started.Run.ID).Status == runs.StatusQueued && time.Now().Before(deadline) {
 			time.Sleep(500 * time.Millisecond)
 		}
-		_ = d.do(t, "POST", "/runs/"+started.Run.ID+"/stop", nil, nil)
+		// Stopped after the hunt, so a live agent's environment is hunted.
+		defer d.do(t, "POST", "/runs/"+started.Run.ID+"/stop", nil, nil)
 	}
 
 	found := huntKey(t, d, bot, key)
