@@ -48,7 +48,7 @@ func TestDesktopAgentNoModelKey(t *testing.T) {
 		return strings.TrimSpace(string(r.Stdout))
 	}
 	require.Equal(t, "absent", root("sh", "-c", "test -e /home/user/.open-bot-agent && echo present || echo absent"))
-	require.Empty(t, root("sh", "-c", "pgrep -f 'codex app-server' || true"), "a codex app-server was started")
+	require.Empty(t, root("sh", "-c", "pgrep -f '[c]odex app-server' || true"), "a codex app-server was started")
 	require.NotContains(t, root("ps", "-eo", "args"), key, "the key is in a command line")
 	// Split so this hunt's own command line never holds the key whole.
 	half := len(key) / 2
