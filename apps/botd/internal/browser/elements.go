@@ -871,11 +871,10 @@ func (b *Browser) addCandidates(sc *scan, d *doc, nodes []*accessibility.Node, m
 			continue
 		}
 		c := &candidate{d: d, node: ni, el: shared.Element{ID: id, Role: role, Name: name, States: st}}
+		// A field that received a secret carries no value (type-secret
+		// types only into inputs and text areas, whose name never comes
+		// from their text).
 		secret := sc.secret.has(d.session, n.BackendDOMNodeID)
-		if secret && !isInputOrTextArea(d, ni) {
-			// Anything else may be named by its text.
-			c.el.Name = ""
-		}
 		if valueRoles[role] && !isPassword(d, ni) && !secret {
 			if v := axString(n.Value); v != "" {
 				v = cut(v)

@@ -17,8 +17,7 @@ import (
 )
 
 // The fields that received a secret (issue 36): an elements answer never
-// carries their value (nor, for anything but an input or a text area, a
-// name, which may come from the text), and a screenshot shows their box
+// carries their value, and a screenshot shows their box
 // painted over while they show their text (a visible secret, or a password
 // field the page turned into a text field). They are remembered by page
 // session and backend node id, which name one node for the life of its
@@ -146,13 +145,6 @@ func (b *Browser) secretFieldsOf(ctx context.Context, s *cdp.Session) *secretSet
 		return nil
 	}
 	return out
-}
-
-// isInputOrTextArea reports whether node ni is an input or a text area
-// (whose accessible name never comes from the text typed in it).
-func isInputOrTextArea(d *doc, ni int) bool {
-	tag := d.str(int64(d.snap.Nodes.NodeName[ni]))
-	return strings.EqualFold(tag, "INPUT") || strings.EqualFold(tag, "TEXTAREA")
 }
 
 // secretMasks is the screen boxes of the fields of set that show their
