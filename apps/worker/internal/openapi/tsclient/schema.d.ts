@@ -623,7 +623,7 @@ export interface components {
          * @description A stable, machine-readable code (pkg/shared/errors.go): codes never change meaning; callers branch on them.
          * @enum {string}
          */
-        ErrorCode: "unauthorized" | "forbidden" | "not_found" | "method_not_allowed" | "bad_request" | "invalid_json" | "payload_too_large" | "invalid_action" | "invalid_id" | "user_has_control" | "lease_required" | "conflict" | "MULTI_SCREEN_UNAVAILABLE" | "FS_SANDBOX_DENIED" | "screen_unavailable" | "browser_error" | "timeout" | "unavailable" | "internal" | "window_gone" | "element_not_found" | "element_stale" | "element_covered" | "element_offscreen" | "elements_unavailable" | "TEMPLATE_UNAVAILABLE" | "recording_not_found" | "recording_running" | "recording_ended" | "disk_full" | "secret_field_refused";
+        ErrorCode: "unauthorized" | "forbidden" | "not_found" | "method_not_allowed" | "bad_request" | "invalid_json" | "payload_too_large" | "invalid_action" | "invalid_id" | "user_has_control" | "lease_required" | "conflict" | "MULTI_SCREEN_UNAVAILABLE" | "FS_SANDBOX_DENIED" | "screen_unavailable" | "browser_error" | "timeout" | "unavailable" | "internal" | "window_gone" | "element_not_found" | "element_stale" | "element_covered" | "element_offscreen" | "elements_unavailable" | "TEMPLATE_UNAVAILABLE" | "recording_not_found" | "recording_running" | "recording_ended" | "disk_full" | "secret_field_refused" | "reply_too_large";
         /** @description The one JSON shape of every error response. */
         Error: {
             error: {
