@@ -16,7 +16,9 @@ import (
 	"bufio"
 	"context"
 	"encoding/hex"
+	"io"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -25,6 +27,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/open-bot/computer/apps/worker/internal/providers/e2b"
@@ -92,16 +95,26 @@ func hostOf(t testing.TB, u string) string {
 
 // rfbThroughLoopback tries, as a local client with no credential, every
 // loopback listener of this process but skip (the worker's own API port
-// and the vendor emulator's): a websocket to /websockify, the RFB version
-// and security None, ClientInit, ServerInit. It returns the listeners that
-// handed out the desktop.
-func rfbThroughLoopback(t testing.TB, skip map[string]bool) (reached []string, listeners []string) {
+// and the vendor emulator's): GET / (a listener that does not answer 401
+// is unauthenticated), then a websocket to /websockify, the RFB version and
+// security None, ClientInit, ServerInit. It returns the listeners that
+// handed out the desktop, those that answered without authentication, and
+// all it tried.
+func rfbThroughLoopback(t testing.TB, skip map[string]bool) (reached, unauthenticated, listeners []string) {
 	t.Helper()
 	for _, addr := range loopbackListeners(t) {
 		if skip[addr] {
 			continue
 		}
 		listeners = append(listeners, addr)
+		if resp, err := http.Get("http://" + addr + "/"); err == nil {
+			b, _ := io.ReadAll(io.LimitReader(resp.Body, 80))
+			resp.Body.Close()
+			t.Logf("loopback listener %s: an unauthenticated GET / answers %d %q", addr, resp.StatusCode, b)
+			if resp.StatusCode != http.StatusUnauthorized {
+				unauthenticated = append(unauthenticated, addr)
+			}
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		c, _, err := dialRFB(ctx, "ws://"+addr+"/websockify")
 		cancel()
@@ -113,7 +126,7 @@ func rfbThroughLoopback(t testing.TB, skip map[string]bool) (reached []string, l
 		}
 		c.Close()
 	}
-	return reached, listeners
+	return reached, unauthenticated, listeners
 }
 
 // TestRedteamForwarder: a takeover of an E2B stock-desktop computer, then
@@ -150,7 +163,8 @@ func TestRedteamForwarder(t *testing.T) {
 	} {
 		t.Run(row.name, func(t *testing.T) {
 			row.before(t)
-			reached, listeners := rfbThroughLoopback(t, skip)
+			reached, open, listeners := rfbThroughLoopback(t, skip)
+			assert.Empty(t, open, "loopback listeners of the worker's process that answer without authentication (THREAT-MODEL rule 2)")
 			require.Empty(t, reached, "an unauthenticated local client completed the RFB handshake of the sandbox's desktop through the worker's loopback listener(s) %v (this process's loopback listeners but the API's and the emulator's: %v)", reached, listeners)
 		})
 	}
