@@ -11,7 +11,9 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"os/exec"
 	"path/filepath"
@@ -262,6 +264,21 @@ type racer struct {
 	mu     sync.Mutex
 	events []string
 	hold   chan struct{}
+	// done is closed once the program has exited and its output is read;
+	// then waitErr is how it ended and stderr what it printed there.
+	done    chan struct{}
+	waitErr error
+	stderr  bytes.Buffer
+}
+
+// died describes the racer's exit (its status, stderr and last events), for a
+// failure message; only valid once done is closed.
+func (r *racer) died() string {
+	ev := r.lines()
+	if len(ev) > 10 {
+		ev = ev[len(ev)-10:]
+	}
+	return fmt.Sprintf("the racer exited (%v); stderr: %q; last events: %q", r.waitErr, r.stderr.String(), ev)
 }
 
 func (r *racer) lines() []string {
@@ -273,26 +290,32 @@ func (r *racer) lines() []string {
 // startRacer runs racerScript as bot for a kill phase of killFor.
 func startRacer(t *testing.T, killFor time.Duration, botdPid int) *racer {
 	t.Helper()
-	r := &racer{hold: make(chan struct{})}
+	r := &racer{hold: make(chan struct{}), done: make(chan struct{})}
 	r.cmd = exec.Command("setpriv", "--reuid=bot", "--regid=bot", "--init-groups", "--reset-env", "--",
 		"python3", "-u", "-", strconv.FormatFloat(killFor.Seconds(), 'f', 1, 64), strconv.Itoa(botdPid))
 	r.cmd.Dir = "/"
 	r.cmd.Stdin = strings.NewReader(racerScript)
+	r.cmd.Stderr = &r.stderr
 	out, err := r.cmd.StdoutPipe()
 	require.NoError(t, err)
 	require.NoError(t, r.cmd.Start())
-	t.Cleanup(func() { _ = r.cmd.Process.Kill(); _ = r.cmd.Wait() })
+	t.Cleanup(func() { _ = r.cmd.Process.Kill(); <-r.done })
 	go func() {
+		defer close(r.done)
 		sc := bufio.NewScanner(out)
+		held := false
 		for sc.Scan() {
 			r.mu.Lock()
 			r.events = append(r.events, sc.Text())
 			r.mu.Unlock()
-			if strings.HasPrefix(sc.Text(), "hold ") {
+			if !held && strings.HasPrefix(sc.Text(), "hold ") {
+				held = true
 				close(r.hold)
 			}
 		}
 		_, _ = io.Copy(io.Discard, out)
+		// Stdout is at EOF: the program (setpriv execs python3) has exited.
+		r.waitErr = r.cmd.Wait()
 	}()
 	return r
 }
@@ -307,7 +330,9 @@ func TestRedTeamCodexImpersonation(t *testing.T) {
 	d := startDaemon(t, home, randomKey("redteam-agent-token-"), "DISPLAY_BASE=540", "VIEW_PORT_BASE=14000")
 	d.waitHealthy(90 * time.Second)
 	codexHome := filepath.Join(home, "bot", ".codex")
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	// Every wait below ends by this deadline (or the test's own): the kill
+	// phase is 6 s, an attempt at most 30 s, the after phase at most 2 min.
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 
 	// attempt is one client: dial /agent, initialize; "" when the real Codex
@@ -343,10 +368,16 @@ func TestRedTeamCodexImpersonation(t *testing.T) {
 	r := startRacer(t, 6*time.Second, d.cmd.Process.Pid)
 	// During the kill phase: clients keep coming; each is answered by the
 	// real Codex or fails (its Codex was killed), never by the racer.
+	// The phase ends when the racer says "hold"; if it exits first, or the
+	// deadline passes, the test fails at once rather than looping on.
 	outcomes := map[string]int{}
 	for n := 0; ; n++ {
 		select {
 		case <-r.hold:
+		case <-r.done:
+			t.Fatalf("kill phase: %s before it said \"hold\" (outcomes so far: %v)", r.died(), outcomes)
+		case <-ctx.Done():
+			t.Fatalf("kill phase: the racer did not say \"hold\" in time (%v); outcomes so far: %v; racer: %s", context.Cause(ctx), outcomes, summarize(r.lines()))
 		default:
 			actx, acancel := context.WithTimeout(ctx, 15*time.Second)
 			real, what := attempt(actx, "redteam-"+strconv.Itoa(n))
@@ -363,16 +394,31 @@ func TestRedTeamCodexImpersonation(t *testing.T) {
 
 	// After it: the racer still holds every port and path it found; a run
 	// starts as usual and reaches the real Codex.
-	deadline := time.Now().Add(2 * time.Minute)
+	actx, acancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer acancel()
 	for {
-		actx, acancel := context.WithTimeout(ctx, 30*time.Second)
-		real, what = attempt(actx, "redteam-after")
-		acancel()
+		select {
+		case <-r.done:
+			t.Fatalf("after the kill phase: %s while it should hold its listeners", r.died())
+		default:
+		}
+		tctx, tcancel := context.WithTimeout(actx, 30*time.Second)
+		real, what = attempt(tctx, "redteam-after")
+		tcancel()
 		if real {
 			break
 		}
-		require.True(t, time.Now().Before(deadline), "no initialize reached Codex after the attack: %s", what)
-		time.Sleep(200 * time.Millisecond)
+		select {
+		case <-actx.Done():
+			t.Fatalf("no initialize reached Codex after the attack (%v): %s", context.Cause(actx), what)
+		case <-r.done:
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	select {
+	case <-r.done:
+		t.Fatalf("after the kill phase: %s while it should hold its listeners", r.died())
+	default:
 	}
 	ev := r.lines()
 	t.Logf("racer: %s", summarize(ev))
