@@ -12,6 +12,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -81,6 +82,15 @@ func (pe *poolEnv) create(t testing.TB, scope map[string]any) *workerEnv {
 // none when "") and checking the answer's restored is want.
 func (pe *poolEnv) createRestoring(t testing.TB, scope map[string]any, key string, want bool) *workerEnv {
 	t.Helper()
+	e, err := pe.tryCreate(t.Context(), scope, key, want)
+	require.NoError(t, err)
+	return e
+}
+
+// tryCreate is createRestoring reporting what went wrong as an error instead
+// of failing a test, so goroutines other than the test's may call it (t's
+// FailNow is only valid on the test's goroutine).
+func (pe *poolEnv) tryCreate(ctx context.Context, scope map[string]any, key string, want bool) (*workerEnv, error) {
 	var created struct {
 		Computer struct {
 			ID, State, LastError string
@@ -88,24 +98,47 @@ func (pe *poolEnv) createRestoring(t testing.TB, scope map[string]any, key strin
 		Capability string `json:"capability"`
 		Restored   bool   `json:"restored"`
 	}
-	b, _ := json.Marshal(map[string]any{"scope": scope})
-	req, _ := http.NewRequest("POST", pe.url+"/v1/computers", bytes.NewReader(b))
+	b, err := json.Marshal(map[string]any{"scope": scope})
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, "POST", pe.url+"/v1/computers", bytes.NewReader(b))
+	if err != nil {
+		return nil, err
+	}
 	req.Header.Set("Authorization", "Bearer "+pe.token)
 	req.Header.Set("Content-Type", "application/json")
 	if key != "" {
 		req.Header.Set("X-Restore-Key", key)
 	}
 	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
+	if err != nil {
+		return nil, fmt.Errorf("POST /v1/computers: %w", err)
+	}
 	defer resp.Body.Close()
-	require.Equal(t, http.StatusCreated, resp.StatusCode)
-	require.NoError(t, json.NewDecoder(resp.Body).Decode(&created))
-	require.Equal(t, want, created.Restored, "the answer's restored")
-	require.Equal(t, "running", created.Computer.State, "the new computer: %s", created.Computer.LastError)
-	pe.mu.Lock()
-	pe.made = append(pe.made, created.Computer.ID)
-	pe.mu.Unlock()
-	return &workerEnv{url: pe.url, token: pe.token, computer: created.Computer.ID, capa: created.Capability, w: pe.w}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return nil, fmt.Errorf("POST /v1/computers: reading the answer: %w", err)
+	}
+	if resp.StatusCode != http.StatusCreated {
+		// An error answer is the JSON envelope: no capability in it.
+		return nil, fmt.Errorf("POST /v1/computers: status %d, want %d: %.500s", resp.StatusCode, http.StatusCreated, body)
+	}
+	if err := json.Unmarshal(body, &created); err != nil {
+		return nil, fmt.Errorf("POST /v1/computers: decoding the answer: %w", err)
+	}
+	if created.Computer.ID != "" {
+		pe.mu.Lock()
+		pe.made = append(pe.made, created.Computer.ID)
+		pe.mu.Unlock()
+	}
+	if created.Restored != want {
+		return nil, fmt.Errorf("the answer's restored is %v, want %v", created.Restored, want)
+	}
+	if created.Computer.State != "running" {
+		return nil, fmt.Errorf("the new computer %s is %q, want running: %s", created.Computer.ID, created.Computer.State, created.Computer.LastError)
+	}
+	return &workerEnv{url: pe.url, token: pe.token, computer: created.Computer.ID, capa: created.Capability, w: pe.w}, nil
 }
 
 // destroy destroys e's computer (its checkpoints kept when keepHome) and
@@ -257,12 +290,17 @@ func testPool(t *testing.T, pe *poolEnv, kind string, kill func(t *testing.T, id
 
 	t.Run("two teams never get the same machine and see nothing of each other", func(t *testing.T) {
 		pooled := pe.ready(t, kind, 2)
+		// Both creates at once; the goroutines only record what happened
+		// (require there would call FailNow off the test's goroutine), the
+		// test's goroutine asserts on it after Wait.
 		var a, b *workerEnv
+		var errA, errB error
 		var wg sync.WaitGroup
-		wg.Add(2)
-		go func() { defer wg.Done(); a = pe.create(t, map[string]any{"team": "pool-a"}) }()
-		go func() { defer wg.Done(); b = pe.create(t, map[string]any{"team": "pool-b"}) }()
+		wg.Go(func() { a, errA = pe.tryCreate(t.Context(), map[string]any{"team": "pool-a"}, "", false) })
+		wg.Go(func() { b, errB = pe.tryCreate(t.Context(), map[string]any{"team": "pool-b"}, "", false) })
 		wg.Wait()
+		require.NoError(t, errA, "team a's create")
+		require.NoError(t, errB, "team b's create")
 		require.NotNil(t, a)
 		require.NotNil(t, b)
 		require.ElementsMatch(t, pooled, []string{a.computer, b.computer}, "both creates took pooled machines")
