@@ -229,15 +229,18 @@ func TestBoxErrors(t *testing.T) {
 }
 
 // TestBoxTTLRefresh: while the computer is used, the refresher keeps
-// moving the box's TTL end; idle, it leaves it.
+// moving the box's TTL end; idle, it leaves it, and the box lapses (the
+// emulator archives it, ttl_expired). Every wait is on the emulator's state,
+// bounded by a deadline; none is a fixed sleep.
 func TestBoxTTLRefresh(t *testing.T) {
 	root(t)
 	env := emutest.Start(t)
+	const ttl, every = time.Minute, 300 * time.Millisecond
 	p := newProvider(t, env, env.APIKey, func(o *box.Options) {
-		o.TTL = time.Minute
-		o.RefreshEvery = 300 * time.Millisecond
+		o.TTL = ttl // the shortest a box takes
+		o.RefreshEvery = every
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	ref, err := p.Provision(ctx)
 	require.NoError(t, err)
@@ -246,16 +249,50 @@ func TestBoxTTLRefresh(t *testing.T) {
 	require.NoError(t, err)
 	first := env.Emulator.ExpiresAt(ref)
 	require.False(t, first.IsZero())
+
 	// In use: commands keep coming; the TTL's end moves past the first.
-	require.Eventually(t, func() bool {
+	waitUntil(t, ctx, 30*time.Second, "the refresher to give a box in use a new TTL", func() bool {
 		_, err := m.Exec(ctx, client.ExecRequest{Argv: []string{"true"}})
 		require.NoError(t, err)
 		return env.Emulator.ExpiresAt(ref).After(first)
-	}, 30*time.Second, 100*time.Millisecond, "the refresher gave a box in use a new TTL")
-	// Idle: once the last use is past a refresh period, the TTL's end
-	// stays where it is (the box is left to lapse).
-	time.Sleep(time.Second)
-	idle := env.Emulator.ExpiresAt(ref)
-	time.Sleep(1500 * time.Millisecond)
-	require.Equal(t, idle, env.Emulator.ExpiresAt(ref), "an idle box's TTL was refreshed")
+	})
+	lastUse := time.Now()
+
+	// Idle: the refresher leaves the box to its TTL, so the emulator's
+	// reaper archives it at that end (a refresher that kept renewing an
+	// idle box, every 300 ms, would keep it running past this deadline).
+	var end time.Time // the last TTL end the box had while running
+	waitUntil(t, ctx, ttl+time.Minute, "the idle box to lapse at the end of its TTL", func() bool {
+		at := env.Emulator.ExpiresAt(ref)
+		if !at.IsZero() {
+			end = at
+		}
+		return at.IsZero()
+	})
+	b, err := p.Get(ctx, ref)
+	require.NoError(t, err)
+	require.Equal(t, "archived", b.Status)
+	require.Equal(t, "ttl_expired", b.ArchivedReason, "the idle box lapsed: its TTL ran out")
+	// Its last renewal came from the use (the refresher looks back one
+	// period), not from later idle looks; 15 s of slack for a loaded host.
+	require.True(t, end.Add(-ttl).Before(lastUse.Add(every+15*time.Second)),
+		"an idle box's TTL was renewed: its last TTL end %s is %s after the last use", end.Format(time.RFC3339Nano), end.Sub(lastUse))
+}
+
+// waitUntil polls cond on the test's goroutine (so cond may use require)
+// every 100 ms until it holds, failing the test when within (or ctx) ends
+// first.
+func waitUntil(t *testing.T, ctx context.Context, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("waited for %s: %v", what, context.Cause(ctx))
+		case <-tick.C:
+		}
+	}
 }
