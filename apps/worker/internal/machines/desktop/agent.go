@@ -25,11 +25,3 @@ var _ machines.NoAgent = (*Machine)(nil)
 func (m *Machine) DialAgent(ctx context.Context, h codexrpc.Handler) (*codexrpc.Conn, error) {
 	return nil, apiErr(501, "unavailable", "%s", noAgentReason)
 }
-
-// Model is the model an agent would reach. A desktop machine never uses
-// it: the key never enters the sandbox (noAgentReason). The providers
-// still pass the worker's model; Options.Model is ignored.
-type Model struct {
-	BaseURL string
-	Key     string
-}

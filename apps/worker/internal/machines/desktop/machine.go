@@ -63,10 +63,6 @@ type Options struct {
 	// (zero: when New ran). A backend that finds a running desktop again
 	// passes its start, so a reconnect is seen not to restart it.
 	BootedAt time.Time
-	// Model is ignored: no agent runs on a desktop machine and the model
-	// key never enters the sandbox (no file, environment or argument);
-	// see DialAgent.
-	Model *Model
 }
 
 // Machine is the command-driven desktop machine.

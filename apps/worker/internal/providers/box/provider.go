@@ -373,7 +373,7 @@ func (p *Provider) Reconnect(ctx context.Context, ref string) (*desktop.Machine,
 		booted = time.Unix(n, 0)
 	}
 	m, err := desktop.New(desktop.Options{Backend: bk, User: desktopUser, Width: 1280, Height: 800, MaxScreens: 1,
-		BootedAt: booted, Model: agentModel(p.o.Env)})
+		BootedAt: booted})
 	if err != nil {
 		return nil, err
 	}
@@ -478,24 +478,4 @@ func (p *Provider) Close() {
 	for _, s := range ss {
 		s.end()
 	}
-}
-
-// agentModel is the model the desktop machine's agent reaches (the
-// worker's MODEL_UPSTREAM_URL and MODEL_API_KEY), nil when either is
-// missing.
-func agentModel(env []string) *desktop.Model {
-	var m desktop.Model
-	for _, kv := range env {
-		k, v, _ := strings.Cut(kv, "=")
-		switch k {
-		case "MODEL_UPSTREAM_URL":
-			m.BaseURL = v
-		case "MODEL_API_KEY":
-			m.Key = v
-		}
-	}
-	if m.BaseURL == "" || m.Key == "" {
-		return nil
-	}
-	return &m
 }

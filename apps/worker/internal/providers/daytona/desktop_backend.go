@@ -694,7 +694,7 @@ func (p *Provider) ReconnectDesktop(ctx context.Context, ref string) (*desktop.M
 	w, h := info.Displays[0].Width, info.Displays[0].Height
 	m, err = desktop.New(desktop.Options{Backend: b, User: user, Home: home.Dir, Width: w, Height: h,
 		MaxScreens: p.o.MaxScreens, ViewPortBase: desktopViewPortBase, RFBPortBase: desktopRFBPortBase,
-		BootedAt: booted, Model: agentModel(p.o.Env)})
+		BootedAt: booted})
 	if err != nil {
 		return nil, err
 	}
@@ -713,25 +713,4 @@ func (p *Provider) ReconnectDesktop(ctx context.Context, ref string) (*desktop.M
 	}
 	p.log.Info().Str("sandbox", r.SandboxID).Msg("desktop machine ready")
 	return m, nil
-}
-
-// agentModel is the model the desktop machine's agent reaches: the
-// worker's MODEL_UPSTREAM_URL and MODEL_API_KEY, or nil when either is
-// missing (the machine writes the key as a file only the sandbox's user
-// reads).
-func agentModel(env []string) *desktop.Model {
-	var m desktop.Model
-	for _, kv := range env {
-		k, v, _ := strings.Cut(kv, "=")
-		switch k {
-		case "MODEL_UPSTREAM_URL":
-			m.BaseURL = v
-		case "MODEL_API_KEY":
-			m.Key = v
-		}
-	}
-	if m.BaseURL == "" || m.Key == "" {
-		return nil
-	}
-	return &m
 }

@@ -506,7 +506,7 @@ func (p *Provider) ReconnectDesktop(ctx context.Context, ref string) (*desktop.M
 		booted = time.Unix(0, n)
 	}
 	m, err = desktop.New(desktop.Options{Backend: b, User: desktopUser, Width: desktopWidth, Height: desktopHeight,
-		MaxScreens: p.o.MaxScreens, BootedAt: booted, Model: agentModel(p.o.Env)})
+		MaxScreens: p.o.MaxScreens, BootedAt: booted})
 	if err != nil {
 		return nil, err
 	}
@@ -526,25 +526,4 @@ func (p *Provider) ReconnectDesktop(ctx context.Context, ref string) (*desktop.M
 	}
 	p.log.Info().Str("sandbox", r.SandboxID).Msg("desktop machine ready")
 	return m, nil
-}
-
-// agentModel is the model the desktop machine's agent reaches: the
-// worker's MODEL_UPSTREAM_URL and MODEL_API_KEY (what botd gets in
-// open-bot mode), or nil when either is missing. The machine writes the
-// key as a file only the sandbox's user reads.
-func agentModel(env []string) *desktop.Model {
-	var m desktop.Model
-	for _, kv := range env {
-		k, v, _ := strings.Cut(kv, "=")
-		switch k {
-		case "MODEL_UPSTREAM_URL":
-			m.BaseURL = v
-		case "MODEL_API_KEY":
-			m.Key = v
-		}
-	}
-	if m.BaseURL == "" || m.Key == "" {
-		return nil
-	}
-	return &m
 }
