@@ -7,7 +7,6 @@ import (
 	"errors"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/open-bot/computer/apps/worker/internal/store"
@@ -165,31 +164,22 @@ func (s *Service) HasBot(ctx context.Context, computerID, botID string) (store.C
 	return c, ErrNoBot
 }
 
-// removedHooks holds, per Service, the funcs OnBotRemoved registered.
-var removedHooks struct {
-	mu sync.Mutex
-	of map[*Service][]func(ctx context.Context, computerID, botID string)
-}
-
 // OnBotRemoved registers f, called when RemoveBot takes a bot off a
 // computer: before its screens are forgotten, and again once it is gone
 // (whatever was granted on the bot's screen ends with the bot: takeover's
 // grants and their control links, which must never reach a re-added bot of
 // the same name). f must not block for long.
 func (s *Service) OnBotRemoved(f func(ctx context.Context, computerID, botID string)) {
-	removedHooks.mu.Lock()
-	defer removedHooks.mu.Unlock()
-	if removedHooks.of == nil {
-		removedHooks.of = map[*Service][]func(context.Context, string, string){}
-	}
-	removedHooks.of[s] = append(removedHooks.of[s], f)
+	s.hooksMu.Lock()
+	defer s.hooksMu.Unlock()
+	s.removedHooks = append(s.removedHooks, f)
 }
 
 // botRemoved calls the OnBotRemoved funcs.
 func (s *Service) botRemoved(ctx context.Context, computerID, botID string) {
-	removedHooks.mu.Lock()
-	fs := removedHooks.of[s]
-	removedHooks.mu.Unlock()
+	s.hooksMu.Lock()
+	fs := s.removedHooks
+	s.hooksMu.Unlock()
 	for _, f := range fs {
 		f(ctx, computerID, botID)
 	}

@@ -80,6 +80,9 @@ type Service struct {
 	checkpointing map[string]*sync.Mutex
 	// pool is the warm pool (pool.go; nil: none), guarded by mu.
 	pool *pool
+	// hooksMu guards removedHooks, the funcs OnBotRemoved registered.
+	hooksMu      sync.Mutex
+	removedHooks []func(ctx context.Context, computerID, botID string)
 }
 
 // New returns the service; it fails for an unknown default provider kind.
