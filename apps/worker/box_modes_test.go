@@ -32,12 +32,19 @@ func boxEmulator(t *testing.T) *boxemutest.Server {
 	if os.Geteuid() != 0 {
 		requireIntegration(t) // root: the engine's socket
 	}
-	return boxemutest.Start(t)
+	emu := boxemutest.Start(t)
+	emu.Proxy(t)
+	return emu
 }
 
-// boxEnv is a worker environment on the Box emulator, plus extra.
+// boxEnv is a worker environment on the Box emulator, plus extra. The
+// worker reaches the emulator through the spec checker's proxy (emu.Proxy
+// first), the desktopUrl it hands out included.
 func boxEnv(emu *boxemutest.Server, extra map[string]string) map[string]string {
-	env := map[string]string{"WORKER_PROVIDER": providers.KindBox, "BOX_API_KEY": emu.APIKey, "BOX_API_URL": emu.URL}
+	if emu.ProxyURL == "" {
+		panic("boxEnv: the emulator has no spec checker's proxy (call emu.Proxy)")
+	}
+	env := map[string]string{"WORKER_PROVIDER": providers.KindBox, "BOX_API_KEY": emu.APIKey, "BOX_API_URL": emu.ProxyURL}
 	for k, v := range extra {
 		env[k] = v
 	}
@@ -174,5 +181,7 @@ func TestTakeoverBox(t *testing.T) {
 	require.Equal(t, http.StatusCreated, c.do(t, "POST", "/bots", map[string]string{"id": bot}, nil))
 	emuURL, err := url.Parse(emu.URL)
 	require.NoError(t, err)
-	takeoverNoRun(t, e, c, bot, func(ref string) string { return boxContainer(t, emu, ref) }, emuURL.Host, "/desktop/")
+	proxyURL, err := url.Parse(emu.ProxyURL)
+	require.NoError(t, err)
+	takeoverNoRun(t, e, c, bot, func(ref string) string { return boxContainer(t, emu, ref) }, emuURL.Host, proxyURL.Host, "/desktop/")
 }

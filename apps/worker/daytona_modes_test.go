@@ -42,17 +42,22 @@ func bothSnapshots(t *testing.T) *emutest.Server {
 	// (the vendor's default, 1024x768, is the conformance suite's).
 	desk.Geometry = "1280x800"
 	snaps[daytona.DesktopSnapshot] = desk
-	return emutest.Start(t, emutest.Options{Snapshots: snaps})
+	emu := emutest.Start(t, emutest.Options{Snapshots: snaps})
+	emu.Proxy(t)
+	return emu
 }
 
 // daytonaEnv is a worker environment on the emulator, default snapshot
-// open-bot, plus extra. The worker's HTTP traffic to the emulator is not
-// the checker's (it is the worker's own client); the provider's exchanges
-// are held to the spec by the conformance suites.
+// open-bot, plus extra. The worker reaches the emulator through the spec
+// checker's proxy (emu.Proxy first): the API, and the toolbox and preview
+// URLs the emulator hands out (they name the proxy).
 func daytonaEnv(emu *emutest.Server, extra map[string]string) map[string]string {
+	if emu.ProxyURL == "" {
+		panic("daytonaEnv: the emulator has no spec checker's proxy (call emu.Proxy)")
+	}
 	env := map[string]string{
 		"WORKER_PROVIDER": providers.KindDaytona, "DAYTONA_API_KEY": emu.APIKey,
-		"DAYTONA_API_URL": emu.URL, "DAYTONA_SNAPSHOT": daytona.DefaultSnapshot,
+		"DAYTONA_API_URL": emu.ProxyURL, "DAYTONA_SNAPSHOT": daytona.DefaultSnapshot,
 	}
 	for k, v := range extra {
 		env[k] = v

@@ -36,24 +36,32 @@ import (
 )
 
 // bothTemplates is an emulator with template open-bot (the computer image,
-// botd inside) and desktop (the stand-in for E2B's stock desktop).
+// botd inside) and desktop (the stand-in for E2B's stock desktop), with
+// its spec checker's proxy in front (emu.Proxy; e2bEnv hands the worker
+// that): a violation on the worker's path fails the test.
 func bothTemplates(t *testing.T) *emutest.Server {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		requireIntegration(t) // root: the engine's socket
 	}
-	return emutest.Start(t, map[string]emulator.Template{
+	emu := emutest.Start(t, map[string]emulator.Template{
 		e2b.DefaultTemplate: {Image: emutest.Image(), User: "root"},
 		e2b.DesktopTemplate: emutest.DesktopTemplate(),
 	}, nil)
+	emu.Proxy(t)
+	return emu
 }
 
 // e2bEnv is a worker environment on the emulator, default template
-// open-bot, plus extra.
+// open-bot, plus extra. The worker reaches the emulator, control plane and
+// sandboxes alike, through the spec checker's proxy (emu.Proxy first).
 func e2bEnv(emu *emutest.Server, extra map[string]string) map[string]string {
+	if emu.ProxyURL == "" {
+		panic("e2bEnv: the emulator has no spec checker's proxy (call emu.Proxy)")
+	}
 	env := map[string]string{
 		"WORKER_PROVIDER": providers.KindE2B, "E2B_API_KEY": emu.APIKey,
-		"E2B_API_URL": emu.URL, "E2B_SANDBOX_URL": emu.URL, "E2B_TEMPLATE": e2b.DefaultTemplate,
+		"E2B_API_URL": emu.ProxyURL, "E2B_SANDBOX_URL": emu.ProxyURL, "E2B_TEMPLATE": e2b.DefaultTemplate,
 	}
 	for k, v := range extra {
 		env[k] = v

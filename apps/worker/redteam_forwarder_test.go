@@ -148,7 +148,7 @@ func TestRedteamForwarder(t *testing.T) {
 	status, link, msg := takeoverCall(t, c, "POST", bot, "")
 	require.Equal(t, 200, status, msg)
 	rfb := connectControl(t, link.URL) // the person's control, through the worker
-	skip := map[string]bool{hostOf(t, e.url): true, hostOf(t, emu.URL): true}
+	skip := map[string]bool{hostOf(t, e.url): true, hostOf(t, emu.URL): true, hostOf(t, emu.ProxyURL): true}
 
 	for _, row := range []struct {
 		name   string

@@ -29,6 +29,9 @@ func TestAcceptanceReplaceE2B(t *testing.T) {
 		requireIntegration(t)
 	}
 	emu := emutest.Start(t, nil, nil)
+	// The worker reaches the emulator through its spec checker (a
+	// violation on its path fails the test).
+	checked := emu.Proxy(t)
 
 	dir := openDir(t, "wire-e2b-")
 	ms := filepath.Join(dir, "mockserve")
@@ -49,7 +52,7 @@ func TestAcceptanceReplaceE2B(t *testing.T) {
 	const bot = "alice"
 	env := map[string]string{
 		"WORKER_PROVIDER": providers.KindE2B, "E2B_API_KEY": emu.APIKey,
-		"E2B_API_URL": emu.URL, "E2B_SANDBOX_URL": emu.URL, "E2B_TEMPLATE": "open-bot",
+		"E2B_API_URL": checked, "E2B_SANDBOX_URL": checked, "E2B_TEMPLATE": "open-bot",
 		"MODEL_UPSTREAM_URL": "http://127.0.0.1:18080/v1", "MODEL_API_KEY": scriptedKey,
 		"EGRESS_ALLOW": "127.0.0.1:18081",
 	}

@@ -6,9 +6,14 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
+	"sort"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +21,7 @@ import (
 
 	"github.com/open-bot/computer/apps/worker/internal/providers/box/emulator"
 	"github.com/open-bot/computer/apps/worker/internal/providers/box/spec"
+	"github.com/open-bot/computer/apps/worker/internal/providers/vendorkit/emukit"
 )
 
 // Server is a running emulator.
@@ -29,6 +35,11 @@ type Server struct {
 	// Checker holds every exchange of Client to box-openapi.yaml; a
 	// violation fails the test.
 	Checker *spec.Checker
+	// ProxyURL is the address of the Checker's proxy in front of the
+	// emulator, set by Proxy: what a test hands a worker.
+	ProxyURL string
+
+	violations atomic.Int64
 }
 
 // Image is the box image (BOX_IMAGE, else E2B_DESKTOP_IMAGE, default
@@ -85,14 +96,60 @@ func Start(t testing.TB) *Server {
 			t.Errorf("emulator: removing boxes: %v", err)
 		}
 	})
-	checker, err := spec.NewChecker(http.DefaultTransport, func(err error) {
+	s := &Server{URL: srv.URL, APIKey: key, Emulator: emu, Docker: cli}
+	s.Checker, err = spec.NewChecker(http.DefaultTransport, func(err error) {
+		s.violations.Add(1)
 		t.Errorf("SPEC VIOLATION: %v", err)
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &Server{URL: srv.URL, APIKey: key, Emulator: emu, Docker: cli, Checker: checker}
+	return s
 }
 
 // Client is an HTTP client whose every exchange the Checker validates.
 func (s *Server) Client() *http.Client { return &http.Client{Transport: s.Checker} }
+
+// Proxy puts the Checker between a worker and the emulator: a reverse proxy
+// on 127.0.0.1 whose every exchange the Checker holds to the vendor's spec.
+// It sets ProxyURL (what the test hands the worker as BOX_API_URL) and
+// returns it. The URLs the emulator hands out (a box's desktopUrl) point at
+// the proxy too. When the test ends (after the cleanups registered later,
+// the worker's among them) it logs the exchanges checked per kind and fails
+// the test if the Checker reported a violation or no api exchange went
+// through it.
+func (s *Server) Proxy(t testing.TB) string {
+	t.Helper()
+	target, err := url.Parse(s.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := httptest.NewServer(emukit.CheckedProxy(target, s.Checker))
+	s.ProxyURL = p.URL
+	// The desktopUrl it hands out goes through the proxy too.
+	s.Emulator.SetBase(s.ProxyURL)
+	t.Cleanup(func() {
+		p.Close()
+		counts := map[string]int{}
+		for _, e := range s.Checker.Seen() {
+			counts[strings.Fields(e)[0]]++
+		}
+		kinds := make([]string, 0, len(counts))
+		for k := range counts {
+			kinds = append(kinds, k)
+		}
+		sort.Strings(kinds)
+		var b strings.Builder
+		for _, k := range kinds {
+			fmt.Fprintf(&b, " %s=%d", k, counts[k])
+		}
+		t.Logf("box spec checker between the worker and the emulator: exchanges checked:%s; violations: %d", b.String(), s.violations.Load())
+		if n := s.violations.Load(); n > 0 {
+			t.Errorf("%d spec violation(s) on the worker's path to the box emulator (SPEC VIOLATION lines above)", n)
+		}
+		if counts["api"] == 0 {
+			t.Errorf("no api exchange passed the spec checker: the worker did not go through it")
+		}
+	})
+	return s.ProxyURL
+}

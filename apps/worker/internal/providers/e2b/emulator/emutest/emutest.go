@@ -6,9 +6,14 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
+	"sort"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +21,7 @@ import (
 
 	"github.com/open-bot/computer/apps/worker/internal/providers/e2b/emulator"
 	"github.com/open-bot/computer/apps/worker/internal/providers/e2b/spec"
+	"github.com/open-bot/computer/apps/worker/internal/providers/vendorkit/emukit"
 )
 
 // Server is a running emulator.
@@ -29,6 +35,11 @@ type Server struct {
 	// Checker holds every exchange of Client to the vendor's spec; a
 	// violation fails the test.
 	Checker *spec.Checker
+	// ProxyURL is the address of the Checker's proxy in front of the
+	// emulator, set by Proxy: what a test hands a worker.
+	ProxyURL string
+
+	violations atomic.Int64
 }
 
 // Image is the computer image (WORKER_IMAGE, default open-bot/computer:dev).
@@ -110,14 +121,57 @@ func Start(t testing.TB, templates map[string]emulator.Template, ports []int) *S
 			t.Errorf("emulator: removing sandboxes: %v", err)
 		}
 	})
-	checker, err := spec.NewChecker(http.DefaultTransport, func(err error) {
+	s := &Server{URL: srv.URL, APIKey: key, Emulator: emu, Docker: cli}
+	s.Checker, err = spec.NewChecker(http.DefaultTransport, func(err error) {
+		s.violations.Add(1)
 		t.Errorf("SPEC VIOLATION: %v", err)
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &Server{URL: srv.URL, APIKey: key, Emulator: emu, Docker: cli, Checker: checker}
+	return s
 }
 
 // Client is an HTTP client whose every exchange the Checker validates.
 func (s *Server) Client() *http.Client { return &http.Client{Transport: s.Checker} }
+
+// Proxy puts the Checker between a worker and the emulator: a reverse proxy
+// on 127.0.0.1 whose every exchange the Checker holds to the vendor's spec.
+// It sets ProxyURL (what the test hands the worker as E2B_API_URL and
+// E2B_SANDBOX_URL) and returns it. When the test ends (after the cleanups
+// registered later, the worker's among them) it logs the exchanges checked
+// per kind and fails the test if the Checker reported a violation or no
+// control-plane exchange went through it.
+func (s *Server) Proxy(t testing.TB) string {
+	t.Helper()
+	target, err := url.Parse(s.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := httptest.NewServer(emukit.CheckedProxy(target, s.Checker))
+	s.ProxyURL = p.URL
+	t.Cleanup(func() {
+		p.Close()
+		counts := map[string]int{}
+		for _, e := range s.Checker.Seen() {
+			counts[strings.Fields(e)[0]]++
+		}
+		kinds := make([]string, 0, len(counts))
+		for k := range counts {
+			kinds = append(kinds, k)
+		}
+		sort.Strings(kinds)
+		var b strings.Builder
+		for _, k := range kinds {
+			fmt.Fprintf(&b, " %s=%d", k, counts[k])
+		}
+		t.Logf("e2b spec checker between the worker and the emulator: exchanges checked:%s; violations: %d", b.String(), s.violations.Load())
+		if n := s.violations.Load(); n > 0 {
+			t.Errorf("%d spec violation(s) on the worker's path to the e2b emulator (SPEC VIOLATION lines above)", n)
+		}
+		if counts["control-plane"] == 0 {
+			t.Errorf("no control-plane exchange passed the spec checker: the worker did not go through it")
+		}
+	})
+	return s.ProxyURL
+}
