@@ -807,29 +807,50 @@ func TestRedTeam(t *testing.T) {
 			pagePort, _ := strconv.Atoi(rt.page.URL[strings.LastIndex(rt.page.URL, ":")+1:])
 			require.Zero(t, socksConnectIP(t, rt.socks, "127.0.0.1", pagePort), "control: the allowed page connects through the proxy")
 			tr := newTrap(t)
-			// Control: every spelling below reaches the trap when dialled
-			// directly (Linux sends 0.0.0.0 to 127.0.0.1; 127.1 is
-			// 127.0.0.1 to inet_aton, as curl and glibc read it).
+			// Control: the trap answers when dialled directly (Linux sends
+			// 0.0.0.0 to 127.0.0.1 and :: to ::1).
 			for _, h := range []string{"127.0.0.1", "127.8.8.8", "::1", "0.0.0.0", "::ffff:127.8.8.8", "::", "localhost"} {
 				tr.dial(t, h)
 			}
 			require.Zero(t, tr.leaks(t), "control: the trap counts only the test's own connections")
+			// Control: a second botd whose EGRESS_ALLOW opens every range the
+			// spellings below land in (the policy off for the trap). Each
+			// spelling must reach the trap through it, so its refusal by
+			// rt's botd is the policy's, not a resolver's or a parser's.
+			openSocks := freePort(t)
+			open := startDaemon(t, tempHome(t), randomKey("open-egress-token-"), "SOCKS_LISTEN="+openSocks,
+				"EGRESS_ALLOW=0.0.0.0/8,127.0.0.0/8,::1/128,::/128")
+			open.waitHealthy(90 * time.Second)
 			type attempt struct {
 				how  string
-				send func() byte
+				send func(proxy string) byte
 			}
 			var attempts []attempt
-			for _, h := range []string{"127.0.0.1", "localhost", "127.8.8.8", "0.0.0.0", "127.1", "[::1]", "::1",
-				"[::ffff:127.8.8.8]", "::ffff:127.8.8.8", "::ffff:7f08:808", "[::]"} {
-				attempts = append(attempts, attempt{"name " + h, func() byte { return socksConnect(t, rt.socks, h, tr.port) }})
+			// Not here, because no botd dials them even with the policy off
+			// (the open botd answered 4, host unreachable, and the trap saw
+			// nothing), so a refusal would prove nothing: "127.1" (Go's
+			// resolver does not read inet_aton's short forms; it asks DNS),
+			// "localhost." (not in /etc/hosts with the dot, so DNS too) and
+			// bracketed names such as "[::1]" (the dial address
+			// "[[::1]]:port" does not split).
+			for _, h := range []string{"127.0.0.1", "localhost", "LocalHost", "127.8.8.8", "0.0.0.0", "::1",
+				"::ffff:127.8.8.8", "::ffff:7f08:808", "::"} {
+				attempts = append(attempts, attempt{"name " + h, func(proxy string) byte { return socksConnect(t, proxy, h, tr.port) }})
 			}
 			for _, ip := range []string{"127.0.0.1", "127.8.8.8", "0.0.0.0", "::1", "::ffff:127.8.8.8", "::ffff:0.0.0.0", "::"} {
-				attempts = append(attempts, attempt{"address " + ip, func() byte { return socksConnectIP(t, rt.socks, ip, tr.port) }})
+				attempts = append(attempts, attempt{"address " + ip, func(proxy string) byte { return socksConnectIP(t, proxy, ip, tr.port) }})
 			}
+			reached := 0
 			for _, a := range attempts {
-				rep := a.send()
-				require.Zero(t, tr.leaks(t), "%s reached the trap through the proxy (reply %d)", a.how, rep)
-				require.NotZero(t, rep, "%s: the proxy answered success", a.how)
+				rep := a.send(openSocks)
+				require.Zero(t, rep, "control: %s does not connect even with the policy off", a.how)
+				reached++
+				require.Equal(t, reached, tr.leaks(t), "control: %s, with the policy off, did not reach the trap", a.how)
+				rep = a.send(rt.socks)
+				require.Equal(t, reached, tr.leaks(t), "%s reached the trap through the proxy (reply %d)", a.how, rep)
+				// 5, connection refused: the policy's answer (a name that
+				// does not resolve gets 4).
+				require.Equal(t, byte(5), rep, "%s: the proxy's reply", a.how)
 			}
 			require.NotZero(t, socksConnect(t, rt.socks, "127.0.0.1", botdPort))
 		}},
