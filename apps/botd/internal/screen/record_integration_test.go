@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -232,7 +233,8 @@ func TestIntegrationRecording(t *testing.T) {
 
 // TestIntegrationRecordingLimits: a recording stops cleanly at its size
 // cap and at its time cap (each with its reason, a file within the cap
-// that decodes), ends with disk_full on a real full disk (a small tmpfs)
+// that decodes, and not early: the size cap leaves at most a fragment
+// unused, the time-capped video covers the cap ± 1 s), ends with disk_full on a real full disk (a small tmpfs)
 // and refuses to start there, a killed recorder still leaves a playable
 // file, and a screen that stops ends its recording with screen_gone; the
 // screen and its lease unharmed in each case.
@@ -240,7 +242,7 @@ func TestIntegrationRecordingLimits(t *testing.T) {
 	e := newRecIT(t, recDisplayBase+2)
 	ctx := testenv.Context(t, 5*time.Minute)
 	mux, lid := recScreen(t, e, ctx, "lim")
-	noise(t, e, ctx, "lim")
+	smallNoise(t, e, ctx, "lim")
 	start := func(body map[string]any) (string, apiResp) {
 		t.Helper()
 		body["leaseId"] = lid
@@ -260,15 +262,28 @@ func TestIntegrationRecordingLimits(t *testing.T) {
 	require.NoError(t, err)
 	t.Logf("size cap %d: file %d bytes after %.1f s", capBytes, fi.Size(), got["seconds"].(float64))
 	require.LessOrEqual(t, fi.Size(), int64(capBytes))
-	// At least one whole fragment. (Not "over half the cap": the file
-	// grows by whole fragments, and one of full-screen noise under a
-	// loaded CI run was 683 KB, so the next would not fit in 2 MiB.)
-	require.Greater(t, fi.Size(), int64(0))
+	// The lower bound: it stopped only when the next fragment would not
+	// fit, so what it left unused is at most one fragment, taken as the
+	// largest in the file. (Not "over half the cap": the file grows by
+	// whole fragments, and one of full-screen noise under a loaded CI run
+	// was 683 KB.) The small noise window keeps fragments steady, about
+	// 180 KB, a dozen in the file: with full-screen noise one run kept
+	// four, the largest 805 KB, and the fifth did not fit in the 1.27 MB
+	// left, so the largest kept one did not stand for the next. A
+	// recorder that stops early leaves more than a fragment unused.
+	frags := fragmentSizes(t, recFile(e, "lim", rid))
+	require.NotEmpty(t, frags, "the size-capped recording holds no fragment")
+	largest := slices.Max(frags)
+	t.Logf("size cap: fragments %v, the largest %d bytes, %d bytes unused", frags, largest, capBytes-fi.Size())
+	require.LessOrEqual(t, capBytes-fi.Size(), largest,
+		"the size cap left %d bytes unused, more than its largest fragment (%d bytes): it stopped while another fragment would have fit", capBytes-fi.Size(), largest)
 	require.Greater(t, playable(t, recFile(e, "lim", rid)), 0)
 	r = call(t, mux, "POST", "/screens/lim/recordings/"+rid+"/stop", nil)
 	require.Equal(t, string(shared.CodeRecordingEnded), r.code(), r.body)
 	require.Contains(t, r.message(), "max_bytes")
 	leaseIntact(t, mux, "lim", lid)
+	// Full-screen noise from here: the disk fills, fragments come fast.
+	noise(t, e, ctx, "lim")
 
 	// The time cap.
 	rid, r = start(map[string]any{"fps": 5, "maxSeconds": 2})
@@ -278,6 +293,10 @@ func TestIntegrationRecordingLimits(t *testing.T) {
 	frames := playable(t, recFile(e, "lim", rid))
 	require.LessOrEqual(t, frames, 2*5+1, "2 s at 5 fps")
 	require.Greater(t, frames, 0)
+	// The lower bound too: the video covers the cap to within a second.
+	span := videoSpan(t, recFile(e, "lim", rid))
+	t.Logf("time cap 2 s: %d frames over %.2f s", frames, span)
+	require.InDelta(t, 2.0, span, 1.0, "the time-capped recording covers %.2f s, not 2 s ± 1 s", span)
 	leaseIntact(t, mux, "lim", lid)
 
 	// A killed recorder leaves a file that plays to its last fragment.
