@@ -6,13 +6,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"os"
-	"sort"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -21,7 +17,7 @@ import (
 
 	"github.com/open-bot/computer/apps/worker/internal/providers/daytona/emulator"
 	"github.com/open-bot/computer/apps/worker/internal/providers/daytona/spec"
-	"github.com/open-bot/computer/apps/worker/internal/providers/vendorkit/emukit"
+	"github.com/open-bot/computer/apps/worker/internal/providers/vendorkit/emukit/proxytest"
 )
 
 // Server is a running emulator.
@@ -150,36 +146,8 @@ func (s *Server) Client() *http.Client { return &http.Client{Transport: s.Checke
 // exchange went through it.
 func (s *Server) Proxy(t testing.TB) string {
 	t.Helper()
-	target, err := url.Parse(s.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := httptest.NewServer(emukit.CheckedProxy(target, s.Checker))
-	s.ProxyURL = p.URL
-	// The toolbox and preview URLs it hands out go through the proxy too.
+	s.ProxyURL = proxytest.Serve(t, "daytona", s.URL, s.Checker, s.violations.Load, "api")
+	// The URLs it hands out go through the proxy too.
 	s.Emulator.SetBase(s.ProxyURL)
-	t.Cleanup(func() {
-		p.Close()
-		counts := map[string]int{}
-		for _, e := range s.Checker.Seen() {
-			counts[strings.Fields(e)[0]]++
-		}
-		kinds := make([]string, 0, len(counts))
-		for k := range counts {
-			kinds = append(kinds, k)
-		}
-		sort.Strings(kinds)
-		var b strings.Builder
-		for _, k := range kinds {
-			fmt.Fprintf(&b, " %s=%d", k, counts[k])
-		}
-		t.Logf("daytona spec checker between the worker and the emulator: exchanges checked:%s; violations: %d", b.String(), s.violations.Load())
-		if n := s.violations.Load(); n > 0 {
-			t.Errorf("%d spec violation(s) on the worker's path to the daytona emulator (SPEC VIOLATION lines above)", n)
-		}
-		if counts["api"] == 0 {
-			t.Errorf("no api exchange passed the spec checker: the worker did not go through it")
-		}
-	})
 	return s.ProxyURL
 }

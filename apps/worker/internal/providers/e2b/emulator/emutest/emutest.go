@@ -6,13 +6,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"os"
-	"sort"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -21,7 +17,7 @@ import (
 
 	"github.com/open-bot/computer/apps/worker/internal/providers/e2b/emulator"
 	"github.com/open-bot/computer/apps/worker/internal/providers/e2b/spec"
-	"github.com/open-bot/computer/apps/worker/internal/providers/vendorkit/emukit"
+	"github.com/open-bot/computer/apps/worker/internal/providers/vendorkit/emukit/proxytest"
 )
 
 // Server is a running emulator.
@@ -144,34 +140,6 @@ func (s *Server) Client() *http.Client { return &http.Client{Transport: s.Checke
 // control-plane exchange went through it.
 func (s *Server) Proxy(t testing.TB) string {
 	t.Helper()
-	target, err := url.Parse(s.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := httptest.NewServer(emukit.CheckedProxy(target, s.Checker))
-	s.ProxyURL = p.URL
-	t.Cleanup(func() {
-		p.Close()
-		counts := map[string]int{}
-		for _, e := range s.Checker.Seen() {
-			counts[strings.Fields(e)[0]]++
-		}
-		kinds := make([]string, 0, len(counts))
-		for k := range counts {
-			kinds = append(kinds, k)
-		}
-		sort.Strings(kinds)
-		var b strings.Builder
-		for _, k := range kinds {
-			fmt.Fprintf(&b, " %s=%d", k, counts[k])
-		}
-		t.Logf("e2b spec checker between the worker and the emulator: exchanges checked:%s; violations: %d", b.String(), s.violations.Load())
-		if n := s.violations.Load(); n > 0 {
-			t.Errorf("%d spec violation(s) on the worker's path to the e2b emulator (SPEC VIOLATION lines above)", n)
-		}
-		if counts["control-plane"] == 0 {
-			t.Errorf("no control-plane exchange passed the spec checker: the worker did not go through it")
-		}
-	})
+	s.ProxyURL = proxytest.Serve(t, "e2b", s.URL, s.Checker, s.violations.Load, "control-plane")
 	return s.ProxyURL
 }
