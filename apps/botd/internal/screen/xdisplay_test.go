@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -73,10 +74,14 @@ func TestDisplayHeld(t *testing.T) {
 
 func writeTemp(t *testing.T, path, body string) {
 	t.Helper()
-	_, err := os.Lstat(path)
-	require.True(t, os.IsNotExist(err), "%s exists", path)
-	require.NoError(t, os.WriteFile(path, []byte(body), 0o444))
+	// O_EXCL|O_NOFOLLOW: /tmp is world-writable, and a file or link planted
+	// there first fails the test instead of being followed.
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o444)
+	require.NoError(t, err, "%s exists", path)
 	t.Cleanup(func() { os.Remove(path) })
+	_, err = f.WriteString(body)
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
 }
 
 // takenBackend is the fake backend whose starts in some slots lose their
