@@ -18,6 +18,7 @@ import (
 
 	"github.com/open-bot/computer/apps/botd/internal/files"
 	"github.com/open-bot/computer/pkg/shared"
+	"github.com/open-bot/computer/pkg/shared/transient"
 )
 
 // exporter writes one archive.
@@ -230,7 +231,7 @@ func (e *exporter) walk(root *os.Root, rel, prefix string, profile bool) error {
 	}
 	base := path.Base(rel)
 	if rel != "." {
-		if !utf8.ValidString(base) || (profile && Transient(rel, fi.IsDir())) || strings.HasPrefix(base, files.TempPrefix) || strings.HasPrefix(base, importTempPrefix) {
+		if !utf8.ValidString(base) || (profile && transient.Transient(rel, fi.IsDir())) || strings.HasPrefix(base, files.TempPrefix) || strings.HasPrefix(base, importTempPrefix) {
 			e.sum.Skipped++
 			return nil
 		}

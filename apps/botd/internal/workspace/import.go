@@ -21,6 +21,7 @@ import (
 
 	"github.com/open-bot/computer/apps/botd/internal/osuser"
 	"github.com/open-bot/computer/pkg/shared"
+	"github.com/open-bot/computer/pkg/shared/transient"
 )
 
 // importTempPrefix starts the temporary name of an entry being written.
@@ -414,7 +415,7 @@ func (im *importer) entry(hdr *tar.Header, tr *tar.Reader) error {
 	if t.kind == areaNone {
 		return nil
 	}
-	if t.kind == areaProfile && t.sub == "chromium" && Transient(t.rel, isDir) {
+	if t.kind == areaProfile && t.sub == "chromium" && transient.Transient(t.rel, isDir) {
 		im.sum.Skipped++
 		return nil
 	}

@@ -6,7 +6,7 @@
 //
 //	bot/…                              the workspace, whole
 //	desktop/screens/<id>/chromium/…    each screen's browser profile, minus
-//	                                   transient files (see Transient)
+//	                                   transient files (pkg/shared/transient)
 //	.botd/cookies.json                 the shared cookie jar (sign-ins)
 //
 // The export's counts (Summary) arrive as HTTP trailers X-Export-Files,
