@@ -36,6 +36,7 @@ import (
 
 	"github.com/open-bot/computer/apps/worker/internal/mockmodel"
 	"github.com/open-bot/computer/apps/worker/internal/runs"
+	"github.com/open-bot/computer/apps/worker/internal/tools"
 )
 
 // requireIntegration skips on a laptop without root or the tools, and fails
@@ -312,13 +313,27 @@ func (e *workerEnv) do(t testing.TB, method, path string, body, out any) int {
 	return resp.StatusCode
 }
 
-// startRun starts a run and returns its id.
+// startRun starts a run (the computer's default runtime) and returns its id.
 func (e *workerEnv) startRun(t testing.TB, bot, prompt string) string {
+	t.Helper()
+	return e.startRunOn(t, bot, prompt, "")
+}
+
+// startRunOn starts a run with runtime ("" the computer's default) and
+// returns its id; the run says it runs there.
+func (e *workerEnv) startRunOn(t testing.TB, bot, prompt, runtime string) string {
 	t.Helper()
 	var started struct {
 		Run runs.Snapshot `json:"run"`
 	}
-	require.Equal(t, http.StatusCreated, e.do(t, "POST", "/runs", map[string]string{"botId": bot, "prompt": prompt}, &started))
+	body := map[string]string{"botId": bot, "prompt": prompt}
+	if runtime != "" {
+		body["runtime"] = runtime
+	}
+	require.Equal(t, http.StatusCreated, e.do(t, "POST", "/runs", body, &started))
+	if runtime != "" {
+		require.Equal(t, runtime, started.Run.Runtime)
+	}
 	return started.Run.ID
 }
 
@@ -409,6 +424,13 @@ func TestEndToEndTeammateRun(t *testing.T) {
 	acceptance(t, nil, "", 440)
 }
 
+// TestEndToEndTeammateRunWorker is the same scripted acceptance run with
+// the worker runtime (issue 30): the worker calls the model and drives
+// botd through the tools; botd was given no model key at all.
+func TestEndToEndTeammateRunWorker(t *testing.T) {
+	acceptanceOn(t, nil, "", 450, "worker")
+}
+
 // TestLiveModel is the same acceptance run with a real vision model:
 // `make test-live` with LIVE_MODEL_BASE_URL (an OpenAI-compatible Responses
 // API, e.g. https://…/v1), LIVE_MODEL_KEY and LIVE_MODEL set. Never in CI.
@@ -424,6 +446,13 @@ func TestLiveModel(t *testing.T) {
 // drives it; otherwise a real model gets the same task in words. It returns
 // the run's wall time (start request → end event).
 func acceptance(t testing.TB, live *provider, modelName string, displayBase int) time.Duration {
+	return acceptanceOn(t, live, modelName, displayBase, "")
+}
+
+// acceptanceOn is acceptance with the run's runtime: "" (the computer's
+// default, Codex in the machine) or "worker" (the worker's own loop; botd
+// then gets no model key and the worker calls the model).
+func acceptanceOn(t testing.TB, live *provider, modelName string, displayBase int, runtime string) time.Duration {
 	// The page: a small button at a random place, and a decoy; the page's
 	// server records clicks on the button and misses anywhere else.
 	page := mockmodel.NewButtonPage()
@@ -442,20 +471,30 @@ func acceptance(t testing.TB, live *provider, modelName string, displayBase int)
 	var model *mockmodel.Server
 	var flow *mockmodel.Acceptance
 	var c *computer
+	prov := live
 	if live == nil {
 		flow = mockmodel.NewAcceptance(pageSrv.URL+"/", bot)
 		model = mockmodel.New(flow.Script).RequireKey(scriptedKey)
 		modelSrv := httptest.NewServer(model)
 		defer modelSrv.Close()
-		c = startComputer(t, modelSrv.URL, displayBase, allowPage)
+		p := scripted(modelSrv.URL)
+		prov = &p
 		modelName = "scripted-model"
-	} else {
-		c = startComputerWith(t, *live, displayBase, allowPage)
 	}
-	env := startWorkerModel(t, c, modelName, bot)
+	var tweak func(*serveConfig)
+	if runtime == "worker" {
+		// The worker has the model; botd none.
+		tweak = func(c *serveConfig) {
+			c.Getenv = envMap(map[string]string{"MODEL_UPSTREAM_URL": prov.BaseURL, "MODEL_API_KEY": prov.Key})
+		}
+		c = startComputerWith(t, provider{}, displayBase, allowPage)
+	} else {
+		c = startComputerWith(t, *prov, displayBase, allowPage)
+	}
+	env := startWorkerWith(t, c, modelName, tweak, bot)
 
 	start := time.Now()
-	runID := env.startRun(t, bot, prompt)
+	runID := env.startRunOn(t, bot, prompt, runtime)
 	final, events := waitRun(t, env, runID, 10*time.Minute)
 	wall := time.Since(start)
 
@@ -478,6 +517,24 @@ func acceptance(t testing.TB, live *provider, modelName string, displayBase int)
 	}
 	require.Contains(t, final.Message, "Done")
 	require.Equal(t, len(final.ToolCalls)+1, model.Requests())
+	if runtime == "worker" {
+		require.Equal(t, "worker", final.Runtime)
+		require.Contains(t, events, "model_response", "the worker's loop recorded each model answer")
+		// The worker offered every computer tool as a function tool.
+		var offered []string
+		for _, raw := range model.Tools() {
+			var ft struct{ Type, Name string }
+			require.NoError(t, json.Unmarshal(raw, &ft))
+			require.Equal(t, "function", ft.Type)
+			offered = append(offered, ft.Name)
+		}
+		var all []string
+		for _, tl := range tools.All {
+			all = append(all, tl.Name)
+		}
+		require.Equal(t, all, offered)
+		return wall
+	}
 	// The model answered only requests carrying its key, yet the key is
 	// nowhere bot can read: no bot process's environment, nothing under
 	// the workspace (.codex/ included).

@@ -367,10 +367,17 @@ func newWorker(ctx context.Context, c serveConfig, log zerolog.Logger) (*worker,
 		closeAll()
 		return nil, err
 	}
+	model, loop, err := workerModel(c.Getenv)
+	if err != nil {
+		comps.ClosePool(context.Background())
+		closeAll()
+		return nil, err
+	}
 	tk := takeover.New(takeover.Options{Computers: comps, Store: st, Log: log.With().Str("sub", "takeover").Logger()})
 	comps.OnBotRemoved(tk.BotRemoved)
 	m := runs.NewManager(runs.Options{Store: st, Computers: comps, Model: c.Model, ModelProvider: c.ModelProvider,
-		Approvals: runs.ApprovalPolicy(c.Approvals), AskFor: c.AskFor, Log: log.With().Str("sub", "runs").Logger(), TakeoverLink: tk.ForRun, TakeoverDone: tk.Done})
+		Approvals: runs.ApprovalPolicy(c.Approvals), AskFor: c.AskFor, Log: log.With().Str("sub", "runs").Logger(), TakeoverLink: tk.ForRun, TakeoverDone: tk.Done,
+		Responses: model, Loop: loop})
 	tk.SetRuns(m)
 	// Runs first: none a previous worker left may stay running; then
 	// machines are reconnected (in the background: a slow provider must not

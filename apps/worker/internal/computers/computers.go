@@ -597,6 +597,16 @@ func (s *Service) Describe(c store.Computer) (providers.Description, bool) {
 	return p.Describe(), true
 }
 
+// Runtimes lists the runtimes computer c's machine offers, its default
+// first (providers.Runtimes): nil when this worker lacks its provider.
+func (s *Service) Runtimes(c store.Computer) []string {
+	p, ok := s.o.Providers[c.Provider]
+	if !ok {
+		return nil
+	}
+	return providers.Runtimes(p, c.ProviderRef)
+}
+
 func (s *Service) provider(c store.Computer) (providers.Provider, error) {
 	p, ok := s.o.Providers[c.Provider]
 	if !ok {

@@ -106,11 +106,15 @@ func (a *api) getComputer(w http.ResponseWriter, r *http.Request) {
 		computers.View
 		// Description is the provider's: kind and capabilities
 		// (multiScreen, stop, persistent); null when this worker lacks it.
-		Description    *providers.Description `json:"description"`
-		Bots           []BotView              `json:"bots"`
-		Screens        []ScreenView           `json:"screens"`
-		LastCheckpoint any                    `json:"lastCheckpoint"`
-	}{computers.ViewOf(c), desc, views, a.screens(r.Context(), c), last}})
+		Description *providers.Description `json:"description"`
+		// Runtimes are where a run's agent loop can run on this computer,
+		// the default first: "machine" (Codex in the machine, botd
+		// machines only) and "worker" (the worker's own loop).
+		Runtimes       []string     `json:"runtimes"`
+		Bots           []BotView    `json:"bots"`
+		Screens        []ScreenView `json:"screens"`
+		LastCheckpoint any          `json:"lastCheckpoint"`
+	}{computers.ViewOf(c), desc, a.o.Computers.Runtimes(c), views, a.screens(r.Context(), c), last}})
 }
 
 // ScreenView is one of the machine's screens as botd reports it (never a

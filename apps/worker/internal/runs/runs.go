@@ -23,6 +23,8 @@ import (
 	"github.com/open-bot/computer/apps/worker/internal/codexrpc"
 	"github.com/open-bot/computer/apps/worker/internal/computers"
 	"github.com/open-bot/computer/apps/worker/internal/machines"
+	"github.com/open-bot/computer/apps/worker/internal/providers"
+	"github.com/open-bot/computer/apps/worker/internal/responses"
 	"github.com/open-bot/computer/apps/worker/internal/store"
 	"github.com/open-bot/computer/apps/worker/internal/tools"
 	"github.com/open-bot/computer/pkg/shared"
@@ -108,6 +110,12 @@ type Options struct {
 	// released, or the run was resumed or stopped): the person's hold on the
 	// screen ends so the run can use it again.
 	TakeoverDone func(ctx context.Context, computerID, botID string)
+	// Model is the worker runtime's model API (MODEL_UPSTREAM_URL and the
+	// key: they stay in the worker); nil leaves runs with the worker
+	// runtime unavailable.
+	Responses *responses.Client
+	// Loop bounds the worker runtime's runs (defaults: DefaultLoop).
+	Loop LoopLimits
 }
 
 // Manager holds the live runs of this worker process (the store holds all).
@@ -129,6 +137,7 @@ func NewManager(o Options) *Manager {
 	if o.TurnTimeout == 0 {
 		o.TurnTimeout = 30 * time.Minute
 	}
+	o.Loop = o.Loop.withDefaults()
 	return &Manager{o: o, runs: map[string]*Run{}}
 }
 
@@ -140,6 +149,11 @@ type StartRequest struct {
 	// Record records the bot's screen from the run's start to its end
 	// (record.go); the recording stays with the run.
 	Record bool `json:"record,omitempty"`
+	// Runtime is where the agent loop runs: "worker" (the worker's own
+	// loop; the model key stays in the worker) or "machine" (Codex in the
+	// machine, botd machines only). Empty: the computer's default —
+	// "machine" where Codex is, "worker" on stock desktops.
+	Runtime string `json:"runtime,omitempty"`
 }
 
 // Event is one entry of a run's stream.
@@ -163,18 +177,20 @@ type ToolCall struct {
 
 // Snapshot is a run as the API shows it.
 type Snapshot struct {
-	ID         string     `json:"id"`
-	ComputerID string     `json:"computerId"`
-	BotID      string     `json:"botId"`
-	Status     Status     `json:"status"`
-	Error      string     `json:"error,omitempty"`
-	ThreadID   string     `json:"threadId,omitempty"`
-	TurnID     string     `json:"turnId,omitempty"`
-	Message    string     `json:"message,omitempty"`
-	ToolCalls  []ToolCall `json:"toolCalls"`
-	StartedAt  time.Time  `json:"startedAt"`
-	EndedAt    *time.Time `json:"endedAt,omitempty"`
-	Takeover   string     `json:"takeoverReason,omitempty"`
+	ID         string `json:"id"`
+	ComputerID string `json:"computerId"`
+	BotID      string `json:"botId"`
+	// Runtime is where the run's agent loop runs: "worker" or "machine".
+	Runtime   string     `json:"runtime"`
+	Status    Status     `json:"status"`
+	Error     string     `json:"error,omitempty"`
+	ThreadID  string     `json:"threadId,omitempty"`
+	TurnID    string     `json:"turnId,omitempty"`
+	Message   string     `json:"message,omitempty"`
+	ToolCalls []ToolCall `json:"toolCalls"`
+	StartedAt time.Time  `json:"startedAt"`
+	EndedAt   *time.Time `json:"endedAt,omitempty"`
+	Takeover  string     `json:"takeoverReason,omitempty"`
 	// Recording is the run's screen recording (record: true).
 	Recording *RunRecording `json:"recording,omitempty"`
 }
@@ -200,6 +216,8 @@ type Run struct {
 	// private: the computer is a Private one, whose only bot has the whole
 	// workspace as its home (set by botDir, before the thread starts).
 	private bool
+	// runtime is providers.RuntimeWorker or providers.RuntimeMachine.
+	runtime string
 
 	// mu guards everything below.
 	mu        sync.Mutex
@@ -239,10 +257,12 @@ func (m *Manager) Start(ctx context.Context, computerID string, req StartRequest
 	if err != nil {
 		return nil, err
 	}
-	// A machine on which no agent may run (a vendor's stock desktop, where
-	// the model key would be the bot's to read) is refused before a lease
-	// is held or anything is started there.
-	if err := machines.NoAgentOf(machine); err != nil {
+	// The runtime: Codex in the machine needs a machine on which an agent
+	// may run (never a vendor's stock desktop, where the model key would
+	// be the bot's to read); the worker's loop runs anywhere. Either is
+	// refused before a lease is held or anything is started there.
+	rt, err := m.runtimeFor(machine, req.Runtime)
+	if err != nil {
 		return nil, err
 	}
 	if req.Record {
@@ -264,7 +284,7 @@ func (m *Manager) Start(ctx context.Context, computerID string, req StartRequest
 		model = m.o.Model
 	}
 	if err := m.o.Store.CreateRun(ctx, store.Run{ID: id, ComputerID: c.ID, BotID: req.BotID, LeaseKey: key, Epoch: lease.Epoch,
-		State: string(StatusQueued), Prompt: req.Prompt, Model: model}); err != nil {
+		State: string(StatusQueued), Prompt: req.Prompt, Model: model, Runtime: rt}); err != nil {
 		_ = m.o.Store.ReleaseLease(context.WithoutCancel(ctx), key, lease.Epoch)
 		return nil, err
 	}
@@ -277,9 +297,9 @@ func (m *Manager) Start(ctx context.Context, computerID string, req StartRequest
 	tctx, cancel := context.WithTimeout(context.Background(), m.o.TurnTimeout)
 	rctx, abort := context.WithCancelCause(tctx)
 	r := &Run{m: m, id: id, botID: req.BotID, computerID: c.ID, machine: machine, leaseKey: key, epoch: lease.Epoch,
-		session: sess, cancel: cancel, abort: abort, subs: map[chan Event]struct{}{},
+		session: sess, cancel: cancel, abort: abort, subs: map[chan Event]struct{}{}, runtime: rt,
 		done: make(chan struct{}), turnDone: make(chan codexrpc.Turn, 4),
-		snap: Snapshot{ID: id, ComputerID: c.ID, BotID: req.BotID, Status: StatusQueued, StartedAt: time.Now().UTC(), ToolCalls: []ToolCall{}}}
+		snap: Snapshot{ID: id, ComputerID: c.ID, BotID: req.BotID, Runtime: rt, Status: StatusQueued, StartedAt: time.Now().UTC(), ToolCalls: []ToolCall{}}}
 	sess.Takeover = r.waitTakeover
 	m.mu.Lock()
 	m.runs[id] = r
@@ -288,6 +308,9 @@ func (m *Manager) Start(ctx context.Context, computerID string, req StartRequest
 	go r.run(rctx, func(ctx context.Context) error {
 		if req.Record {
 			r.startRecording(ctx)
+		}
+		if rt == providers.RuntimeWorker {
+			return r.driveWorker(ctx, req.Prompt, model, false)
 		}
 		return r.drive(ctx, req.Prompt, model)
 	})
@@ -350,7 +373,7 @@ func (m *Manager) Get(ctx context.Context, computerID, id string) (Snapshot, *Ru
 	if err != nil {
 		return Snapshot{}, nil, err
 	}
-	snap := Snapshot{ID: sr.ID, ComputerID: sr.ComputerID, BotID: sr.BotID, Status: Status(sr.State), Error: sr.Error,
+	snap := Snapshot{ID: sr.ID, ComputerID: sr.ComputerID, BotID: sr.BotID, Runtime: sr.Runtime, Status: Status(sr.State), Error: sr.Error,
 		ThreadID: sr.ThreadID, TurnID: sr.TurnID, Message: sr.Message, StartedAt: sr.CreatedAt, ToolCalls: []ToolCall{}}
 	if !sr.EndedAt.IsZero() {
 		t := sr.EndedAt
@@ -405,7 +428,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 			m.o.Log.Warn().Str("run", sr.ID).Err(err).Msg("cannot fence a run left running; another holder has its bot")
 			continue
 		}
-		if sr.ThreadID != "" && m.o.Computers != nil {
+		if (sr.ThreadID != "" || (sr.Runtime == providers.RuntimeWorker && m.o.Responses != nil)) && m.o.Computers != nil {
 			m.resume(sr, lease)
 			continue
 		}
@@ -431,9 +454,9 @@ func (m *Manager) Recover(ctx context.Context) error {
 func (m *Manager) resume(sr store.Run, lease store.Lease) {
 	tctx, cancel := context.WithTimeout(context.Background(), m.o.TurnTimeout)
 	ctx, abort := context.WithCancelCause(tctx)
-	r := &Run{m: m, id: sr.ID, botID: sr.BotID, computerID: sr.ComputerID, leaseKey: sr.LeaseKey, epoch: lease.Epoch,
+	r := &Run{m: m, id: sr.ID, botID: sr.BotID, computerID: sr.ComputerID, leaseKey: sr.LeaseKey, epoch: lease.Epoch, runtime: sr.Runtime,
 		cancel: cancel, abort: abort, resumed: true, subs: map[chan Event]struct{}{}, done: make(chan struct{}), turnDone: make(chan codexrpc.Turn, 4),
-		snap: Snapshot{ID: sr.ID, ComputerID: sr.ComputerID, BotID: sr.BotID, Status: Status(sr.State), ThreadID: sr.ThreadID,
+		snap: Snapshot{ID: sr.ID, ComputerID: sr.ComputerID, BotID: sr.BotID, Runtime: sr.Runtime, Status: Status(sr.State), ThreadID: sr.ThreadID,
 			TurnID: sr.TurnID, StartedAt: sr.CreatedAt, ToolCalls: []ToolCall{}}}
 	if evs, err := m.StoredEvents(ctx, sr.ID); err == nil {
 		r.events = evs
@@ -471,6 +494,15 @@ func (m *Manager) resume(sr store.Run, lease store.Lease) {
 		r.mu.Unlock()
 		// The dead process's screen leases were held by this same holder:
 		// botd hands them back to the session on first use.
+		if sr.Runtime == providers.RuntimeWorker {
+			// The worker's loop kept its conversation in memory: a new one
+			// starts, telling the model what happened.
+			r.emit("resumed", map[string]string{"runtime": providers.RuntimeWorker})
+			if err := r.driveWorker(ctx, sr.Prompt, sr.Model, true); err != nil {
+				return fmt.Errorf("the worker restarted mid-run; the resumed run failed: %w", err)
+			}
+			return nil
+		}
 		if err := r.driveResumed(ctx, sr.Prompt, sr.ThreadID, sr.TurnID); err != nil {
 			return fmt.Errorf("the worker restarted mid-run; resuming its Codex thread failed: %w", err)
 		}
@@ -1025,8 +1057,27 @@ func (r *Run) toolCall(ctx context.Context, params json.RawMessage) codexrpc.Dyn
 	if json.Unmarshal(args, &s) == nil {
 		args = json.RawMessage(s)
 	}
-	p.CallID, p.Tool = codexrpc.Clip(p.CallID, MaxIDLen), codexrpc.Clip(p.Tool, MaxIDLen)
-	r.emit("tool_call", map[string]any{"callId": p.CallID, "tool": p.Tool, "arguments": trimParams(args)})
+	res := r.execTool(ctx, p.CallID, p.Tool, args)
+	out := codexrpc.DynamicToolCallResponse{Success: res.Success}
+	for _, c := range res.Content {
+		if c.Type == "image" {
+			out.ContentItems = append(out.ContentItems, codexrpc.ContentItem{Type: "inputImage", ImageURL: c.ImageURL})
+			continue
+		}
+		out.ContentItems = append(out.ContentItems, codexrpc.ContentItem{Type: "inputText", Text: c.Text})
+	}
+	return out
+}
+
+// errFencedCall is a fenced run's answer to every tool call.
+const errFencedCall = "error: this run lost its bot's lease to another holder; it stops and may not act"
+
+// execTool runs one tool call of the model (either runtime) and records
+// it: the tool_call event, then the tool_result event and the snapshot's
+// entry.
+func (r *Run) execTool(ctx context.Context, callID, tool string, args json.RawMessage) tools.Result {
+	callID, tool = codexrpc.Clip(callID, MaxIDLen), codexrpc.Clip(tool, MaxIDLen)
+	r.emit("tool_call", map[string]any{"callId": callID, "tool": tool, "arguments": trimParams(args)})
 	// A run whose lease moved on (its writes refused, that one included)
 	// acts no more: the call is not carried out, even before the fence's
 	// cancel reaches the turn.
@@ -1034,21 +1085,17 @@ func (r *Run) toolCall(ctx context.Context, params json.RawMessage) codexrpc.Dyn
 	fenced := r.fenced
 	r.mu.Unlock()
 	if fenced {
-		return codexrpc.DynamicToolCallResponse{Success: false, ContentItems: []codexrpc.ContentItem{{Type: "inputText",
-			Text: "error: this run lost its bot's lease to another holder; it stops and may not act"}}}
+		return tools.Result{Success: false, Content: []tools.Content{{Type: "text", Text: errFencedCall}}}
 	}
 	start := time.Now()
-	res := tools.Call(ctx, r.session, p.Tool, args)
-	rec := ToolCall{CallID: p.CallID, Tool: p.Tool, Arguments: trimParams(args), Success: res.Success, Ms: time.Since(start).Milliseconds()}
-	out := codexrpc.DynamicToolCallResponse{Success: res.Success}
+	res := tools.Call(ctx, r.session, tool, args)
+	rec := ToolCall{CallID: callID, Tool: tool, Arguments: trimParams(args), Success: res.Success, Ms: time.Since(start).Milliseconds()}
 	for _, c := range res.Content {
 		if c.Type == "image" {
 			rec.Images++
-			out.ContentItems = append(out.ContentItems, codexrpc.ContentItem{Type: "inputImage", ImageURL: c.ImageURL})
 			continue
 		}
 		rec.Output += c.Text
-		out.ContentItems = append(out.ContentItems, codexrpc.ContentItem{Type: "inputText", Text: c.Text})
 	}
 	if len(rec.Output) > 2000 {
 		rec.Output = rec.Output[:2000]
@@ -1057,7 +1104,7 @@ func (r *Run) toolCall(ctx context.Context, params json.RawMessage) codexrpc.Dyn
 	r.snap.ToolCalls = append(r.snap.ToolCalls, rec)
 	r.emitLocked("tool_result", rec)
 	r.mu.Unlock()
-	return out
+	return res
 }
 
 // checkID refuses a thread or turn id over MaxIDLen.

@@ -266,13 +266,13 @@ func (s *sqlStore) GetLease(ctx context.Context, key string) (Lease, error) {
 }
 
 const runCols = `id, computer_id, bot_id, lease_key, epoch, state, prompt, model, thread_id, turn_id, message, error,
- created_at, updated_at, ended_at`
+ created_at, updated_at, ended_at, runtime`
 
 func scanRun(sc interface{ Scan(...any) error }) (Run, error) {
 	var r Run
 	var created, updated, ended int64
 	err := sc.Scan(&r.ID, &r.ComputerID, &r.BotID, &r.LeaseKey, &r.Epoch, &r.State, &r.Prompt, &r.Model, &r.ThreadID,
-		&r.TurnID, &r.Message, &r.Error, &created, &updated, &ended)
+		&r.TurnID, &r.Message, &r.Error, &created, &updated, &ended, &r.Runtime)
 	r.CreatedAt, r.UpdatedAt, r.EndedAt = fromMs(created), fromMs(updated), fromMs(ended)
 	return r, err
 }
@@ -284,9 +284,9 @@ const fence = `EXISTS (SELECT 1 FROM bot_leases l WHERE l.lease_key=runs.lease_k
 func (s *sqlStore) CreateRun(ctx context.Context, r Run) error {
 	now := time.Now()
 	res, err := s.db.ExecContext(ctx, s.q(`INSERT INTO runs (`+runCols+`)
- SELECT ?,?,?,?,?,?,?,?,?,?,?,?,?,?,0 WHERE EXISTS (SELECT 1 FROM bot_leases l WHERE l.lease_key=? AND l.epoch=? AND l.holder<>'')`),
+ SELECT ?,?,?,?,?,?,?,?,?,?,?,?,?,?,0,? WHERE EXISTS (SELECT 1 FROM bot_leases l WHERE l.lease_key=? AND l.epoch=? AND l.holder<>'')`),
 		r.ID, r.ComputerID, r.BotID, r.LeaseKey, r.Epoch, r.State, r.Prompt, r.Model, r.ThreadID, r.TurnID, r.Message, r.Error,
-		ms(now), ms(now), r.LeaseKey, r.Epoch)
+		ms(now), ms(now), runtimeOr(r.Runtime), r.LeaseKey, r.Epoch)
 	if err != nil {
 		return s.wrap(err)
 	}
@@ -540,4 +540,13 @@ func (s *sqlStore) DeleteSecret(ctx context.Context, computerID, name string) er
 		return ErrNotFound
 	}
 	return nil
+}
+
+// runtimeOr is a run's runtime as stored: "machine" when unset (every run
+// made before runtimes existed ran Codex in the machine).
+func runtimeOr(rt string) string {
+	if rt == "" {
+		return "machine"
+	}
+	return rt
 }

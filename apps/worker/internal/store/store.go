@@ -139,6 +139,9 @@ type Run struct {
 	CreatedAt  time.Time
 	UpdatedAt  time.Time
 	EndedAt    time.Time
+	// Runtime is where the run's agent loop runs: "machine" (Codex in the
+	// computer; also what an empty value is stored as) or "worker".
+	Runtime string
 }
 
 // RunUpdate changes a run; nil fields are kept.

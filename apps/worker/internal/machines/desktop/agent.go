@@ -7,12 +7,13 @@ import (
 	"github.com/open-bot/computer/apps/worker/internal/machines"
 )
 
-// noAgentReason is why no agent runs on a desktop machine. A vendor's
-// stock desktop has one user and no root between it and whatever runs
-// there: an agent in it would need the worker's model key where the bot's
-// own shell reads it. The agent loop for such machines (the agent in the
-// worker, driving the sandbox through the tools) is not built yet.
-const noAgentReason = "no agent runs on a stock desktop machine: the agent loop for these machines (run in the worker) is not built yet, and the model key never enters such a machine; shell, file and screen tools work"
+// noAgentReason is why Codex never runs on a desktop machine (runtime
+// "machine"). A vendor's stock desktop has one user and no root between
+// it and whatever runs there: an agent in it would need the worker's model
+// key where the bot's own shell reads it. Runs there use the worker's own
+// loop (runtime "worker", the default on these machines), which drives
+// the sandbox through the tools with the key kept in the worker.
+const noAgentReason = "Codex does not run on a stock desktop machine (runtime \"machine\"): the model key never enters such a machine; use runtime \"worker\" (the default here), where the agent loop runs in the worker"
 
 // NoAgentReason implements machines.NoAgent: a run on a desktop machine
 // is refused before it starts.
