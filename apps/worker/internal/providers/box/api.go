@@ -2,7 +2,8 @@
 // ../box/spec/box-openapi.yaml writes it down: a box per computer, made
 // with a TTL that a refresher keeps extending while the computer is in use
 // (resume of a running box), stop = archive, resume under the same id,
-// delete; the machine is the command-driven desktop machine
+// delete, every create and resume with noEnv: true (none of the account's
+// own secrets in the box); the machine is the command-driven desktop machine
 // (machines/desktop) over Box's shell commands (backend.go), on the box's
 // one display :0, and the box's desktop page (?vnc=1) is reached by the
 // worker only, through a local forwarder, never shown to a browser.
@@ -198,9 +199,21 @@ type boxAnswer struct {
 	Box Box `json:"box"`
 }
 
+// lifeRequest is the body of every create and every resume: the TTL, and
+// noEnv, always true. Box applies the account's dashboard secrets (its env
+// vars and secret files) to every box started or resumed without noEnv;
+// the seed (000: "creates and resumes boxes with noEnv: true, as required
+// when a third party supplies the API key") rules that out: the BOX_API_KEY
+// the worker holds may be a customer's, whose own secrets must not land in
+// a box the bots' shell can read.
+type lifeRequest struct {
+	TTLSeconds int  `json:"ttlSeconds"`
+	NoEnv      bool `json:"noEnv"`
+}
+
 func (a *api) create(ctx context.Context, ttl int) (Box, error) {
 	var out boxAnswer
-	err := a.do(ctx, http.MethodPost, "/boxes", false, map[string]int{"ttlSeconds": ttl}, &out)
+	err := a.do(ctx, http.MethodPost, "/boxes", false, lifeRequest{TTLSeconds: ttl, NoEnv: true}, &out)
 	return out.Box, err
 }
 
@@ -224,10 +237,11 @@ func (a *api) stop(ctx context.Context, id string) (Box, error) {
 	return out.Box, err
 }
 
-// resume runs an archived box again, or gives a running one a new TTL.
+// resume runs an archived box again, or gives a running one a new TTL
+// (noEnv again: Box applies the account's secrets at every resume too).
 func (a *api) resume(ctx context.Context, id string, ttl int) (Box, error) {
 	var out boxAnswer
-	err := a.do(ctx, http.MethodPost, "/boxes/"+id+"/resume", true, map[string]int{"ttlSeconds": ttl}, &out)
+	err := a.do(ctx, http.MethodPost, "/boxes/"+id+"/resume", true, lifeRequest{TTLSeconds: ttl, NoEnv: true}, &out)
 	return out.Box, err
 }
 

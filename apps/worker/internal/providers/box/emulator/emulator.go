@@ -12,6 +12,12 @@
 // stopped the same way. The desktop is x11vnc on :0 behind websockify
 // (noVNC's web files) on a container port published on 127.0.0.1 only,
 // reached at {base}/desktop/{id}/{secret}/.
+//
+// The account's dashboard secrets (Config.AccountEnv, AccountFiles) are
+// applied as Box's docs say: to a box created or resumed without noEnv,
+// its commands and desktop get the env vars and the files are written
+// under the box user's home; a create or resume with noEnv: true applies
+// none. Every create and resume is recorded as received (LifeCalls).
 package emulator
 
 import (
@@ -26,6 +32,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -59,6 +66,24 @@ type Config struct {
 	Docker *dockerclient.Client
 	// Logf logs one line (nil: silent). Keys and secrets are never logged.
 	Logf func(format string, args ...any)
+	// AccountEnv is the account's dashboard environment variables: every
+	// box created or resumed without noEnv has them in the environment of
+	// its commands and of its desktop's processes.
+	AccountEnv map[string]string
+	// AccountFiles is the account's dashboard secret files (a path relative
+	// to the box user's home → its contents), written into every box
+	// created or resumed without noEnv.
+	AccountFiles map[string]string
+}
+
+// LifeCall is one create or resume as the emulator received it.
+type LifeCall struct {
+	// Op is "create" or "resume".
+	Op string
+	// Box is the box's id.
+	Box string
+	// NoEnv is the body's noEnv (nil: the body had none).
+	NoEnv *bool
 }
 
 // Emulator serves the API and the desktop pages.
@@ -73,6 +98,8 @@ type Emulator struct {
 	fail []int
 	// commands counts the commands run (tests).
 	commands int
+	// life records every create and resume received (tests).
+	life []LifeCall
 	// base is the emulator's own URL as clients reach it.
 	base emukit.Base
 }
@@ -92,6 +119,9 @@ type box struct {
 	desktopPort    string // 127.0.0.1:port of the desktop's websockify
 	desktopSecret  string
 	desktopStarted bool
+	// accountEnv: the account's secrets apply (the box's last create or
+	// resume came without noEnv).
+	accountEnv bool
 	// life serialises the box's start, stop and delete.
 	life sync.Mutex
 }
@@ -133,6 +163,19 @@ func (e *Emulator) Commands() int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.commands
+}
+
+// LifeCalls lists every create and resume received, in order.
+func (e *Emulator) LifeCalls() []LifeCall {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]LifeCall(nil), e.life...)
+}
+
+func (e *Emulator) recordLife(op, id string, noEnv *bool) {
+	e.mu.Lock()
+	e.life = append(e.life, LifeCall{Op: op, Box: id, NoEnv: noEnv})
+	e.mu.Unlock()
 }
 
 // Container is the container of box id ("" when there is none).
@@ -278,13 +321,16 @@ func decode(r *http.Request, v any) error {
 	return dec.Decode(v)
 }
 
-func ttlOf(w http.ResponseWriter, r *http.Request) (int, bool) {
+// lifeOf reads a create's or a resume's body: the TTL (default 3600) and
+// noEnv (nil when absent: false).
+func lifeOf(w http.ResponseWriter, r *http.Request) (int, *bool, bool) {
 	var body struct {
-		TTLSeconds *int `json:"ttlSeconds"`
+		TTLSeconds *int  `json:"ttlSeconds"`
+		NoEnv      *bool `json:"noEnv"`
 	}
 	if err := decode(r, &body); err != nil {
 		writeError(w, http.StatusBadRequest, "invalid_request", "body: %v", err)
-		return 0, false
+		return 0, nil, false
 	}
 	ttl := 3600
 	if body.TTLSeconds != nil {
@@ -292,9 +338,9 @@ func ttlOf(w http.ResponseWriter, r *http.Request) (int, bool) {
 	}
 	if ttl < 60 || ttl > 86400 {
 		writeError(w, http.StatusBadRequest, "invalid_request", "ttlSeconds must be 60..86400")
-		return 0, false
+		return 0, nil, false
 	}
-	return ttl, true
+	return ttl, body.NoEnv, true
 }
 
 // ---- lifecycle ----
@@ -333,12 +379,14 @@ func (e *Emulator) get(w http.ResponseWriter, r *http.Request) {
 }
 
 func (e *Emulator) create(w http.ResponseWriter, r *http.Request) {
-	ttl, ok := ttlOf(w, r)
+	ttl, noEnv, ok := lifeOf(w, r)
 	if !ok {
 		return
 	}
 	now := time.Now()
-	b := &box{id: newID(), status: "running", ttl: ttl, createdAt: now, expiresAt: now.Add(time.Duration(ttl) * time.Second)}
+	b := &box{id: newID(), status: "running", ttl: ttl, createdAt: now, expiresAt: now.Add(time.Duration(ttl) * time.Second),
+		accountEnv: noEnv == nil || !*noEnv}
+	e.recordLife("create", b.id, noEnv)
 	b.life.Lock()
 	defer b.life.Unlock()
 	c, err := e.startContainer(r.Context(), b)
@@ -368,8 +416,65 @@ func (e *Emulator) startContainer(ctx context.Context, b *box) (string, error) {
 		_ = emukit.Remove(context.WithoutCancel(ctx), e.cfg.Docker, id)
 		return "", err
 	}
+	if err := e.writeAccountFiles(ctx, b, id); err != nil {
+		_ = emukit.Remove(context.WithoutCancel(ctx), e.cfg.Docker, id)
+		return "", err
+	}
 	return id, nil
 }
+
+// envOf is the environment the account's secrets give b's processes:
+// AccountEnv unless b's last create or resume came with noEnv.
+func (e *Emulator) envOf(b *box) []string {
+	e.mu.Lock()
+	apply := b.accountEnv
+	e.mu.Unlock()
+	if !apply || len(e.cfg.AccountEnv) == 0 {
+		return nil
+	}
+	env := make([]string, 0, len(e.cfg.AccountEnv))
+	for k, v := range e.cfg.AccountEnv {
+		env = append(env, k+"="+v)
+	}
+	sort.Strings(env)
+	return env
+}
+
+// writeAccountFiles writes AccountFiles under the box user's home in
+// container id, unless b's last create or resume came with noEnv.
+func (e *Emulator) writeAccountFiles(ctx context.Context, b *box, id string) error {
+	e.mu.Lock()
+	apply := b.accountEnv
+	e.mu.Unlock()
+	if !apply || len(e.cfg.AccountFiles) == 0 {
+		return nil
+	}
+	paths := make([]string, 0, len(e.cfg.AccountFiles))
+	for p := range e.cfg.AccountFiles {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	var script strings.Builder
+	script.WriteString("set -e; umask 077\n")
+	for _, p := range paths {
+		if p == "" || strings.HasPrefix(p, "/") || slices.Contains(strings.Split(p, "/"), "..") {
+			return fmt.Errorf("account file %q: not a path under the home", p)
+		}
+		f := `"$HOME"/` + shq(p)
+		fmt.Fprintf(&script, "mkdir -p \"$(dirname %s)\"; printf '%%s' %s >%s\n", f, shq(e.cfg.AccountFiles[p]), f)
+	}
+	res, err := e.exec(ctx, id, nil, script.String(), "", 20)
+	if err == nil && res.code != 0 {
+		err = fmt.Errorf("exit %d: %s", res.code, res.stderr)
+	}
+	if err != nil {
+		return fmt.Errorf("the account's secret files: %w", err)
+	}
+	return nil
+}
+
+// shq quotes s for sh.
+func shq(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 // desktopBoot brings display :0 up (Xvfb and an XFCE session), waiting
 // until the window manager manages the panel and the desktop.
@@ -392,7 +497,7 @@ func (e *Emulator) boot(ctx context.Context, b *box, id string, ports map[int]st
 	if hostPort == "" {
 		return errors.New("the desktop port is not published on 127.0.0.1")
 	}
-	res, err := e.exec(ctx, id, desktopBoot, "", 60)
+	res, err := e.exec(ctx, id, e.envOf(b), desktopBoot, "", 60)
 	if err != nil {
 		return err
 	}
@@ -443,19 +548,24 @@ func (e *Emulator) resume(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	ttl, ok := ttlOf(w, r)
+	ttl, noEnv, ok := lifeOf(w, r)
 	if !ok {
 		return
 	}
+	e.recordLife("resume", b.id, noEnv)
 	b.life.Lock()
 	defer b.life.Unlock()
 	e.mu.Lock()
 	archived := b.status == "archived"
+	b.accountEnv = noEnv == nil || !*noEnv
 	e.mu.Unlock()
 	if archived {
 		ports, err := emukit.Start(r.Context(), e.cfg.Docker, b.container)
 		if err == nil {
 			err = e.boot(r.Context(), b, b.container, ports)
+		}
+		if err == nil {
+			err = e.writeAccountFiles(r.Context(), b, b.container)
 		}
 		if err != nil {
 			writeError(w, http.StatusInternalServerError, "internal", "resume: %v", err)
@@ -561,14 +671,15 @@ func (c *capWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// exec runs command (sh) in container id as the box's user, killed (its
-// process group) after timeout seconds.
-func (e *Emulator) exec(ctx context.Context, id, command, cwd string, timeout int) (execResult, error) {
+// exec runs command (sh) in container id as the box's user, with env
+// added to the container's environment, killed (its process group) after
+// timeout seconds.
+func (e *Emulator) exec(ctx context.Context, id string, env []string, command, cwd string, timeout int) (execResult, error) {
 	if cwd == "" {
 		cwd = "/home/" + e.cfg.User
 	}
 	r, err := e.cfg.Docker.ExecCreate(ctx, id, dockerclient.ExecCreateOptions{
-		User: e.cfg.User, WorkingDir: cwd, Cmd: []string{"timeout", "-s", "KILL", strconv.Itoa(timeout), "sh", "-s"},
+		User: e.cfg.User, WorkingDir: cwd, Env: env, Cmd: []string{"timeout", "-s", "KILL", strconv.Itoa(timeout), "sh", "-s"},
 		AttachStdin: true, AttachStdout: true, AttachStderr: true,
 	})
 	if err != nil {
@@ -646,7 +757,7 @@ func (e *Emulator) command(w http.ResponseWriter, r *http.Request) {
 	e.mu.Lock()
 	e.commands++
 	e.mu.Unlock()
-	res, err := e.exec(r.Context(), b.container, *body.Command, body.Cwd, timeout)
+	res, err := e.exec(r.Context(), b.container, e.envOf(b), *body.Command, body.Cwd, timeout)
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, "internal", "run the command: %v", err)
 		return
@@ -681,7 +792,7 @@ func (e *Emulator) desktop(w http.ResponseWriter, r *http.Request) {
 	b.desktopStarted = true
 	e.mu.Unlock()
 	if !started {
-		if res, err := e.exec(r.Context(), b.container, desktopStart, "", 10); err != nil || res.code != 0 {
+		if res, err := e.exec(r.Context(), b.container, e.envOf(b), desktopStart, "", 10); err != nil || res.code != 0 {
 			e.mu.Lock()
 			b.desktopStarted = false
 			e.mu.Unlock()

@@ -1,5 +1,7 @@
 // Package emutest starts the Box emulator for tests: on 127.0.0.1, on the
-// real Docker engine, with every exchange through a spec.Checker.
+// real Docker engine, with every exchange through a spec.Checker, for an
+// account that has dashboard secrets (AccountSecret: what a box made
+// without noEnv would hold).
 package emutest
 
 import (
@@ -25,9 +27,14 @@ type Server struct {
 	// URL is the emulator's address: BOX_API_URL.
 	URL string
 	// APIKey is the key it accepts (BOX_API_KEY).
-	APIKey   string
-	Emulator *emulator.Emulator
-	Docker   *dockerclient.Client
+	APIKey string
+	// AccountSecret is the value of the account's dashboard secrets: env
+	// var AccountSecretEnv, and the secret file AccountSecretFile (under
+	// the box user's home, holding AccountSecretEnv=AccountSecret). A box
+	// created or resumed without noEnv gets both; with noEnv, neither.
+	AccountSecret string
+	Emulator      *emulator.Emulator
+	Docker        *dockerclient.Client
 	// Checker holds every exchange of Client to box-openapi.yaml; a
 	// violation fails the test.
 	Checker *spec.Checker
@@ -37,6 +44,13 @@ type Server struct {
 
 	violations atomic.Int64
 }
+
+// AccountSecretEnv is the name of the account's dashboard env var.
+const AccountSecretEnv = "BOX_ACCOUNT_SECRET"
+
+// AccountSecretFile is the account's dashboard secret file, relative to
+// the box user's home.
+const AccountSecretFile = ".config/box-account/secrets.env"
 
 // Image is the box image (BOX_IMAGE, else E2B_DESKTOP_IMAGE, default
 // open-bot/e2b-desktop:dev: the stock desktop image).
@@ -78,7 +92,11 @@ func Start(t testing.TB) *Server {
 	buf := make([]byte, 20)
 	_, _ = rand.Read(buf)
 	key := "box_" + hex.EncodeToString(buf)
-	emu, err := emulator.New(emulator.Config{APIKey: key, Image: Image(), Docker: cli, Logf: t.Logf})
+	_, _ = rand.Read(buf)
+	acct := "box-account-secret-" + hex.EncodeToString(buf)
+	emu, err := emulator.New(emulator.Config{APIKey: key, Image: Image(), Docker: cli, Logf: t.Logf,
+		AccountEnv:   map[string]string{AccountSecretEnv: acct},
+		AccountFiles: map[string]string{AccountSecretFile: AccountSecretEnv + "=" + acct + "\n"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +110,7 @@ func Start(t testing.TB) *Server {
 			t.Errorf("emulator: removing boxes: %v", err)
 		}
 	})
-	s := &Server{URL: srv.URL, APIKey: key, Emulator: emu, Docker: cli}
+	s := &Server{URL: srv.URL, APIKey: key, AccountSecret: acct, Emulator: emu, Docker: cli}
 	s.Checker, err = spec.NewChecker(http.DefaultTransport, func(err error) {
 		s.violations.Add(1)
 		t.Errorf("SPEC VIOLATION: %v", err)
