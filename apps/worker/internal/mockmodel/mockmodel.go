@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"time"
 )
 
 // Step is one model reply: a tool call, or a final message.
@@ -72,6 +73,47 @@ type Server struct {
 	paths    []string
 	// tools is the last request's tools array (what Codex offered).
 	tools []json.RawMessage
+	// exchanges records every /v1/responses request answered; onExchange,
+	// when set, gets each as it is answered.
+	exchanges  []Exchange
+	onExchange func(Exchange)
+}
+
+// Exchange is one /v1/responses request as the server saw it: when it
+// arrived and was read, the tool outputs it carried back, and the answer
+// it got (a tool call or a message) and when. Benchmarks read it (the
+// time from a run's start to its first request, and a tool's round trip:
+// an answer asking for a call → the request carrying its output).
+type Exchange struct {
+	// N numbers the server's requests from 1.
+	N int `json:"n"`
+	// Arrived is when the handler got the request (its headers), Read
+	// when its body had been read and decoded.
+	Arrived time.Time `json:"arrived"`
+	Read    time.Time `json:"read"`
+	// Outputs are the call ids of the function_call_outputs it carried,
+	// in order.
+	Outputs []string `json:"outputs,omitempty"`
+	// Tool and CallID are the tool call answered ("" for a message).
+	Tool   string `json:"tool,omitempty"`
+	CallID string `json:"callId,omitempty"`
+	// Answered is when the whole answer had been written and flushed.
+	Answered time.Time `json:"answered"`
+}
+
+// OnExchange calls f with each exchange as it is answered (mockserve
+// writes them where a test outside its process reads them). Call it
+// before serving.
+func (s *Server) OnExchange(f func(Exchange)) *Server {
+	s.onExchange = f
+	return s
+}
+
+// Exchanges returns the exchanges answered so far, in order.
+func (s *Server) Exchanges() []Exchange {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Exchange(nil), s.exchanges...)
 }
 
 // New returns a server following script.
@@ -108,6 +150,7 @@ func (s *Server) Tools() []json.RawMessage {
 
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	arrived := time.Now()
 	s.mu.Lock()
 	s.paths = append(s.paths, r.Method+" "+r.URL.Path)
 	s.mu.Unlock()
@@ -127,6 +170,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
+	ex := Exchange{Arrived: arrived, Read: time.Now()}
 	var outs []Output
 	for _, raw := range req.Input {
 		var it struct {
@@ -136,6 +180,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		if json.Unmarshal(raw, &it) == nil && it.Type == "function_call_output" {
 			outs = append(outs, parseOutput(it.CallID, it.Output))
+			ex.Outputs = append(ex.Outputs, it.CallID)
 		}
 	}
 	// Counted before the script runs, so a script that blocks ("thinks")
@@ -170,5 +215,26 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			"output_tokens": 5, "output_tokens_details": map[string]any{"reasoning_tokens": 0}, "total_tokens": 15}}})
 	if f, ok := w.(http.Flusher); ok {
 		f.Flush()
+	}
+	ex.N, ex.Answered = n, time.Now()
+	if step.Tool != "" {
+		ex.Tool, ex.CallID = step.Tool, item["call_id"].(string)
+	}
+	s.mu.Lock()
+	s.exchanges = append(s.exchanges, ex)
+	s.mu.Unlock()
+	if s.onExchange != nil {
+		s.onExchange(ex)
+	}
+}
+
+// ToolLoop is a script that asks for tool (with args) n times, one call
+// per answer, then answers "done": the benchmarks' model.
+func ToolLoop(tool string, args any, n int) Script {
+	return func(outs []Output) Step {
+		if len(outs) < n {
+			return Step{Tool: tool, Args: args}
+		}
+		return Step{Message: "done"}
 	}
 }
