@@ -209,7 +209,9 @@ func TestWorkerRuntimeBadModel(t *testing.T) {
 	})
 
 	t.Run("the token budget", func(t *testing.T) {
-		model.set(func(w http.ResponseWriter, n int, _ seenRequest) { answerCall(w, n, "shell", `{"argv":["true"]}`, 1000) })
+		model.set(func(w http.ResponseWriter, n int, _ seenRequest) {
+			answerCall(w, n, "shell", `{"argv":["true"]}`, 1000)
+		})
 		final, _ := run(t)
 		require.Equal(t, runs.StatusFailed, final.Status)
 		require.Contains(t, final.Error, "the run used 3000 tokens; its token budget is 2500")
