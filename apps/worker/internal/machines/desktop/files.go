@@ -233,11 +233,16 @@ func errXferBusy() error {
 	return apiErr(http.StatusConflict, shared.CodeConflict, "another workspace export or import is running")
 }
 
-// ExportWorkspace streams the workspace as a tar (`tar -cf - .` as the
-// user, in the workspace). The reader ends with io.EOF only when tar
-// finished with status 0; a tar that failed, or an export past maxBytes,
-// ends with an error (client.ErrExportIncomplete, client.ErrExportRefused),
-// so a partial archive is never taken for a whole one.
+// ExportWorkspace streams the workspace as a tar (exportScript: find and
+// tar as the user, in the workspace). First every screen's browser is
+// closed cleanly (quiesceBrowsers: its cookies and session on disk, its
+// locks released); the transient files inside the browser profiles
+// (pkg/shared/transient, botd's list) are left out, nothing else; once tar
+// is done each browser starts again on the same tabs. The reader ends with
+// io.EOF only when tar finished with status 0; a tar that failed, or an
+// export past maxBytes, ends with an error (client.ErrExportIncomplete,
+// client.ErrExportRefused), so a partial archive is never taken for a
+// whole one.
 func (m *Machine) ExportWorkspace(ctx context.Context, maxBytes int64) (io.ReadCloser, error) {
 	if !m.xferMu.TryLock() {
 		return nil, errXferBusy()
@@ -246,23 +251,40 @@ func (m *Machine) ExportWorkspace(ctx context.Context, maxBytes int64) (io.ReadC
 		m.xferMu.Unlock()
 		return nil, err
 	}
-	p, err := m.b.Start(ctx, Cmd{Argv: []string{"tar", "-C", m.o.Workspace, "--numeric-owner", "-cf", "-", "."}, User: m.o.User, Cwd: m.o.Workspace})
+	resume, err := m.quiesceBrowsers(ctx)
 	if err != nil {
 		m.xferMu.Unlock()
 		return nil, err
 	}
+	argv := append([]string{"sh", "-c", exportScript, "sh", m.o.Workspace}, exportFind()...)
+	p, err := m.b.Start(ctx, Cmd{Argv: argv, User: m.o.User, Cwd: m.o.Workspace})
+	if err != nil {
+		resume()
+		m.xferMu.Unlock()
+		return nil, err
+	}
 	_ = p.Stdin().Close()
-	return &exportReader{p: p, max: maxBytes, unlock: m.xferMu.Unlock}, nil
+	return &exportReader{p: p, max: maxBytes, resume: resume, unlock: m.xferMu.Unlock}, nil
 }
 
 type exportReader struct {
-	p      Process
-	max    int64
-	n      int64
-	done   bool
-	err    error
-	unlock func()
-	closed bool
+	p   Process
+	max int64
+	n   int64
+	err error
+	// resume starts the quiesced browsers again: once tar has ended (its
+	// output read to the end) or at Close, whichever is first.
+	resume  func()
+	resumed bool
+	unlock  func()
+	closed  bool
+}
+
+func (e *exportReader) resumeOnce() {
+	if !e.resumed {
+		e.resumed = true
+		e.resume()
+	}
 }
 
 func (e *exportReader) Read(b []byte) (int, error) {
@@ -286,6 +308,7 @@ func (e *exportReader) Read(b []byte) (int, error) {
 		default:
 			e.err = io.EOF
 		}
+		e.resumeOnce()
 		return n, e.err
 	}
 	if err != nil {
@@ -301,6 +324,7 @@ func (e *exportReader) Close() error {
 	}
 	e.closed = true
 	err := e.p.Close()
+	e.resumeOnce()
 	e.unlock()
 	return err
 }
@@ -309,7 +333,9 @@ func (e *exportReader) Close() error {
 // user) and counts what it carried. Entries that are absolute or hold ".."
 // are refused (403 FS_SANDBOX_DENIED) before tar sees them; links and
 // special files are refused too (400), since the export makes none that an
-// import needs beyond files, directories and symlinks inside.
+// import needs beyond files, directories and symlinks inside. Browsers that
+// run are closed first (a profile is never written under a live browser)
+// and start again afterwards, on the imported profile's last session.
 func (m *Machine) ImportWorkspace(ctx context.Context, r io.Reader) (client.WorkspaceSummary, error) {
 	var sum client.WorkspaceSummary
 	if !m.xferMu.TryLock() {
@@ -319,6 +345,11 @@ func (m *Machine) ImportWorkspace(ctx context.Context, r io.Reader) (client.Work
 	if err := m.ensureWorkspace(ctx); err != nil {
 		return sum, err
 	}
+	resume, err := m.quiesceBrowsers(ctx)
+	if err != nil {
+		return sum, err
+	}
+	defer resume()
 	p, err := m.b.Start(ctx, Cmd{Argv: []string{"tar", "-C", m.o.Workspace, "--no-same-owner", "--no-same-permissions", "-xf", "-"}, User: m.o.User, Cwd: m.o.Workspace})
 	if err != nil {
 		return sum, err

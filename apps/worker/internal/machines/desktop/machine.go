@@ -85,6 +85,10 @@ type Machine struct {
 
 	// xferMu makes one workspace transfer run at a time (botd's 409).
 	xferMu sync.Mutex
+	// browserMu serializes the screens' browser starts, opens and closes,
+	// and holds them while a workspace transfer has the browsers closed
+	// (quiesceBrowsers). Taken after startMu, never before it.
+	browserMu sync.Mutex
 	// stop ends the sweeper.
 	stop chan struct{}
 	once sync.Once
@@ -354,13 +358,18 @@ func (m *Machine) ensure(ctx context.Context, id string) (*screen, error) {
 	m.mu.Lock()
 	s.running, s.width, s.height = true, w, h
 	m.mu.Unlock()
+	// A screen with a profile gets its browser back on its last session:
+	// on a replacement, the imported sign-ins and tabs.
+	m.restoreBrowser(sctx, id, slot)
 	m.events.publish(shared.EventScreen, map[string]any{"screen": id, "state": shared.StateRunning, "display": m.display(slot)})
 	return s, nil
 }
 
-// ForgetScreen ends the screen's lease, cuts off what runs on it, stops its
-// stack (a further slot's Xvfb, XFCE and x11vnc; the sandbox's own display
-// :0 stays up) and frees its slot.
+// ForgetScreen ends the screen's lease, cuts off what runs on it, closes its
+// browser cleanly (its profile stays in the workspace), stops its stack (a
+// further slot's Xvfb, XFCE and x11vnc; the sandbox's own display :0 stays
+// up) and frees its slot, so the next screen there never shows this one's
+// browser.
 func (m *Machine) ForgetScreen(ctx context.Context, id string) error {
 	if err := validID(id); err != nil {
 		return err
@@ -378,6 +387,9 @@ func (m *Machine) ForgetScreen(ctx context.Context, id string) error {
 	delete(m.screens, id)
 	m.mu.Unlock()
 	m.links.forget(id)
+	if err := m.closeBrowser(ctx, id); err != nil {
+		return fmt.Errorf("desktop machine: stop screen %s: %w", id, err)
+	}
 	if slot > 0 {
 		if err := m.stopSlot(ctx, slot); err != nil {
 			return fmt.Errorf("desktop machine: stop screen %s: %w", id, err)
@@ -492,26 +504,30 @@ func (m *Machine) Launch(ctx context.Context, id, leaseID, app string) (json.Raw
 	return json.Marshal(map[string]any{"app": app, "pid": pid})
 }
 
-// Open opens an http(s) URL on the screen with the sandbox's browser
-// (chromium when installed, else xdg-open; see openScript), under the lease. It is plain
-// input to the desktop: no page is read back (ReadPage is unavailable).
+// Open opens an http(s) URL on the screen, under the lease, in the screen's
+// own Chromium: its profile is ProfilesDir/<screen> in the workspace, so
+// two screens never share a browser or its sign-ins (browserScript; with
+// no Chromium installed, xdg-open). It is plain input to the desktop: no
+// page is read back (ReadPage is unavailable).
 func (m *Machine) Open(ctx context.Context, id, leaseID, target string) (json.RawMessage, error) {
 	if !(strings.HasPrefix(target, "http://") || strings.HasPrefix(target, "https://")) || len(target) > 8192 || strings.ContainsAny(target, "\x00\n\r") {
 		return nil, apiErr(http.StatusBadRequest, shared.CodeBadRequest, "target must be an http(s) URL on this machine (no managed browser to open files or tabs)")
 	}
 	var pid int
 	err := m.withLease(ctx, id, leaseID, func(ctx context.Context, s *screen) error {
-		var err error
-		pid, err = m.spawn(ctx, s, []string{"sh", "-c", openScript, "sh", target})
-		if err != nil {
-			return err
-		}
-		// A browser that starts cold takes a while to map its window: wait
-		// (bounded) until one shows, so the next observation sees the
-		// browser, not the desktop as it was before the open.
 		m.mu.Lock()
 		slot := s.slot
 		m.mu.Unlock()
+		m.browserMu.Lock()
+		out, err := m.browser(ctx, "open", id, slot, target)
+		m.browserMu.Unlock()
+		if err != nil {
+			return err
+		}
+		pid, _ = strconv.Atoi(out)
+		// A browser that starts cold takes a while to map its window: wait
+		// (bounded) until one shows, so the next observation sees the
+		// browser, not the desktop as it was before the open.
 		_, _ = m.b.Exec(ctx, Cmd{Argv: []string{"sh", "-c", awaitBrowserScript}, User: m.o.User, Cwd: m.o.Home, Env: m.displayEnv(slot), MaxOutput: 1 << 10})
 		return sleepCtx(ctx, shared.SettleOpenURL)
 	})
@@ -520,16 +536,6 @@ func (m *Machine) Open(ctx context.Context, id, leaseID, target string) (json.Ra
 	}
 	return json.Marshal(map[string]any{"url": target, "pid": pid, "managed": false})
 }
-
-// openScript opens $1 in Chromium, or with xdg-open where there is none.
-// Like botd, Chromium gets --no-sandbox only where its sandbox cannot work
-// (user, PID and network namespaces unavailable to the user, as in an
-// unprivileged container); a vendor's VM sandbox keeps it.
-const openScript = `if command -v chromium >/dev/null; then
-  sb=""; unshare --user --pid --net true 2>/dev/null || sb="--no-sandbox"
-  exec chromium $sb --no-first-run --no-default-browser-check --start-maximized "$1"
-fi
-exec xdg-open "$1"`
 
 // awaitBrowserScript waits up to 30 s for a visible Chromium window on
 // $DISPLAY (at once when one is up already); without Chromium (xdg-open)
