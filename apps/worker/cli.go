@@ -531,6 +531,7 @@ func runRuns(ctx context.Context, args []string) error {
 	bot := fs.String("bot", "", "bot id")
 	prompt := fs.String("prompt", "", "what the bot should do")
 	model := fs.String("model", "", "model (default: the worker's)")
+	runtime := fs.String("runtime", "", "where the agent loop runs: worker or machine (default: the computer's)")
 	watch := fs.Bool("watch", false, "start: then follow the run")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
@@ -543,18 +544,18 @@ func runRuns(ctx context.Context, args []string) error {
 	}
 	base := "/v1/computers/" + *comp + "/runs"
 	type run struct {
-		ID, BotID, Status, Error, Message string
+		ID, BotID, Runtime, Status, Error, Message string
 	}
 	var out struct {
 		Run run `json:"run"`
 	}
 	switch args[0] {
 	case "start":
-		if err := c.call(ctx, "POST", base, map[string]string{"botId": *bot, "prompt": *prompt, "model": *model}, &out); err != nil {
+		if err := c.call(ctx, "POST", base, map[string]string{"botId": *bot, "prompt": *prompt, "model": *model, "runtime": *runtime}, &out); err != nil {
 			return err
 		}
 		if !c.asJSON {
-			fmt.Printf("run %s started for bot %s (%s)\n", out.Run.ID, out.Run.BotID, out.Run.Status)
+			fmt.Printf("run %s started for bot %s (%s; runtime %s)\n", out.Run.ID, out.Run.BotID, out.Run.Status, out.Run.Runtime)
 		}
 		if *watch {
 			return c.watch(ctx, base+"/"+out.Run.ID+"/events")
