@@ -325,6 +325,7 @@ func workerKilledMidRun(t *testing.T, dbURL string) {
 		cmd := exec.Command(bin, "serve")
 		cmd.Env = append(os.Environ(), "DATA_DIR="+dataDir, "WORKER_LISTEN="+listen, "WORKER_TOKEN="+token,
 			"WORKER_MODEL=scripted-model", "WORKER_MODEL_PROVIDER=botd", "WORKER_PROVIDER=attach",
+			"MODEL_UPSTREAM_URL="+modelURL+"/v1", "MODEL_API_KEY="+scriptedKey, // alice's worker runtime
 			"WORKER_DATABASE_URL="+dbURL) // "": SQLite in DATA_DIR
 		var logs syncBuffer
 		cmd.Stdout, cmd.Stderr = &logs, &logs
@@ -372,8 +373,9 @@ func workerKilledMidRun(t *testing.T, dbURL string) {
 	env.computer, env.capa = created.Computer.ID, created.Capability
 	require.Equal(t, http.StatusCreated, env.do(t, "POST", "/bots", map[string]string{"id": "alice"}, nil))
 	require.Equal(t, http.StatusCreated, env.do(t, "POST", "/bots", map[string]string{"id": "bob"}, nil))
-	// Two Team bots work at once, each on its own screen.
-	runID := env.startRun(t, "alice", "look")
+	// Two Team bots work at once, each on its own screen: alice's agent
+	// loop in the worker (issue 30), bob's Codex in the machine.
+	runID := env.startRunOn(t, "alice", "look", "worker")
 	bobRun := env.startRun(t, "bob", "look")
 	waitFor(t, "both runs to be mid-turn", 3*time.Minute, func() bool {
 		a, b := env.getRun(t, runID), env.getRun(t, bobRun)
@@ -418,8 +420,15 @@ func workerKilledMidRun(t *testing.T, dbURL string) {
 		require.Equal(t, runs.StatusCompleted, final.Status, "run %s: %s", id, final.Error)
 		require.Equal(t, "resumed and done", final.Message)
 		require.Contains(t, events, "resumed")
+		require.True(t, final.ToolCalls[0].Success, "the events recorded before the kill survive")
+		if id == runID {
+			// The worker's loop starts a new conversation that tells the
+			// model the worker restarted: it looked again, then finished.
+			require.Equal(t, "worker", final.Runtime)
+			require.Len(t, final.ToolCalls, 2)
+			continue
+		}
 		require.Len(t, final.ToolCalls, 1, "the events recorded before the kill survive")
-		require.True(t, final.ToolCalls[0].Success)
 	}
 	var comp struct {
 		Computer struct{ State string } `json:"computer"`

@@ -274,7 +274,13 @@ func takeoverAndBotdEvents(t *testing.T, dbURL string) {
 	c := startComputer(t, modelSrv.URL, 474,
 		"EGRESS_ALLOW="+strings.TrimPrefix(page.srv.URL, "http://"), "APPLY_GUARD_EXTRA_DOMAINS=127.0.0.1",
 		"VIEW_PORT_BASE=23550")
-	e := startWorkerWith(t, c, "scripted-model", withDatabase(dbURL), "alice", "bob")
+	// The worker has the model too: the worker runtime's run below.
+	e := startWorkerWith(t, c, "scripted-model", func(cfg *serveConfig) {
+		if tw := withDatabase(dbURL); tw != nil {
+			tw(cfg)
+		}
+		cfg.Getenv = envMap(map[string]string{"MODEL_UPSTREAM_URL": modelSrv.URL + "/v1", "MODEL_API_KEY": scriptedKey})
+	}, "alice", "bob")
 	requirePostgresUsed(t, e, dbURL)
 	e.w.People.Takeover.SetBase(e.url)
 	botd := client.New(c.url, c.token, nil)
@@ -443,6 +449,32 @@ func takeoverAndBotdEvents(t *testing.T, dbURL string) {
 		requireClosedByServer(t, rfb, 20*time.Second, "resuming the run ends the person's control")
 		final, _ := waitRun(t, e, id, 3*time.Minute)
 		require.Equal(t, runs.StatusCompleted, final.Status)
+		require.Len(t, final.ToolCalls, 2)
+		require.True(t, final.ToolCalls[1].Success, "the run had its screen back: %s", final.ToolCalls[1].Output)
+		require.False(t, e.w.People.Takeover.InControl(e.computer, "alice"))
+	})
+
+	// The same with the agent loop in the worker (issue 30): the run
+	// contract is the runtime's too. This time the person releases.
+	t.Run("request_takeover, worker runtime", func(t *testing.T) {
+		phase.Store(3)
+		id := e.startRunOn(t, "alice", "Ask a person to decide.", "worker")
+		sse := followSSE(t, e, id)
+		ev := sse.wait(t, "waiting_takeover", 2*time.Minute, func(ev sseEvent) bool {
+			return ev.Type == "status" && ev.Data["status"] == string(runs.StatusWaitingTakeover)
+		})
+		require.Equal(t, "decide for me", ev.Data["reason"])
+		link, _ := ev.Data["controlUrl"].(string)
+		require.True(t, strings.HasPrefix(link, e.url+takeover.Prefix), "the event carries a worker control link, got %v", ev.Data)
+		rfb := connectControl(t, link)
+		require.NoError(t, rfb.pointer(0, 321, 123))
+		waitFor(t, "the person's pointer to move", 30*time.Second, func() bool { x, y := pointerAt(t, c, botd, "alice"); return x == 321 && y == 123 })
+		status, _, _ := takeoverCall(t, e, "DELETE", "alice", "")
+		require.Equal(t, http.StatusOK, status)
+		requireClosedByServer(t, rfb, 20*time.Second, "the release ends the person's control")
+		final, _ := waitRun(t, e, id, 3*time.Minute)
+		require.Equal(t, runs.StatusCompleted, final.Status, final.Error)
+		require.Equal(t, "worker", final.Runtime)
 		require.Len(t, final.ToolCalls, 2)
 		require.True(t, final.ToolCalls[1].Success, "the run had its screen back: %s", final.ToolCalls[1].Output)
 		require.False(t, e.w.People.Takeover.InControl(e.computer, "alice"))
