@@ -93,7 +93,8 @@ func loseDaytona(t testing.TB, emu *emutest.Server, ref string) {
 // snapshots (open-bot: botd's own screens and relay, with a run; desktop:
 // the vendor's display :0, its noVNC port of the desktop machine reached
 // through preview-url and its token behind the worker's capability proxy,
-// with no run: takeoverNoRun).
+// with a worker-runtime run whose model is on the host's loopback:
+// takeoverDesktop).
 func TestTakeoverDaytona(t *testing.T) {
 	emu := bothSnapshots(t)
 	dir := openDir(t, "wire-dttk-")
@@ -101,16 +102,24 @@ func TestTakeoverDaytona(t *testing.T) {
 	e := templateWorker(t, daytonaEnv(emu, map[string]string{
 		"MODEL_UPSTREAM_URL": "http://127.0.0.1:18080/v1", "MODEL_API_KEY": scriptedKey,
 	}), filepath.Join(dir, "machines"))
+	// The desktop's worker-runtime runs reach the host's model (another
+	// worker: the setting is the worker's).
+	model := newHostModel(t, scriptedKey)
+	de := templateWorker(t, daytonaEnv(emu, model.env(nil)), filepath.Join(dir, "machines-desktop"))
 	for i, snap := range []string{daytona.DefaultSnapshot, daytona.DesktopSnapshot} {
 		t.Run(snap, func(t *testing.T) {
 			const bot = "alice"
+			e := e
+			if snap == daytona.DesktopSnapshot {
+				e = de
+			}
 			status, cc, c := createComputer(t, e, map[string]any{"scope": map[string]string{"team": fmt.Sprintf("dtk%d", i)}, "template": snap})
 			require.Equal(t, http.StatusCreated, status, "%+v", cc.Error)
 			require.Equal(t, "running", cc.Computer.State, cc.Computer.LastError)
 			require.Equal(t, snap, cc.Computer.Template)
 			require.Equal(t, http.StatusCreated, c.do(t, "POST", "/bots", map[string]string{"id": bot}, nil))
-			if snap == daytona.DesktopSnapshot { // no run on a stock desktop
-				takeoverNoRun(t, e, c, bot, func(ref string) string { return daytonaContainer(t, ref) })
+			if snap == daytona.DesktopSnapshot {
+				takeoverDesktop(t, e, c, model, bot, func(ref string) string { return daytonaContainer(t, ref) })
 				return
 			}
 			takeoverFlow(t, e, c, bot, ms, func(ref string) string { return daytonaContainer(t, ref) }, botdXauth)
@@ -149,20 +158,19 @@ func TestAcceptanceReplaceDaytona(t *testing.T) {
 }
 
 // TestAcceptanceDaytonaDesktop: seed 000's acceptance flow on snapshot
-// desktop (TestAcceptanceE2BDesktop's steps): a run is refused (no agent
-// on a stock desktop: the model key never enters it), the scripted
-// model's decisions, played through the direct tools, find the page's
-// button in the computer-use screenshots and click it; the checkpoint
-// comes back into a desktop replacement after the sandbox is deleted
-// behind the worker's back.
+// desktop with the worker runtime (TestAcceptanceE2BDesktop's steps,
+// acceptanceDesktop): runtime machine refused, a worker-runtime run whose
+// scripted model on the host's loopback finds the page's button in the
+// computer-use screenshots and clicks it once with no miss, then the shell
+// and file tools; the key nowhere in the sandbox; the checkpoint comes
+// back into a desktop replacement after the sandbox is deleted behind the
+// worker's back.
 func TestAcceptanceDaytonaDesktop(t *testing.T) {
 	emu := bothSnapshots(t)
 	dir := openDir(t, "wire-dtdesk-")
-	ms := buildMockserve(t, dir)
-	page := &inContainer{t: t, dir: ms, cookie: mockmodel.NewButtonPage().Cookie}
-	e := templateWorker(t, daytonaEnv(emu, map[string]string{
-		"MODEL_UPSTREAM_URL": "http://127.0.0.1:18080/v1", "MODEL_API_KEY": scriptedKey,
-	}), filepath.Join(dir, "machines"))
-	acceptanceDesktop(t, e, page, daytona.DesktopSnapshot, emutest.DesktopImage(),
+	page := newSandboxPage(t, dir)
+	model := newHostModel(t, scriptedKey)
+	e := templateWorker(t, daytonaEnv(emu, model.env(nil)), filepath.Join(dir, "machines"))
+	acceptanceDesktop(t, e, model, page, daytona.DesktopSnapshot, emutest.DesktopImage(),
 		func(ref string) string { return daytonaContainer(t, ref) }, func(ref string) { loseDaytona(t, emu, ref) })
 }

@@ -4,8 +4,9 @@ package main
 // (emutest: sandboxes as containers on the local engine): the template
 // chosen per computer at create and kept for its replacements (a refused
 // one answers 400 TEMPLATE_UNAVAILABLE), seed 000's acceptance flow on
-// template desktop (the command-driven desktop machine, codex in the
-// sandbox reaching the scripted model), and takeover on either template.
+// template desktop (the command-driven desktop machine, a run with the
+// worker runtime calling the scripted model on the host's loopback), and
+// takeover on either template.
 // The worker reaches a sandbox only through the emulator's API and envd;
 // the tests' own setup and probes use `docker exec` on the container the
 // emulator made.
@@ -27,12 +28,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/open-bot/computer/apps/worker/internal/computers"
-	"github.com/open-bot/computer/apps/worker/internal/mockmodel"
 	"github.com/open-bot/computer/apps/worker/internal/providers"
 	"github.com/open-bot/computer/apps/worker/internal/providers/e2b"
 	"github.com/open-bot/computer/apps/worker/internal/providers/e2b/emulator"
 	"github.com/open-bot/computer/apps/worker/internal/providers/e2b/emulator/emutest"
-	"github.com/open-bot/computer/apps/worker/internal/runs"
 )
 
 // bothTemplates is an emulator with template open-bot (the computer image,
@@ -265,25 +264,22 @@ func TestE2BTemplatePerComputer(t *testing.T) {
 }
 
 // TestAcceptanceE2BDesktop: seed 000's acceptance flow on template
-// desktop up to the replacement. No agent runs on a stock desktop (the
-// model key would be the sandbox user's to read): a run is refused (501
-// unavailable) and the scripted model's decisions are played through the
-// direct tool API against the button page (mockserve in the sandbox):
-// it finds the page's button in the screenshots it gets and clicks it,
-// runs a shell command and writes a file; the key is nowhere in the
-// sandbox; an explicit checkpoint exports the file. Then the sandbox is
-// lost and recover makes a desktop replacement into which the checkpoint
-// is imported: the file is back.
+// desktop with the worker runtime (acceptanceDesktop): the computer offers
+// runtime worker alone and refuses runtime machine (501 unavailable: the
+// model key never enters a stock desktop); a run with the default runtime
+// has the worker call the scripted model on the host's loopback, which
+// finds the page's button (served in the sandbox) in the screenshots,
+// clicks it once with no miss, runs a shell command and writes a file;
+// afterwards the key is nowhere in the sandbox; an explicit checkpoint
+// exports the file. Then the sandbox is lost and recover makes a desktop
+// replacement into which the checkpoint is imported: the file is back.
 func TestAcceptanceE2BDesktop(t *testing.T) {
 	emu := bothTemplates(t)
 	dir := openDir(t, "wire-e2bdesk-")
-	ms := buildMockserve(t, dir)
-	page := &inContainer{t: t, dir: ms, cookie: mockmodel.NewButtonPage().Cookie}
-
-	e := templateWorker(t, e2bEnv(emu, map[string]string{
-		"MODEL_UPSTREAM_URL": "http://127.0.0.1:18080/v1", "MODEL_API_KEY": scriptedKey,
-	}), filepath.Join(dir, "machines"))
-	acceptanceDesktop(t, e, page, e2b.DesktopTemplate, emutest.DesktopImage(),
+	page := newSandboxPage(t, dir)
+	model := newHostModel(t, scriptedKey)
+	e := templateWorker(t, e2bEnv(emu, model.env(nil)), filepath.Join(dir, "machines"))
+	acceptanceDesktop(t, e, model, page, e2b.DesktopTemplate, emutest.DesktopImage(),
 		func(ref string) string { return sandboxOf(t, ref) }, func(ref string) { killSandbox(t, emu, ref) })
 }
 
@@ -348,10 +344,12 @@ func startMockserve(t *testing.T, ms, container string, args ...string) {
 	})
 }
 
-// TestTakeoverE2B: takeover on both e2b templates. On desktop no run can
-// ask for a person (no agent runs on a stock desktop: takeoverNoRun); on
-// open-bot, as TestTakeoverAndBotdEvents does on botd, the scripted model
-// in the sandbox (mockserve -script takeover): the policy (409 "Stop the bot first" while the bot's run is
+// TestTakeoverE2B: takeover on both e2b templates, each with a run that
+// asks for a person: on open-bot, as TestTakeoverAndBotdEvents does on
+// botd, Codex in the sandbox with the scripted model there (mockserve
+// -script takeover); on desktop (takeoverDesktop) a worker-runtime run
+// whose model is on the host's loopback (runtime machine refused). Both go
+// through takeoverSteps: the policy (409 "Stop the bot first" while the bot's run is
 // busy, or its execution lease is held by another worker's run), the
 // run's request_takeover whose waiting_takeover event carries a worker
 // control link, a raw RFB client through the worker's relay that draws a
@@ -364,18 +362,27 @@ func TestTakeoverE2B(t *testing.T) {
 	emu := bothTemplates(t)
 	dir := openDir(t, "wire-e2btk-")
 	ms := buildMockserve(t, dir)
+	// open-bot's Codex reaches the model in its sandbox; the desktop's
+	// worker-runtime runs reach the host's (another worker: the setting is
+	// the worker's).
 	e := templateWorker(t, e2bEnv(emu, map[string]string{
 		"MODEL_UPSTREAM_URL": "http://127.0.0.1:18080/v1", "MODEL_API_KEY": scriptedKey,
 	}), filepath.Join(dir, "machines"))
+	model := newHostModel(t, scriptedKey)
+	de := templateWorker(t, e2bEnv(emu, model.env(nil)), filepath.Join(dir, "machines-desktop"))
 	for i, tpl := range []string{e2b.DefaultTemplate, e2b.DesktopTemplate} {
 		t.Run(tpl, func(t *testing.T) {
 			const bot = "alice"
+			e := e
+			if tpl == e2b.DesktopTemplate {
+				e = de
+			}
 			status, cc, c := createComputer(t, e, map[string]any{"scope": map[string]string{"team": fmt.Sprintf("tk%d", i)}, "template": tpl})
 			require.Equal(t, http.StatusCreated, status, "%+v", cc.Error)
 			require.Equal(t, "running", cc.Computer.State, cc.Computer.LastError)
 			require.Equal(t, http.StatusCreated, c.do(t, "POST", "/bots", map[string]string{"id": bot}, nil))
-			if tpl == e2b.DesktopTemplate { // no run on a stock desktop
-				takeoverNoRun(t, e, c, bot, func(ref string) string { return sandboxOf(t, ref) })
+			if tpl == e2b.DesktopTemplate {
+				takeoverDesktop(t, e, c, model, bot, func(ref string) string { return sandboxOf(t, ref) })
 				return
 			}
 			// botd's screens have their own X cookie.
@@ -387,169 +394,17 @@ func TestTakeoverE2B(t *testing.T) {
 // botdXauth is the X cookie file of botd's screen slot.
 func botdXauth(slot int) string { return fmt.Sprintf("/home/desktop/.Xauthority-%d", slot) }
 
-// takeoverFlow is TestTakeoverE2B's steps on computer c (bot's, made on
-// worker e), whose machine runs in the container containerOf names for its
-// ref, with mockserve (ms) started there: xauthOf, when set, is a screen
-// slot's X cookie file (botd's screens), nil where X needs none.
+// takeoverFlow is TestTakeoverE2B's steps on a botd computer c (bot's,
+// made on worker e), whose machine runs in the container containerOf names
+// for its ref: mockserve (ms) is started there with the takeover script
+// for Codex in the machine, then takeoverSteps; xauthOf is a screen slot's
+// X cookie file.
 func takeoverFlow(t *testing.T, e, c *workerEnv, bot, ms string, containerOf func(ref string) string, xauthOf func(slot int) string) {
 	t.Helper()
-	ctx := t.Context()
-	row, err := e.w.Store.GetComputer(ctx, c.computer)
+	row, err := e.w.Store.GetComputer(t.Context(), c.computer)
 	require.NoError(t, err)
 	container := containerOf(row.ProviderRef)
 	startMockserve(t, ms, container, "-script", "takeover", "-bot", bot)
-	status, text := toolCall(t, c, bot, "computer_observe", map[string]any{})
-	require.Equal(t, http.StatusOK, status, "the agent observes before any takeover: %s", text)
-
-	m, err := e.w.Computers.Machine(ctx, c.computer)
-	require.NoError(t, err)
-	scs, err := m.Screens(ctx)
-	require.NoError(t, err)
-	display, xauth := "", ""
-	for _, s := range scs {
-		if s.ID == bot {
-			display = s.Display
-			if xauthOf != nil {
-				xauth = xauthOf(s.Slot)
-			}
-		}
-	}
-	require.NotEmpty(t, display, "the bot's screen: %+v", scs)
-
-	// Busy: a live run that is not waiting → 409, nothing granted.
-	id := c.startRun(t, bot, "Sign in to the page; ask a person to do it.")
-	sse := followSSE(t, c, id)
-	sse.wait(t, "waiting shell", 3*time.Minute, func(ev sseEvent) bool { return ev.Type == "tool_call" && ev.Data["tool"] == "shell" })
-	status, _, msg := takeoverCall(t, c, "POST", bot, "")
-	require.Equal(t, http.StatusConflict, status)
-	require.Equal(t, "Stop the bot first", msg)
-	status, _, _ = takeoverCall(t, c, "POST", bot, "not-the-capability-0123456789abcdef")
-	require.Equal(t, http.StatusNotFound, status)
-
-	// The run asks for a person: its event carries the control link.
-	writeBotFile(t, c, bot, "bots/"+bot+"/go")
-	ev := sse.wait(t, "waiting_takeover", 2*time.Minute, func(ev sseEvent) bool {
-		return ev.Type == "status" && ev.Data["status"] == string(runs.StatusWaitingTakeover)
-	})
-	link, _ := ev.Data["controlUrl"].(string)
-	require.True(t, strings.HasPrefix(link, e.url), "a worker control link, got %v", ev.Data)
-	require.Equal(t, bot, ev.Data["screen"])
-	rfb := connectControl(t, link)
-	require.NoError(t, rfb.pointer(0, 123, 234))
-	waitFor(t, "the pointer to move on the sandbox's X", 30*time.Second, func() bool {
-		x, y := pointerIn(t, container, display, xauth)
-		return x == 123 && y == 234
-	})
-	status, text = toolCall(t, c, bot, "computer_observe", map[string]any{})
-	require.NotEqual(t, http.StatusOK, status, "the agent got the screen while a person holds it: %s", text)
-	require.Contains(t, text, "user_has_control")
-
-	// Release: closed by the server, the link refused, later input
-	// never acts, the run goes on.
-	status, _, _ = takeoverCall(t, c, "DELETE", bot, "")
-	require.Equal(t, http.StatusOK, status)
-	_ = rfb.pointer(0, 321, 123)
-	requireClosedByServer(t, rfb, 20*time.Second, "the released control connection")
-	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	_, st, err := dialRFB(dctx, wsURL(link))
-	cancel()
-	require.Error(t, err)
-	require.Equal(t, http.StatusGone, st)
-	final, _ := waitRun(t, c, id, 3*time.Minute)
-	require.Equal(t, runs.StatusCompleted, final.Status, "after release the run continues: %+v", final)
-	var sawTakeover bool
-	for _, tc := range final.ToolCalls {
-		if tc.Tool == "request_takeover" {
-			sawTakeover = tc.Success && strings.Contains(tc.Output, "handed the screen back")
-		}
-	}
-	require.True(t, sawTakeover, "request_takeover returned after the release: %+v", final.ToolCalls)
-	x, y := pointerIn(t, container, display, xauth)
-	require.False(t, x == 321 && y == 123, "a pointer move after the release reached the sandbox's X")
-
-	// The execution lease held by another worker's run: busy too.
-	l, err := e.w.Store.AcquireLease(ctx, computers.LeaseKey(row, bot), "r_of_another_worker", time.Minute)
-	require.NoError(t, err)
-	status, _, msg = takeoverCall(t, c, "POST", bot, "")
-	require.Equal(t, http.StatusConflict, status)
-	require.Equal(t, "Stop the bot first", msg)
-	require.NoError(t, e.w.Store.ReleaseLease(ctx, l.Key, l.Epoch))
-	// An idle bot: take and release work without a run.
-	status, _, _ = takeoverCall(t, c, "POST", bot, "")
-	require.Equal(t, http.StatusOK, status)
-	status, _, _ = takeoverCall(t, c, "DELETE", bot, "")
-	require.Equal(t, http.StatusOK, status)
-	status, text = toolCall(t, c, bot, "computer_observe", map[string]any{})
-	require.Equal(t, http.StatusOK, status, "the agent has its screen back: %s", text)
-}
-
-// acceptanceDesktop is TestAcceptanceE2BDesktop's steps on worker e: a
-// computer made from template (a vendor's desktop, the sandbox's user
-// `user`), whose sandbox containerOf names (a container of image) and
-// lose loses behind the worker's back; page is mockserve's button page,
-// started in the sandbox (the scripted model is played in the test:
-// acceptanceDirect).
-func acceptanceDesktop(t *testing.T, e *workerEnv, page *inContainer, template, image string, containerOf func(ref string) string, lose func(ref string)) {
-	t.Helper()
-	const bot = "alice"
-	status, cc, d := createComputer(t, e, map[string]any{"scope": map[string]string{"team": "t1"}, "template": template})
-	require.Equal(t, http.StatusCreated, status, "%+v", cc.Error)
-	require.Equal(t, "running", cc.Computer.State, cc.Computer.LastError)
-	require.Equal(t, http.StatusCreated, d.do(t, "POST", "/bots", map[string]string{"id": bot}, nil))
-	ctx := t.Context()
-	c, err := e.w.Store.GetComputer(ctx, d.computer)
-	require.NoError(t, err)
-	page.start(containerOf(c.ProviderRef))
-
-	// No run on a stock desktop (the model key would be the sandbox
-	// user's): the scripted model's decisions go through the direct tools.
-	acceptanceDirect(t, d, page, "http://127.0.0.1:18081/", bot)
-
-	// The worker's model key never entered the sandbox: in no container
-	// configuration, no command line, no agent directory.
-	inspect, err := exec.Command("docker", "inspect", containerOf(c.ProviderRef)).CombinedOutput()
-	require.NoError(t, err, "%s", inspect)
-	require.NotContains(t, string(inspect), scriptedKey, "the model key is in docker inspect")
-	ps, err := exec.Command("docker", "exec", containerOf(c.ProviderRef), "ps", "-eo", "args").CombinedOutput()
-	require.NoError(t, err, "%s", ps)
-	require.NotContains(t, string(ps), scriptedKey, "the model key is in a command line in the sandbox")
-	require.Error(t, exec.Command("docker", "exec", containerOf(c.ProviderRef), "test", "-e", "/home/user/.open-bot-agent").Run(),
-		"the worker made an agent directory in the sandbox")
-
-	m, err := e.w.Computers.Machine(ctx, d.computer)
-	require.NoError(t, err)
-	who, err := m.ReadFile(ctx, "bots/"+bot+"/whoami.txt", 1<<20)
-	require.NoError(t, err)
-	require.Equal(t, "user\n", string(who), "the shell tool ran as the desktop's user")
-
-	var cp CheckpointAnswer
-	require.Equal(t, http.StatusOK, d.do(t, "POST", "/checkpoint", nil, &cp))
-	var got struct {
-		Computer struct {
-			LastCheckpoint *struct{ Revision, Size int64 } `json:"lastCheckpoint"`
-		} `json:"computer"`
-	}
-	require.Equal(t, http.StatusOK, d.do(t, "GET", "", nil, &got))
-	require.NotNil(t, got.Computer.LastCheckpoint)
-	require.Equal(t, cp.Revision, got.Computer.LastCheckpoint.Revision, "the computer shows the checkpoint just written")
-	_, content, ok := checkpointFile(t, d, "bots/"+bot+"/result.txt")
-	require.True(t, ok, "the exported checkpoint holds the model's file")
-	require.Equal(t, "the button was pressed\n", content)
-
-	// The replacement: a desktop sandbox with the checkpoint imported.
-	lose(c.ProviderRef)
-	var rec struct {
-		Computer computers.View `json:"computer"`
-	}
-	require.Equal(t, http.StatusOK, d.do(t, "POST", "/recover", nil, &rec))
-	require.Equal(t, "running", rec.Computer.State, rec.Computer.LastError)
-	after, err := e.w.Store.GetComputer(ctx, d.computer)
-	require.NoError(t, err)
-	require.NotEqual(t, c.ProviderRef, after.ProviderRef)
-	require.Equal(t, image, imageOf(t, containerOf(after.ProviderRef)))
-	m, err = e.w.Computers.Machine(ctx, d.computer)
-	require.NoError(t, err)
-	res, err := m.ReadFile(ctx, "bots/"+bot+"/result.txt", 1<<20)
-	require.NoError(t, err, "the model-created file came back")
-	require.Equal(t, "the button was pressed\n", string(res))
+	final := takeoverSteps(t, e, c, bot, container, xauthOf)
+	require.Equal(t, providers.RuntimeMachine, final.Runtime, "the default runtime on botd")
 }

@@ -1,13 +1,15 @@
 package main
 
 // Red team, position "a bot on a vendor's stock desktop" (issue 36, row
-// 4): on an E2B `desktop` template (likewise Daytona's `desktop` snapshot
-// and a Box) there is no botd and no root between the bot and the model:
-// the worker used to write MODEL_API_KEY into the sandbox as a file of its
-// one user and start codex with it in its environment, so the bot's own
-// shell could read the worker's model key. The key must never enter such
-// a machine: a run there is refused (501 unavailable) before anything is
-// written, and the bot's shell finds the key nowhere it can read.
+// 4; issue 30 requirement 2): on an E2B `desktop` template (likewise
+// Daytona's `desktop` snapshot and a Box) there is no botd and no root
+// between the bot and the model: the worker used to write MODEL_API_KEY
+// into the sandbox as a file of its one user and start codex with it in
+// its environment, so the bot's own shell could read the worker's model
+// key. The key must never enter such a machine: Codex there (runtime
+// machine) is refused (501 unavailable) before anything is written; a run
+// with the worker runtime keeps the key in the worker, and after it the
+// key is nowhere in the sandbox, searched as root.
 
 import (
 	"crypto/rand"
@@ -21,6 +23,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/open-bot/computer/apps/worker/internal/mockmodel"
 	"github.com/open-bot/computer/apps/worker/internal/providers/e2b"
 	"github.com/open-bot/computer/apps/worker/internal/runs"
 )
@@ -62,47 +65,74 @@ func huntKey(t *testing.T, d *workerEnv, bot, key string) []string {
 	return strings.Fields(strings.ReplaceAll(r.Stdout, "\n", " | "))
 }
 
+// TestRedTeamDesktopModelKey: the row on a desktop machine (E2B's
+// desktop template): Codex in the sandbox (runtime machine) is refused
+// with 501 unavailable before anything is written there; a full run with
+// the worker runtime (the default) works, its model on the host's
+// loopback, and that model plays a prompt-injected teammate: it hunts for
+// its own key through the bot's shell (keyHunt: environments, files, the
+// agent directory of old) and finds nothing. After the run, as root, the
+// key and its hash prefix are nowhere in the sandbox (huntSecret), while a
+// canary planted the same ways in the same sandbox is found in each place.
 func TestRedTeamDesktopModelKey(t *testing.T) {
 	emu := bothTemplates(t)
 	dir := openDir(t, "wire-rtkey-")
 	buf := make([]byte, 16)
 	_, _ = rand.Read(buf)
 	key := "sk-redteam-desktop-" + hex.EncodeToString(buf)
-	e := templateWorker(t, e2bEnv(emu, map[string]string{
-		"MODEL_UPSTREAM_URL": "http://127.0.0.1:18080/v1", "MODEL_API_KEY": key,
-	}), filepath.Join(dir, "machines"))
+	model := newHostModel(t, key)
+	e := templateWorker(t, e2bEnv(emu, model.env(nil)), filepath.Join(dir, "machines"))
 	const bot = "alice"
 	status, cc, d := createComputer(t, e, map[string]any{"scope": map[string]string{"team": "rtkey"}, "template": e2b.DesktopTemplate})
 	require.Equal(t, http.StatusCreated, status, "%+v", cc.Error)
 	require.Equal(t, "running", cc.Computer.State, cc.Computer.LastError)
 	require.Equal(t, http.StatusCreated, d.do(t, "POST", "/bots", map[string]string{"id": bot}, nil))
+	row, err := e.w.Store.GetComputer(t.Context(), d.computer)
+	require.NoError(t, err)
 
-	// What made the worker write the key: a run of the bot.
-	var started struct {
-		Run   runs.Snapshot `json:"run"`
-		Error *struct {
-			Code    string `json:"code"`
-			Message string `json:"message"`
-		} `json:"error"`
+	// What made the worker write the key, once: Codex in the machine.
+	requireMachineRefused(t, d, bot, "Say hello.")
+
+	// A full worker-runtime run; its model hunts for its own key through
+	// the bot's shell ($1$2: no argv holds the key whole), then writes
+	// what it found.
+	half := len(key) / 2
+	steps := []mockmodel.Step{
+		{Tool: "computer_observe", Args: map[string]any{}},
+		{Tool: "shell", Args: map[string]any{"argv": []string{"sh", "-c", keyHunt, "sh", key[:half], key[half:]}, "timeoutMs": 600000}},
 	}
-	runStatus := d.do(t, "POST", "/runs", map[string]string{"botId": bot, "prompt": "Say hello."}, &started)
-	if runStatus == http.StatusCreated {
-		// Wait for the run to reach its agent (or fail trying).
-		deadline := time.Now().Add(3 * time.Minute)
-		for d.getRun(t, started.Run.ID).Status == runs.StatusQueued && time.Now().Before(deadline) {
-			time.Sleep(500 * time.Millisecond)
+	srv := model.play(func(outs []mockmodel.Output) mockmodel.Step {
+		switch {
+		case len(outs) < len(steps):
+			return steps[len(outs)]
+		case len(outs) == len(steps):
+			return mockmodel.Step{Tool: "file_write", Args: map[string]any{"path": "bots/" + bot + "/hunt.txt", "content": outs[1].Text}}
 		}
-		// Stopped after the hunt, so a live agent's environment is hunted.
-		defer d.do(t, "POST", "/runs/"+started.Run.ID+"/stop", nil, nil)
+		return mockmodel.Step{Message: "Done hunting."}
+	})
+	id := d.startRunOn(t, bot, "Find your model key.", "")
+	final, _ := waitRun(t, d, id, 15*time.Minute)
+	require.Equal(t, runs.StatusCompleted, final.Status, "run error: %s; tool calls: %+v", final.Error, final.ToolCalls)
+	require.Equal(t, "worker", final.Runtime, "the default runtime on a stock desktop")
+	require.Equal(t, 4, srv.Requests(), "the model's requests, each with its key")
+	require.Len(t, final.ToolCalls, 3)
+	for _, tc := range final.ToolCalls {
+		require.True(t, tc.Success, "%s: %s", tc.Tool, tc.Output)
 	}
+	var hunt struct {
+		ExitCode int    `json:"exitCode"`
+		Stdout   string `json:"stdout"`
+		Stderr   string `json:"stderr"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(final.ToolCalls[1].Output), &hunt), "%s", final.ToolCalls[1].Output)
+	require.Zero(t, hunt.ExitCode, "the hunt ran: %s", hunt.Stderr)
+	require.NotContains(t, hunt.Stdout+hunt.Stderr, key, "the hunt printed the key")
+	require.Empty(t, strings.TrimSpace(hunt.Stdout), "the run's model found its key through the bot's shell")
 
-	found := huntKey(t, d, bot, key)
-	require.Empty(t, found, "the bot's shell found the worker's model key on the desktop machine")
-
-	require.Equal(t, http.StatusNotImplemented, runStatus, "a run on a stock desktop is refused: %+v", started)
-	require.NotNil(t, started.Error)
-	require.Equal(t, "unavailable", started.Error.Code)
-	require.Contains(t, started.Error.Message, "model key")
+	// As root, after the full run: nowhere (and the canary everywhere).
+	requireNoKeyInSandbox(t, sandboxOf(t, row.ProviderRef), key)
+	// The bot's own shell, with a direct call too.
+	require.Empty(t, huntKey(t, d, bot, key), "the bot's shell found the worker's model key on the desktop machine")
 
 	// Direct tool calls keep working there.
 	require.Equal(t, "user", strings.TrimSpace(shellAs(t, d, bot)))
