@@ -28,9 +28,11 @@ test:
 # The acceptance runs with a real vision model (never in CI): set
 # LIVE_MODEL_BASE_URL (an OpenAI-compatible Responses API), LIVE_MODEL_KEY and LIVE_MODEL.
 # TestLiveModel: an attached botd; TestLiveModelReplace: a local computer made
-# by the worker, destroyed and replaced from its checkpoint.
+# by the worker, destroyed and replaced from its checkpoint;
+# TestLiveModelE2BDesktop (also needs E2B_API_KEY, else it skips): a
+# worker-runtime run on a real E2B desktop sandbox, the page served inside it.
 test-live: build
-	$(GO) test -count=1 -v -run '^TestLiveModel(Replace)?$$' -timeout 20m ./apps/worker/
+	$(GO) test -count=1 -v -run '^TestLiveModel(Replace|E2BDesktop)?$$' -timeout 40m ./apps/worker/
 
 bench:
 	./scripts/bench.sh
