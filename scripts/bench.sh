@@ -181,6 +181,15 @@ BENCHES=(
   # WORKER_POOL=<kind>=1 (pool-), the create alone (p50), and one idle
   # pooled machine's CPU (% of a core over 5 s) and PSS (its processes).
   "./apps/worker|^BenchmarkPool$|1x"
+  # issue 30.6: where a run's agent loop runs: run start (POST /runs sent)
+  # -> the run's first model request read by the model, and one tool round
+  # trip (the answer asking for shell `true` flushed -> the next request,
+  # carrying its output, read), p50/p90 of 10 runs x 4 calls after a
+  # warm-up, scripted model: the worker runtime and Codex in the machine
+  # on docker, the worker runtime on E2B desktop (emulator; a machine run
+  # is refused there), ratios to docker/worker. Printed again as the
+  # runtimes table.
+  "./apps/worker|^BenchmarkRuntimeLatency$|1x"
 )
 
 # Print "Benchmark...  value unit  value unit ..." lines as a table. The awk
@@ -226,8 +235,13 @@ desktop_elements_awk='/desktop-elements-table: / {
   if (!hdr) { printf "\ndesktop elements: per program (found of the listed controls, hit of the clicked elements via AT-SPI); observe ms with/without\n"; hdr = 1 }
   line = $0; sub(/^.*desktop-elements-table: /, "", line); print line
 }'
+# issue 30.6: the runtimes table, as BenchmarkRuntimeLatency logged it.
+runtimes_awk='/runtime-table: / {
+  if (!hdr) { printf "\nruntimes: run start -> first model request, one shell true round trip (model asks -> result back at the model); ms, p50/p90 of 10 runs x 4 calls; cold 1st: the warm-up run; x: p50 beside docker/worker; tool p50: the same shell true through the direct tool API, no model\n"; hdr = 1 }
+  line = $0; sub(/^.*runtime-table: /, "", line); print line
+}'
 # Check the table programs now, not after an hour of benchmarks.
-for prog in "$table_awk" "$egress_awk" "$floors_awk" "$elements_awk" "$desktop_elements_awk"; do awk "$prog" </dev/null; done
+for prog in "$table_awk" "$egress_awk" "$floors_awk" "$elements_awk" "$desktop_elements_awk" "$runtimes_awk"; do awk "$prog" </dev/null; done
 
 # The machine may be shared: say how loaded it was around the run.
 load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
@@ -259,4 +273,5 @@ awk "$egress_awk" "$out"
 awk "$floors_awk" "$out"
 awk "$elements_awk" "$out"
 awk "$desktop_elements_awk" "$out"
+awk "$runtimes_awk" "$out"
 printf '\nload average before: %s   after: %s   (%s cores)\n' "$load_before" "$(cut -d' ' -f1-3 /proc/loadavg)" "$(nproc)"
