@@ -453,8 +453,8 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * Start a run: a bot works on a prompt with Codex
-         * @description 409 while that bot has a run. The prompt is at most 65536 bytes (413 beyond).
+         * Start a run: a bot works on a prompt
+         * @description The agent loop runs in the worker (`runtime: worker`) or as Codex in the machine (`machine`); see StartRunRequest.runtime. 409 while that bot has a run. The prompt is at most 65536 bytes (413 beyond). 501 unavailable for a runtime the computer does not offer.
          */
         post: operations["startRun"];
         delete?: never;
@@ -733,6 +733,8 @@ export interface components {
             lastCheckpoint: components["schemas"]["Checkpoint"] | null;
             /** @description The computer's template, when its provider has templates (e2b, daytona: open-bot or desktop). */
             template?: string;
+            /** @description The runtimes a run can use on this computer, its default first; null when this worker lacks the computer's provider. */
+            runtimes: components["schemas"]["RunRuntime"][] | null;
         };
         ComputerDetailAnswer: {
             computer: components["schemas"]["ComputerDetail"];
@@ -830,6 +832,8 @@ export interface components {
             model?: string;
             /** @description Record the bot's screen from the run's start to its end (H.264 MP4 kept in the computer's portable home); the run's `recording` names the file. 501 unavailable when the computer's machine cannot record. */
             record?: boolean;
+            /** @description Where the agent loop runs; empty: the computer's default (its `runtimes`' first: `machine` where Codex is, `worker` on stock desktops). `machine` on a stock desktop is 501 unavailable. */
+            runtime?: components["schemas"]["RunRuntime"];
         };
         /** @enum {string} */
         RunStatus: "queued" | "running" | "waiting_takeover" | "completed" | "failed" | "stopped";
@@ -851,6 +855,7 @@ export interface components {
             id: string;
             computerId: string;
             botId: string;
+            runtime: components["schemas"]["RunRuntime"];
             status: components["schemas"]["RunStatus"];
             /** @description Why a failed run failed. */
             error?: string;
@@ -973,6 +978,11 @@ export interface components {
             /** @constant */
             deleted: true;
         };
+        /**
+         * @description Where a run's agent loop runs: `worker` (the worker's own loop calls the model with the computer tools; the model key stays in the worker; every machine) or `machine` (Codex in the machine under botd; botd machines only).
+         * @enum {string}
+         */
+        RunRuntime: "worker" | "machine";
     };
     responses: {
         /** @description The computer. */
