@@ -881,17 +881,9 @@ func (r *Run) turn(ctx context.Context, conn *codexrpc.Conn, threadID, text stri
 // directory: on a Team computer bots/<bot-id> (made if missing), on a
 // Private computer the whole workspace.
 func (r *Run) botDir(ctx context.Context) (string, error) {
-	c, err := r.m.o.Computers.Get(ctx, r.computerID)
+	rel, err := r.makeBotDir(ctx)
 	if err != nil {
 		return "", err
-	}
-	r.private = c.Kind == computers.KindPrivate
-	rel := "" // the workspace
-	if !r.private {
-		rel = "bots/" + r.botID
-		if _, err := r.machine.Exec(ctx, client.ExecRequest{Argv: []string{"mkdir", "-p", rel}}); err != nil {
-			return "", err
-		}
 	}
 	res, err := r.machine.Exec(ctx, client.ExecRequest{Argv: []string{"pwd", "-P"}, Cwd: rel})
 	if err != nil {
@@ -901,6 +893,25 @@ func (r *Run) botDir(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("pwd exited %d", res.ExitCode)
 	}
 	return strings.TrimSpace(res.Stdout), nil
+}
+
+// makeBotDir makes the bot's home on a Team computer (bots/<bot-id>, made
+// if missing) and returns it workspace-relative ("" on a Private computer:
+// the whole workspace); it sets r.private.
+func (r *Run) makeBotDir(ctx context.Context) (string, error) {
+	c, err := r.m.o.Computers.Get(ctx, r.computerID)
+	if err != nil {
+		return "", err
+	}
+	r.private = c.Kind == computers.KindPrivate
+	if r.private {
+		return "", nil
+	}
+	rel := "bots/" + r.botID
+	if _, err := r.machine.Exec(ctx, client.ExecRequest{Argv: []string{"mkdir", "-p", rel}}); err != nil {
+		return "", err
+	}
+	return rel, nil
 }
 
 func instructions(botID string, private bool) string {

@@ -160,7 +160,9 @@ func (r *Run) driveWorker(ctx context.Context, prompt, model string, resumed boo
 		return fmt.Errorf("this worker has no model for the worker runtime")
 	}
 	lim := r.m.o.Loop
-	if _, err := r.botDir(ctx); err != nil {
+	// The bot's folder (its path is for Codex's working directory; the
+	// tools take workspace-relative paths, so one command is enough here).
+	if _, err := r.makeBotDir(ctx); err != nil {
 		return fmt.Errorf("prepare the bot's folder: %w", err)
 	}
 	text := prompt
