@@ -12,7 +12,9 @@
 #   scripts/build-image.sh     the computer image (seconds when nothing changed)
 # Not root (a laptop): nothing is installed; the tests that need root, the
 # tools, an engine or Postgres skip, and under CI=true they fail instead.
-# TEST_SETUP=0 skips the set-up steps.
+# TEST_SETUP=0 skips the set-up steps. apps/worker runs as shards beside
+# the other packages (scripts/worker-shards.sh); WORKER_SHARDS=0 runs it as
+# one package, as before. Each shard's verbose log: build/test-logs/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/usr/local/go/bin:$PATH"
@@ -47,4 +49,97 @@ if docker info >/dev/null 2>&1; then
 else
   log "no Docker engine answers; the image tests skip (fail under CI=true)"
 fi
-"$GO" test -count=1 -timeout "$TEST_TIMEOUT" "${PKGS[@]}"
+
+# apps/worker holds most of the suite's time in one package whose tests run
+# one after another; it runs as shards (scripts/worker-shards.sh: the shard
+# list and the rule for which tests may share one), each its own process
+# of one test binary, beside `go test` of every other package.
+WORKER_PKG=github.com/open-bot/computer/apps/worker
+mapfile -t LISTED < <("$GO" list "${PKGS[@]}")
+REST=()
+sharded=no
+for p in "${LISTED[@]}"; do
+  if [ "$p" = "$WORKER_PKG" ] && [ "${WORKER_SHARDS:-1}" != 0 ]; then
+    sharded=yes
+  else
+    REST+=("$p")
+  fi
+done
+if [ "$sharded" = no ]; then
+  "$GO" test -count=1 -timeout "$TEST_TIMEOUT" "${LISTED[@]}"
+  exit 0
+fi
+
+# shellcheck source=scripts/worker-shards.sh
+. scripts/worker-shards.sh
+logs="$PWD/build/test-logs"
+mkdir -p "$logs"
+bin="$logs/worker.test"
+pids=()
+trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; bash scripts/docker-engine.sh stop "$claim" >/dev/null 2>&1 || true; rm -f "$claim"' EXIT
+
+start=$(date +%s)
+rest_rc=0
+if [ "${#REST[@]}" -gt 0 ]; then
+  "$GO" test -count=1 -timeout "$TEST_TIMEOUT" "${REST[@]}" &
+  rest_pid=$!
+  pids+=("$rest_pid")
+fi
+"$GO" test -c -o "$bin" ./apps/worker
+
+# every top-level test, and the shard each falls in
+mapfile -t ALL < <(cd apps/worker && "$bin" -test.list '.*' | grep '^Test')
+named_re=""
+for tests in "${WORKER_SHARD_TESTS[@]}"; do
+  for t in $tests; do named_re+="${named_re:+|}$t"; done
+done
+runshard() { # name mode regex
+  local name=$1 mode=$2 re=$3 log="$logs/worker-$1.log" t=() s rc=0 secs
+  for n in "${ALL[@]}"; do
+    local hit=no
+    if [[ "$n" =~ ^($re)$ ]]; then hit=yes; fi
+    if { [ "$mode" = run ] && [ "$hit" = yes ]; } || { [ "$mode" = skip ] && [ "$hit" = no ]; }; then
+      t+=("$n")
+    fi
+  done
+  log "worker shard $name (${#t[@]} tests): ${t[*]}"
+  s=$(date +%s)
+  (cd apps/worker && exec "$bin" -test.v -test.paniconexit0 -test.timeout "$TEST_TIMEOUT" "-test.$mode" "^($re)\$") >"$log" 2>&1 || rc=$?
+  secs=$(( $(date +%s) - s ))
+  if [ "$rc" = 0 ]; then
+    grep -E '^--- (PASS|SKIP)' "$log" | sed "s/^/    [$name] /" || true
+    printf 'ok  \t%s [shard %s, %d tests]\t%ds\n' "$WORKER_PKG" "$name" "${#t[@]}" "$secs"
+  else
+    # each failed test's whole output (and an unfinished one's: a panic
+    # or the timeout), not the passing ones'
+    awk '/^=== RUN   [^\/]*$/ { buf = "" }
+      { buf = buf $0 "\n" }
+      /^--- (PASS|SKIP): / { buf = "" }
+      /^--- FAIL: / { printf "%s", buf; buf = "" }
+      END { printf "%s", buf }' "$log" | sed "s/^/[$name] /"
+    printf 'FAIL\t%s [shard %s, %d tests]\t%ds (log: %s)\n' "$WORKER_PKG" "$name" "${#t[@]}" "$secs" "$log"
+  fi
+  return "$rc"
+}
+shard_pids=()
+for i in "${!WORKER_SHARD_NAMES[@]}"; do
+  re="${WORKER_SHARD_TESTS[$i]// /|}"
+  runshard "${WORKER_SHARD_NAMES[$i]}" run "$re" &
+  shard_pids+=("$!")
+  pids+=("$!")
+done
+runshard "$WORKER_SHARD_REST" skip "$named_re" &
+shard_pids+=("$!")
+pids+=("$!")
+
+failed=0
+for p in "${shard_pids[@]}"; do
+  wait "$p" || failed=1
+done
+if [ -n "${rest_pid:-}" ]; then
+  wait "$rest_pid" || rest_rc=$?
+fi
+log "tests took $(( $(date +%s) - start ))s (apps/worker in $(( ${#WORKER_SHARD_NAMES[@]} + 1 )) shards; logs in $logs)"
+if [ "$failed" != 0 ] || [ "$rest_rc" != 0 ]; then
+  exit 1
+fi
