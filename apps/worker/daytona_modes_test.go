@@ -21,7 +21,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/open-bot/computer/apps/worker/internal/mockmodel"
 	"github.com/open-bot/computer/apps/worker/internal/providers"
 	"github.com/open-bot/computer/apps/worker/internal/providers/daytona"
 	"github.com/open-bot/computer/apps/worker/internal/providers/daytona/emulator/emutest"
@@ -129,22 +128,21 @@ func TestTakeoverDaytona(t *testing.T) {
 
 // TestAcceptanceReplaceDaytona: the acceptance flow on the daytona
 // provider against the emulator (snapshot open-bot: the computer image as a
-// container, botd inside), mockserve (the button page and the scripted
-// model) inside the sandbox's container. The sandbox is deleted behind the
-// worker's back and recover replaces it, restored from the checkpoint.
+// container, botd inside), alice's run on Codex in the machine and bob's
+// on the worker's loop (containerFlow), mockserve (the button pages, and
+// alice's scripted model) inside the sandbox's container. The sandbox is
+// deleted behind the worker's back and recover replaces it, restored from
+// the checkpoint.
 func TestAcceptanceReplaceDaytona(t *testing.T) {
 	emu := bothSnapshots(t)
 	dir := openDir(t, "wire-dt-")
 	ms := buildMockserve(t, dir)
-	page := &inContainer{t: t, dir: ms, cookie: mockmodel.NewButtonPage().Cookie}
-	startPage := func(ref string) { page.start(daytonaContainer(t, ref)) }
+	flow := newContainerFlow(t, ms)
+	startPage := func(ref string) { flow.start(daytonaContainer(t, ref)) }
 
-	const bot = "alice"
-	env := daytonaEnv(emu, map[string]string{
-		"MODEL_UPSTREAM_URL": "http://127.0.0.1:18080/v1", "MODEL_API_KEY": scriptedKey,
-		"EGRESS_ALLOW": "127.0.0.1:18081",
-	})
-	e := providerWorker(t, env, filepath.Join(dir, "machines"), bot)
+	env := daytonaEnv(emu, flow.env)
+	e := providerWorker(t, env, filepath.Join(dir, "machines"), flow.mates[0].bot)
+	flow.addBots(t, e)
 	c, err := e.w.Store.GetComputer(t.Context(), e.computer)
 	require.NoError(t, err)
 	startPage(c.ProviderRef)
@@ -153,8 +151,8 @@ func TestAcceptanceReplaceDaytona(t *testing.T) {
 	inspect, err := exec.Command("docker", "inspect", daytonaContainer(t, c.ProviderRef)).CombinedOutput()
 	require.NoError(t, err, "%s", inspect)
 	require.NotContains(t, string(inspect), scriptedKey, "the model key is in docker inspect")
-	acceptanceReplace(t, e, page, "http://127.0.0.1:18081/", bot,
-		func(ref, _ string) { loseDaytona(t, emu, ref) }, startPage, false)
+	finals := acceptanceReplace(t, e, flow.mates, func(ref, _ string) { loseDaytona(t, emu, ref) }, startPage, false)
+	flow.check(t, finals)
 }
 
 // TestAcceptanceDaytonaDesktop: seed 000's acceptance flow on snapshot

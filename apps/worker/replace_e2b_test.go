@@ -9,20 +9,21 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/open-bot/computer/apps/worker/internal/mockmodel"
 	"github.com/open-bot/computer/apps/worker/internal/providers"
 	"github.com/open-bot/computer/apps/worker/internal/providers/e2b"
 	"github.com/open-bot/computer/apps/worker/internal/providers/e2b/emulator/emutest"
 )
 
 // TestAcceptanceReplaceE2B: the acceptance flow on the e2b provider against
-// the emulator (template open-bot: the computer image as a container).
-// mockserve (the button page and the scripted model) runs inside the
-// sandbox's container, started by the test with `docker exec` on the
-// container the emulator made (the test's own setup; the worker reaches the
-// sandbox only through the emulator's API and envd). The sandbox is lost
-// behind the worker's back (killed through the emulator's own API with its
-// key) and recover replaces it through the stale ref from the checkpoint.
+// the emulator (template open-bot: the computer image as a container),
+// alice's run on Codex in the machine and bob's on the worker's loop
+// (containerFlow). mockserve (the button pages, and alice's scripted
+// model) runs inside the sandbox's container, started by the test with
+// `docker exec` on the container the emulator made (the test's own setup;
+// the worker reaches the sandbox only through the emulator's API and
+// envd). The sandbox is lost behind the worker's back (killed through the
+// emulator's own API with its key) and recover replaces it through the
+// stale ref from the checkpoint.
 // Under CI=true a missing engine or image fails (emutest.Unavailable).
 func TestAcceptanceReplaceE2B(t *testing.T) {
 	if os.Geteuid() != 0 {
@@ -41,22 +42,23 @@ func TestAcceptanceReplaceE2B(t *testing.T) {
 	out, err := build.CombinedOutput()
 	require.NoError(t, err, "build mockserve: %s", out)
 	require.NoError(t, os.WriteFile(filepath.Join(ms, "key"), []byte(scriptedKey), 0o600))
-	page := &inContainer{t: t, dir: ms, cookie: mockmodel.NewButtonPage().Cookie}
+	flow := newContainerFlow(t, ms)
 	container := func(ref string) string {
 		r, err := e2b.ParseRef(ref)
 		require.NoError(t, err)
 		return "e2b-emu-" + r.SandboxID
 	}
-	startPage := func(ref string) { page.start(container(ref)) }
+	startPage := func(ref string) { flow.start(container(ref)) }
 
-	const bot = "alice"
 	env := map[string]string{
 		"WORKER_PROVIDER": providers.KindE2B, "E2B_API_KEY": emu.APIKey,
 		"E2B_API_URL": checked, "E2B_SANDBOX_URL": checked, "E2B_TEMPLATE": "open-bot",
-		"MODEL_UPSTREAM_URL": "http://127.0.0.1:18080/v1", "MODEL_API_KEY": scriptedKey,
-		"EGRESS_ALLOW": "127.0.0.1:18081",
 	}
-	e := providerWorker(t, env, filepath.Join(dir, "machines"), bot)
+	for k, v := range flow.env {
+		env[k] = v
+	}
+	e := providerWorker(t, env, filepath.Join(dir, "machines"), flow.mates[0].bot)
+	flow.addBots(t, e)
 	c, err := e.w.Store.GetComputer(t.Context(), e.computer)
 	require.NoError(t, err)
 	startPage(c.ProviderRef)
@@ -79,5 +81,6 @@ func TestAcceptanceReplaceE2B(t *testing.T) {
 		require.Equal(t, http.StatusNoContent, resp.StatusCode, "the emulator killed the sandbox")
 		require.Error(t, exec.Command("docker", "inspect", container(ref)).Run(), "the sandbox's container is gone")
 	}
-	acceptanceReplace(t, e, page, "http://127.0.0.1:18081/", bot, lose, startPage, false)
+	finals := acceptanceReplace(t, e, flow.mates, lose, startPage, false)
+	flow.check(t, finals)
 }

@@ -230,33 +230,6 @@ func providerWorkerModel(t testing.TB, env map[string]string, machines, bot, mod
 	return e
 }
 
-// TestAcceptanceReplaceLocal: the acceptance flow on the local provider; the
-// machine is lost behind the worker's back (its botd SIGKILLed and its home
-// removed) and recover replaces it from the checkpoint.
-func TestAcceptanceReplaceLocal(t *testing.T) {
-	requireIntegration(t, "codex", "Xvfb", "chromium", "x11vnc", "xfwm4")
-	page := mockmodel.NewButtonPage()
-	pageSrv := httptest.NewServer(page)
-	defer pageSrv.Close()
-	const bot = "alice"
-	flow := mockmodel.NewAcceptance(pageSrv.URL+"/", bot)
-	model := mockmodel.New(flow.Script).RequireKey(scriptedKey)
-	modelSrv := httptest.NewServer(model)
-	defer modelSrv.Close()
-
-	dir := openDir(t, "wire-local-")
-	env := map[string]string{
-		"WORKER_PROVIDER": providers.KindLocal, "WORKER_BOTD_BIN": buildBotd(t, dir),
-		"WORKER_LOCAL_DISPLAY_BASE": fmt.Sprint(replDisplayBase), "WORKER_LOCAL_PORT_BASE": fmt.Sprint(replPortBase), "WORKER_LOCAL_SLOTS": replSlots,
-		"MODEL_UPSTREAM_URL": modelSrv.URL + "/v1", "MODEL_API_KEY": scriptedKey,
-		"EGRESS_ALLOW": strings.TrimPrefix(pageSrv.URL, "http://"),
-	}
-	e := providerWorker(t, env, filepath.Join(dir, "machines"), bot)
-	lose := func(ref, home string) { loseLocal(t, filepath.Join(dir, "machines"), ref, home) }
-	final := acceptanceReplace(t, e, localProbe{page, flow}, pageSrv.URL+"/", bot, lose, nil, false)
-	require.Equal(t, len(final.ToolCalls)+1, model.Requests())
-}
-
 // TestLiveModelReplace is the same flow with a real vision model on the
 // local provider: `make test-live` with LIVE_MODEL_BASE_URL (an
 // OpenAI-compatible Responses API), LIVE_MODEL_KEY and LIVE_MODEL. Never in
@@ -278,50 +251,75 @@ func TestLiveModelReplace(t *testing.T) {
 	}
 	e := providerWorkerModel(t, env, filepath.Join(dir, "machines"), "alice", name)
 	lose := func(ref, home string) { loseLocal(t, filepath.Join(dir, "machines"), ref, home) }
-	acceptanceReplace(t, e, localProbe{page, nil}, pageSrv.URL+"/", "alice", lose, nil, true)
+	acceptanceReplace(t, e, []teammate{{bot: "alice", page: localProbe{page, nil}, pageURL: pageSrv.URL + "/"}}, lose, nil, true)
 }
 
-// acceptanceReplace runs the flow on e's computer and returns the run's
-// final snapshot; lose removes the machine behind ref (whose worker-owned
-// home is home) without the worker knowing. afterReplace, when set, runs
-// on each replacement's ref before the checks. A live model (live) gets
-// the task in words and may take its own path: only what it must have
-// done is checked.
-func acceptanceReplace(t *testing.T, e *workerEnv, page pageProbe, pageURL, bot string, lose func(ref, home string), afterReplace func(ref string), live bool) runs.Snapshot {
+// teammate is one bot's part in the acceptance flow: its run's runtime
+// ("" the computer's default, Codex in the machine on botd machines), the
+// page it presses and the probe of that page's server and of the scripted
+// model that plays it.
+type teammate struct {
+	bot, runtime string
+	page         pageProbe
+	pageURL      string
+}
+
+// acceptanceReplace runs the flow on e's computer, each teammate's run in
+// turn, and returns their final snapshots; lose removes the machine behind
+// ref (whose worker-owned home is home) without the worker knowing.
+// afterReplace, when set, runs on each replacement's ref before the
+// checks. A live model (live) gets the task in words and may take its own
+// path: only what it must have done is checked.
+func acceptanceReplace(t *testing.T, e *workerEnv, mates []teammate, lose func(ref, home string), afterReplace func(ref string), live bool) []runs.Snapshot {
 	ctx := t.Context()
-	prompt := acceptancePrompt(pageURL, bot)
-	runID := e.startRun(t, bot, prompt)
-	final, events := waitRun(t, e, runID, 10*time.Minute)
-	require.Equal(t, runs.StatusCompleted, final.Status, "run error: %s; tool calls: %+v", final.Error, final.ToolCalls)
-	if live {
-		var names []string
-		for _, tc := range final.ToolCalls {
-			names = append(names, tc.Tool)
+	var finals []runs.Snapshot
+	for _, m := range mates {
+		runID := e.startRunOn(t, m.bot, acceptancePrompt(m.pageURL, m.bot), m.runtime)
+		final, events := waitRun(t, e, runID, 10*time.Minute)
+		require.Equal(t, runs.StatusCompleted, final.Status, "%s's run (runtime %q) error: %s; tool calls: %+v", m.bot, final.Runtime, final.Error, final.ToolCalls)
+		// The snapshot says where the loop ran: the one asked for, else
+		// the botd machine's default, Codex in the machine.
+		want := m.runtime
+		if want == "" {
+			want = providers.RuntimeMachine
 		}
-		for _, want := range []string{"open_path", "computer_act", "shell", "file_write"} {
-			require.Contains(t, names, want)
+		require.Equal(t, want, final.Runtime, "%s's run", m.bot)
+		if want == providers.RuntimeWorker {
+			require.Contains(t, events, "model_response", "the worker's loop recorded each model answer")
 		}
-		require.GreaterOrEqual(t, page.Clicked(), 1, "the page's server recorded no click")
-	} else {
-		requireSawAndPressed(t, final, page.Report(), page.Clicked(), page.Misses())
+		if live {
+			var names []string
+			for _, tc := range final.ToolCalls {
+				names = append(names, tc.Tool)
+			}
+			for _, tool := range []string{"open_path", "computer_act", "shell", "file_write"} {
+				require.Contains(t, names, tool)
+			}
+			require.GreaterOrEqual(t, m.page.Clicked(), 1, "the page's server recorded no click")
+		} else {
+			requireSawAndPressed(t, final, m.page.Report(), m.page.Clicked(), m.page.Misses())
+		}
+		require.Contains(t, events, "checkpoint", "the run's end wrote a checkpoint: %v", events)
+		finals = append(finals, final)
 	}
-	require.Contains(t, events, "checkpoint", "the run's end wrote a checkpoint: %v", events)
 
 	var got struct {
 		Computer struct {
+			Runtimes       []string `json:"runtimes"`
 			LastCheckpoint *struct {
 				Revision, Size int64
 			} `json:"lastCheckpoint"`
 		} `json:"computer"`
 	}
 	require.Equal(t, http.StatusOK, e.do(t, "GET", "", nil, &got))
+	require.Equal(t, []string{providers.RuntimeMachine, providers.RuntimeWorker}, got.Computer.Runtimes, "a botd machine offers both, Codex in the machine first")
 	require.NotNil(t, got.Computer.LastCheckpoint)
 	require.Positive(t, got.Computer.LastCheckpoint.Size)
 
 	// The run's end only advanced the revision marker of the worker-owned
 	// home: nothing went into the home store. An explicit checkpoint (the
-	// route) exports the home, the tab and the cookie with it (botd
-	// quiesces the browser for its profile's copy, which flushes both to
+	// route) exports the home, the tabs and the cookies with it (botd
+	// quiesces each browser for its profile's copy, which flushes both to
 	// the home too). A provider without a worker-owned home (e2b: the
 	// sandbox's disk is the machine's) exports at the run's end already.
 	cur, err := e.w.Store.GetComputer(ctx, e.computer)
@@ -332,48 +330,54 @@ func acceptanceReplace(t *testing.T, e *workerEnv, page pageProbe, pageURL, bot 
 	}
 	botd, err := e.w.Computers.Machine(ctx, e.computer)
 	require.NoError(t, err)
-	waitTab := func(what string) {
+	waitTab := func(m teammate, what string) {
 		t.Helper()
-		deadline := time.Now().Add(90 * time.Second)
+		// A browser quiesced for the checkpoint's copy restarts: slow
+		// on a loaded host.
+		deadline := time.Now().Add(3 * time.Minute)
 		for {
-			pages, err := botd.BrowserPages(ctx, bot)
-			if err == nil && slices.Contains(pages, pageURL) {
+			pages, err := botd.BrowserPages(ctx, m.bot)
+			if err == nil && slices.Contains(pages, m.pageURL) {
 				return
 			}
-			require.True(t, time.Now().Before(deadline), "%s: tabs %v, err %v", what, pages, err)
+			require.True(t, time.Now().Before(deadline), "%s: %s's tabs %v, err %v", what, m.bot, pages, err)
 			time.Sleep(300 * time.Millisecond)
 		}
 	}
-	waitTab("the page's tab after the run's checkpoint")
+	for _, m := range mates {
+		waitTab(m, "the page's tab after the run's checkpoint")
+	}
 	var cp CheckpointAnswer
 	require.Equal(t, http.StatusOK, e.do(t, "POST", "/checkpoint", nil, &cp))
 	require.Greater(t, cp.Revision, got.Computer.LastCheckpoint.Revision)
 	require.Positive(t, cp.Size)
-	rev, content, ok := checkpointFile(t, e, "bots/"+bot+"/result.txt")
-	require.True(t, ok, "the exported checkpoint holds the run's file")
-	require.Positive(t, rev)
-	require.Equal(t, "the button was pressed\n", content)
-	waitTab("the page's tab after the explicit checkpoint")
+	for _, m := range mates {
+		rev, content, ok := checkpointFile(t, e, "bots/"+m.bot+"/result.txt")
+		require.True(t, ok, "the exported checkpoint holds %s's file", m.bot)
+		require.Positive(t, rev)
+		require.Equal(t, "the button was pressed\n", content)
+		waitTab(m, "the page's tab after the explicit checkpoint")
+	}
 
 	if !direct {
 		// The machine is lost with its disk: the replacement is restored
 		// from the exported checkpoint.
-		replaceAndCheck(t, e, page, pageURL, bot, lose, false, afterReplace)
-		return final
+		replaceAndCheck(t, e, mates, lose, false, afterReplace)
+		return finals
 	}
 	// The machine is lost, not the worker-owned home: the replacement
 	// mounts it again.
-	replaceAndCheck(t, e, page, pageURL, bot, lose, false, afterReplace)
+	replaceAndCheck(t, e, mates, lose, false, afterReplace)
 	// The machine and the worker-owned home are lost: the replacement gets
 	// a new home, restored from the exported checkpoint.
-	replaceAndCheck(t, e, page, pageURL, bot, lose, true, afterReplace)
-	return final
+	replaceAndCheck(t, e, mates, lose, true, afterReplace)
+	return finals
 }
 
 // replaceAndCheck loses e's machine (and, with homeToo, its worker-owned
-// home), recovers, and checks the replacement: the run's files, the
+// home), recovers, and checks the replacement: each teammate's files, its
 // page's tab and its sign-in cookie.
-func replaceAndCheck(t *testing.T, e *workerEnv, page pageProbe, pageURL, bot string, lose func(ref, home string), homeToo bool, afterReplace func(ref string)) {
+func replaceAndCheck(t *testing.T, e *workerEnv, mates []teammate, lose func(ref, home string), homeToo bool, afterReplace func(ref string)) {
 	ctx := t.Context()
 	before, err := e.w.Store.GetComputer(ctx, e.computer)
 	require.NoError(t, err)
@@ -381,11 +385,22 @@ func replaceAndCheck(t *testing.T, e *workerEnv, page pageProbe, pageURL, bot st
 	if home != "" || homeToo {
 		require.DirExists(t, home, "the worker-owned home")
 	}
+	if home != "" && !homeToo {
+		// The replacement mounts this home as it is: each browser, started
+		// again after the checkpoint's quiesce, must have written its tab
+		// to the session it restores first (Chromium does on a timer; lost
+		// before, it comes back on a new tab, as it would after any crash).
+		for _, m := range mates {
+			waitSessionHolds(t, home, m.bot, m.pageURL)
+		}
+	}
 	lose(before.ProviderRef, home)
 	if homeToo {
 		loseHome(t, home)
 	}
-	page.Forget()
+	for _, m := range mates {
+		m.page.Forget()
+	}
 
 	// The next lifecycle step goes through the stale ref: gone, so a
 	// replacement is made and the checkpoint restored before first use.
@@ -404,32 +419,58 @@ func replaceAndCheck(t *testing.T, e *workerEnv, page pageProbe, pageURL, bot st
 
 	botd, err := e.w.Computers.Machine(ctx, e.computer)
 	require.NoError(t, err)
-	res, err := botd.ReadFile(ctx, "bots/"+bot+"/result.txt", 1<<20)
-	require.NoError(t, err, "the model-created file came back")
-	require.Equal(t, "the button was pressed\n", string(res))
-	who, err := botd.ReadFile(ctx, "bots/"+bot+"/whoami.txt", 1<<20)
-	require.NoError(t, err)
-	// bot in the image; on the local provider the computer's own bot user.
-	require.Regexp(t, `^(bot|obc[0-9]+-bot)\n$`, string(who))
+	for _, m := range mates {
+		res, err := botd.ReadFile(ctx, "bots/"+m.bot+"/result.txt", 1<<20)
+		require.NoError(t, err, "%s's model-created file came back", m.bot)
+		require.Equal(t, "the button was pressed\n", string(res))
+		who, err := botd.ReadFile(ctx, "bots/"+m.bot+"/whoami.txt", 1<<20)
+		require.NoError(t, err)
+		// bot in the image; on the local provider the computer's own bot user.
+		require.Regexp(t, `^(bot|obc[0-9]+-bot)\n$`, string(who))
+	}
 
-	// The bot's screen starts on the replacement (through the worker's
+	// Each bot's screen starts on the replacement (through the worker's
 	// tool); its browser brings the tab back, which reloads the page signed
 	// in with the restored cookie.
-	var obs map[string]any
-	require.Equal(t, http.StatusOK, e.do(t, "POST", "/tools/computer_observe", map[string]any{"botId": bot, "args": map[string]any{}}, &obs))
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		pages, err := botd.BrowserPages(ctx, bot)
-		if err == nil && slices.Contains(pages, pageURL) {
-			break
-		}
-		require.True(t, time.Now().Before(deadline), "the tab on the replacement (home lost too: %v): tabs %v, err %v", homeToo, pages, err)
-		time.Sleep(300 * time.Millisecond)
+	for _, m := range mates {
+		var obs map[string]any
+		require.Equal(t, http.StatusOK, e.do(t, "POST", "/tools/computer_observe", map[string]any{"botId": m.bot, "args": map[string]any{}}, &obs))
 	}
-	deadline = time.Now().Add(60 * time.Second)
-	for !page.SawCookie() {
-		require.True(t, time.Now().Before(deadline), "the tab did not load the page with the sign-in cookie (home lost too: %v)", homeToo)
-		time.Sleep(200 * time.Millisecond)
+	for _, m := range mates {
+		deadline := time.Now().Add(3 * time.Minute)
+		for {
+			pages, err := botd.BrowserPages(ctx, m.bot)
+			if err == nil && slices.Contains(pages, m.pageURL) {
+				break
+			}
+			require.True(t, time.Now().Before(deadline), "%s's tab on the replacement (home lost too: %v): tabs %v, err %v", m.bot, homeToo, pages, err)
+			time.Sleep(300 * time.Millisecond)
+		}
+		deadline = time.Now().Add(60 * time.Second)
+		for !m.page.SawCookie() {
+			require.True(t, time.Now().Before(deadline), "%s's tab did not load the page with the sign-in cookie (home lost too: %v)", m.bot, homeToo)
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+}
+
+// waitSessionHolds waits until the session Chromium restores for bot's
+// screen (the newest Sessions/Session_* of its profile in the worker-owned
+// home) names pageURL.
+func waitSessionHolds(t *testing.T, home, bot, pageURL string) {
+	t.Helper()
+	dir := filepath.Join(home, "desktop", "screens", bot, "chromium", "Default", "Sessions")
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		files, _ := filepath.Glob(filepath.Join(dir, "Session_*"))
+		slices.Sort(files) // Session_<time>, the newest last
+		if len(files) > 0 {
+			if b, err := os.ReadFile(files[len(files)-1]); err == nil && strings.Contains(string(b), pageURL) {
+				return
+			}
+		}
+		require.True(t, time.Now().Before(deadline), "%s's browser never wrote its tab %s to its session (%v)", bot, pageURL, files)
+		time.Sleep(500 * time.Millisecond)
 	}
 }
 
@@ -449,6 +490,23 @@ type inContainer struct {
 	dir       string // mockserve and the key, copied into each container
 	cookie    string
 	container string
+	// modelAddr and pageAddr are mockserve's listen addresses ("": its
+	// defaults, 127.0.0.1:18080 and 127.0.0.1:18081), state the directory
+	// of its record in the container ("": /tmp/mockserve), bot the bot its
+	// script plays ("": alice).
+	modelAddr, pageAddr, state, bot string
+	// flow, when set, is the scripted model the test serves itself (on
+	// the host, for a run of the worker runtime): Report is its report,
+	// not the one of mockserve's own model.
+	flow *mockmodel.Acceptance
+}
+
+// stateDir is mockserve's record in the container.
+func (c *inContainer) stateDir() string {
+	if c.state != "" {
+		return c.state
+	}
+	return "/tmp/mockserve"
 }
 
 func (c *inContainer) start(ref string) {
@@ -457,18 +515,24 @@ func (c *inContainer) start(ref string) {
 	c.container = ref
 	out, err := exec.Command("docker", "cp", c.dir+"/.", ref+":/opt/mockserve/").CombinedOutput()
 	require.NoError(t, err, "docker cp: %s", out)
-	out, err = exec.Command("docker", "exec", "-d", ref, "/opt/mockserve/mockserve", "-key-file", "/opt/mockserve/key",
-		"-cookie", c.cookie, "-state", "/tmp/mockserve").CombinedOutput()
+	argv := []string{"exec", "-d", ref, "/opt/mockserve/mockserve", "-key-file", "/opt/mockserve/key",
+		"-cookie", c.cookie, "-state", c.stateDir()}
+	for flag, v := range map[string]string{"-model": c.modelAddr, "-page": c.pageAddr, "-bot": c.bot} {
+		if v != "" {
+			argv = append(argv, flag, v)
+		}
+	}
+	out, err = exec.Command("docker", argv...).CombinedOutput()
 	require.NoError(t, err, "docker exec mockserve: %s", out)
 	deadline := time.Now().Add(30 * time.Second)
-	for exec.Command("docker", "exec", ref, "test", "-d", "/tmp/mockserve").Run() != nil {
+	for exec.Command("docker", "exec", ref, "test", "-d", c.stateDir()).Run() != nil {
 		require.True(t, time.Now().Before(deadline), "mockserve did not start in the container")
 		time.Sleep(200 * time.Millisecond)
 	}
 }
 
 func (c *inContainer) read(name string) string {
-	out, _ := exec.Command("docker", "exec", c.container, "cat", "/tmp/mockserve/"+name).Output()
+	out, _ := exec.Command("docker", "exec", c.container, "cat", c.stateDir()+"/"+name).Output()
 	return string(out)
 }
 
@@ -484,6 +548,9 @@ func (c *inContainer) Misses() []string {
 
 // Report reads the model's report; one that cannot be read has a problem.
 func (c *inContainer) Report() mockmodel.AcceptanceReport {
+	if c.flow != nil {
+		return c.flow.Report()
+	}
 	var r mockmodel.AcceptanceReport
 	if err := json.Unmarshal([]byte(c.read("model")), &r); err != nil {
 		r.Problems = append(r.Problems, "the model's report in the container: "+err.Error())
@@ -499,9 +566,11 @@ func (c *inContainer) SawCookie() bool {
 func (c *inContainer) Forget() {}
 
 // TestAcceptanceReplaceDocker: the acceptance flow on the docker provider
-// (the computer image on the real engine); the container and its volume
-// are removed behind the worker's back (`docker rm -f`, `docker volume rm`)
-// and recover replaces them from the checkpoint. Under CI=true a missing
+// (the computer image on the real engine), alice's run on Codex in the
+// machine and bob's on the worker's loop (containerFlow); the container is
+// removed behind the worker's back (`docker rm -f`) and recover replaces
+// it, first on the same worker-owned home, then on a new one restored
+// from the checkpoint. Under CI=true a missing
 // engine or image fails.
 func TestAcceptanceReplaceDocker(t *testing.T) {
 	if os.Geteuid() != 0 {
@@ -526,25 +595,25 @@ func TestAcceptanceReplaceDocker(t *testing.T) {
 	out, err := build.CombinedOutput()
 	require.NoError(t, err, "build mockserve: %s", out)
 	require.NoError(t, os.WriteFile(filepath.Join(ms, "key"), []byte(scriptedKey), 0o600))
-	page := &inContainer{t: t, dir: ms, cookie: mockmodel.NewButtonPage().Cookie}
+	flow := newContainerFlow(t, ms)
 
-	const bot = "alice"
-	env := map[string]string{
-		"WORKER_PROVIDER": providers.KindDocker, "WORKER_IMAGE": image,
-		"MODEL_UPSTREAM_URL": "http://127.0.0.1:18080/v1", "MODEL_API_KEY": scriptedKey,
-		"EGRESS_ALLOW": "127.0.0.1:18081",
+	env := map[string]string{"WORKER_PROVIDER": providers.KindDocker, "WORKER_IMAGE": image}
+	for k, v := range flow.env {
+		env[k] = v
 	}
-	e := providerWorker(t, env, filepath.Join(dir, "machines"), bot)
+	e := providerWorker(t, env, filepath.Join(dir, "machines"), flow.mates[0].bot)
+	flow.addBots(t, e)
 	c, err := e.w.Store.GetComputer(t.Context(), e.computer)
 	require.NoError(t, err)
-	page.start(c.ProviderRef)
+	flow.start(c.ProviderRef)
 	// Secrets reach the machine as root-only files, never in the container's
 	// configuration that `docker inspect` shows to anyone using the engine.
 	inspect, err := exec.Command("docker", "inspect", c.ProviderRef).CombinedOutput()
 	require.NoError(t, err, "%s", inspect)
 	require.NotContains(t, string(inspect), scriptedKey, "the model key is in docker inspect")
 	require.Contains(t, string(inspect), "MODEL_API_KEY_FILE=")
-	acceptanceReplace(t, e, page, "http://127.0.0.1:18081/", bot, func(ref, home string) { loseDocker(t, ref, home) }, page.start, false)
+	finals := acceptanceReplace(t, e, flow.mates, func(ref, home string) { loseDocker(t, ref, home) }, flow.start, false)
+	flow.check(t, finals)
 }
 
 // TestIdleSuspendAndCheckpointFailure, on the local provider: idle
