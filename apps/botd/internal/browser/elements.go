@@ -74,7 +74,7 @@ type children struct {
 }
 
 // The styles the snapshot returns for every layout node, in this order.
-var snapStyles = []string{"visibility", "pointer-events", "overflow-x", "overflow-y", "border-left-width", "border-top-width", "padding-left", "padding-top", "-webkit-text-security"}
+var snapStyles = []string{"visibility", "pointer-events", "overflow-x", "overflow-y", "border-left-width", "border-top-width", "padding-left", "padding-top", "-webkit-text-security", "cursor"}
 
 const (
 	stVisibility = iota
@@ -86,6 +86,7 @@ const (
 	stPadLeft
 	stPadTop
 	stTextSecurity
+	stCursor
 )
 
 // rect is a rectangle in float pixels.
@@ -756,6 +757,8 @@ func (b *Browser) scanTarget(ctx context.Context, sc *scan, s *cdp.Session, kids
 		err   error
 	}
 	res := make([]axRes, len(docs))
+	// Beside it, the pointer listeners of the target's nodes (clickables).
+	lst := fetchPointerListeners(ctx, s)
 	var wg sync.WaitGroup
 	total := 0
 	for _, d := range docs {
@@ -781,6 +784,7 @@ func (b *Browser) scanTarget(ctx context.Context, sc *scan, s *cdp.Session, kids
 		}()
 	}
 	wg.Wait()
+	<-lst.done
 	for i, d := range docs {
 		if res[i].err != nil {
 			if i == 0 && parent == nil {
@@ -789,6 +793,7 @@ func (b *Browser) scanTarget(ctx context.Context, sc *scan, s *cdp.Session, kids
 			continue
 		}
 		b.addCandidates(sc, d, res[i].nodes, d.main && i == 0)
+		b.addClickables(sc, d, d.main && i == 0, lst.nodes, inertNodes(res[i].nodes))
 	}
 	if depth >= maxFrameDepth || kids == nil {
 		return nil

@@ -36,7 +36,7 @@ func BenchmarkElements(b *testing.B) {
 	names, frames := corpusPages(b)
 	for b.Loop() {
 		var with, without []float64
-		total, found, reported, landed := 0, 0, 0, 0
+		total, found, reported, received := 0, 0, 0, 0
 		var eBytes, jBytes, jPages int
 		fmt.Printf("elements-table: %-22s %7s %7s %6s %8s %8s %8s %8s %9s %8s  %s\n", "page", "visible", "hit", "hit%", "with50", "with90", "w/o50", "w/o90", "elem-KB", "jpeg-KB", "misses")
 		for _, name := range names {
@@ -46,7 +46,7 @@ func BenchmarkElements(b *testing.B) {
 			total += len(r.truth)
 			found += len(r.truth) - len(r.misses)
 			reported += r.reported
-			landed += r.landed
+			received += r.received
 			eBytes += r.elemBytes
 			if r.jpegBytes > 0 {
 				jBytes += r.jpegBytes
@@ -57,8 +57,8 @@ func BenchmarkElements(b *testing.B) {
 				pct(r.withMs, 50), pct(r.withMs, 90), pct(r.withoutMs, 50), pct(r.withoutMs, 90), float64(r.elemBytes)/1024, float64(r.jpegBytes)/1024, strings.Join(r.misses, ","))
 		}
 		all := 100 * float64(found) / float64(max(1, total))
-		fmt.Printf("elements-table: %-22s %7d %7d %5.1f%% %8.1f %8.1f %8.1f %8.1f %9.1f %8.1f  (reported %d, clicks that landed on a marked element %d)\n", "ALL", total, found, all,
-			pct(with, 50), pct(with, 90), pct(without, 50), pct(without, 90), float64(eBytes)/1024/float64(len(names)), float64(jBytes)/1024/float64(max(1, jPages)), reported, landed)
+		fmt.Printf("elements-table: %-22s %7d %7d %5.1f%% %8.1f %8.1f %8.1f %8.1f %9.1f %8.1f  (listed %d, received by the element clicked %d)\n", "ALL", total, found, all,
+			pct(with, 50), pct(with, 90), pct(without, 50), pct(without, 90), float64(eBytes)/1024/float64(len(names)), float64(jBytes)/1024/float64(max(1, jPages)), reported, received)
 		b.ReportMetric(all, "found+hit-%")
 		b.ReportMetric(pct(with, 50), "with-p50_ms")
 		b.ReportMetric(pct(with, 90), "with-p90_ms")

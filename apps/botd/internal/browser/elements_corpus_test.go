@@ -53,7 +53,17 @@ type corpusLog struct {
 	mu     sync.Mutex
 	truths map[string]corpusTruth // by frame URL: the latest
 	hits   []string
-	wake   chan struct{}
+	// recv is, per hit, whether the element the test clicked received it
+	// (corpus.js: the innermost listed element on the event's path is that
+	// element): its token then, and its own data-k.
+	recv []corpusRecv
+	wake chan struct{}
+}
+
+// corpusRecv is one pointerdown's receiver, as corpus.js saw it.
+type corpusRecv struct {
+	Tok string `json:"tok"`
+	EK  string `json:"ek"`
 }
 
 type corpusTruth struct {
@@ -67,12 +77,14 @@ func (l *corpusLog) reset() {
 	defer l.mu.Unlock()
 	l.truths = map[string]corpusTruth{}
 	l.hits = nil
+	l.recv = nil
 }
 
 func (l *corpusLog) post(b []byte) {
 	var m struct {
 		Kind string `json:"kind"`
 		K    string `json:"k"`
+		corpusRecv
 		corpusTruth
 	}
 	if json.Unmarshal(b, &m) != nil {
@@ -84,6 +96,7 @@ func (l *corpusLog) post(b []byte) {
 		l.truths[m.Frame] = m.corpusTruth
 	case "hit":
 		l.hits = append(l.hits, m.K)
+		l.recv = append(l.recv, m.corpusRecv)
 	}
 	w := l.wake
 	l.wake = make(chan struct{})
@@ -331,11 +344,17 @@ func (e *corpusEnv) open(t testing.TB, url string) {
 
 // pageResult is one page's figures.
 type pageResult struct {
-	name      string
-	truth     []string
-	hit       map[string]bool // truth keys some reported element's click landed on
-	reported  int
-	landed    int // reported elements whose click landed on a data-k element
+	name  string
+	truth []string
+	// hit: the data-k of every listed element that received its own click
+	// (recall counts the truth keys in it).
+	hit      map[string]bool
+	reported int
+	// received: listed elements that, clicked at their centre, were the
+	// innermost listed element on the pointerdown's path (precision).
+	received int
+	// wrong: the listed elements that did not (what got the click instead).
+	wrong     []string
 	misses    []string
 	elemBytes int
 	jpegBytes int
@@ -345,7 +364,8 @@ type pageResult struct {
 
 // runPage opens one corpus page, waits for its truth, observes it with
 // elements, and clicks the centre of every reported element (real XTEST
-// clicks), recording which element each click landed on.
+// clicks), recording whether each click was received by the element
+// clicked (precision) and which truth elements were so clicked (recall).
 func (e *corpusEnv) runPage(t testing.TB, ctx context.Context, name string, frames, timings int) pageResult {
 	t.Helper()
 	lg := e.site.log
@@ -435,9 +455,26 @@ func (e *corpusEnv) runPage(t testing.TB, ctx context.Context, name string, fram
 			res.reported++
 		}
 	}
+	br, err := e.bs.Browser(ctx, corpusScreen)
+	if err != nil {
+		t.Fatalf("%s: browser: %v", name, err)
+	}
+	var ids []string
 	for _, el := range obs.Elements {
+		if !strings.HasPrefix(el.ID, "d") {
+			ids = append(ids, el.ID)
+		}
+	}
+	if err := br.CorpusMark(ctx, ids, ""); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	for i, el := range obs.Elements {
 		if strings.HasPrefix(el.ID, "d") {
 			continue
+		}
+		tok := name + "#" + strconv.Itoa(i)
+		if err := br.CorpusMark(ctx, []string{el.ID}, tok); err != nil {
+			t.Fatalf("%s: %v", name, err)
 		}
 		p := el.Box.Center()
 		lg.mu.Lock()
@@ -447,16 +484,24 @@ func (e *corpusEnv) runPage(t testing.TB, ctx context.Context, name string, fram
 			t.Fatalf("%s: click %s: %v", name, el.ID, err)
 		}
 		var k string
+		var rv corpusRecv
 		got := lg.waitFor(3*time.Second, func() bool {
 			if len(lg.hits) > n {
-				k = lg.hits[n]
+				k, rv = lg.hits[n], lg.recv[n]
 				return true
 			}
 			return false
 		})
-		if got && k != "" {
-			res.hit[k] = true
-			res.landed++
+		switch {
+		case got && rv.Tok == tok:
+			res.received++
+			if rv.EK != "" {
+				res.hit[rv.EK] = true
+			}
+		case got:
+			res.wrong = append(res.wrong, fmt.Sprintf("%s %s %q %+v -> received by another (data-k %q, %+v)", el.ID, el.Role, el.Name, el.Box, k, rv))
+		default:
+			res.wrong = append(res.wrong, fmt.Sprintf("%s %s %q %+v -> no pointerdown", el.ID, el.Role, el.Name, el.Box))
 		}
 	}
 	for _, k := range truth {
@@ -464,42 +509,94 @@ func (e *corpusEnv) runPage(t testing.TB, ctx context.Context, name string, fram
 			res.misses = append(res.misses, k)
 		}
 	}
-	if len(res.misses) > 0 {
+	if len(res.misses) > 0 || len(res.wrong) > 0 {
 		var b strings.Builder
 		for _, el := range obs.Elements {
 			fmt.Fprintf(&b, "\n  %s %s %q %+v %v", el.ID, el.Role, el.Name, el.Box, el.States)
 		}
-		t.Logf("%s: missed %v; reported:%s", name, res.misses, b.String())
+		t.Logf("%s: missed %v; not received by the element clicked %q; reported:%s", name, res.misses, res.wrong, b.String())
 	}
 	return res
 }
 
-// TestElementsCorpus checks, on every corpus page, that every interactive
-// element visible on the screen is among the observation's elements and
-// that a real click at the centre of its reported box lands on it (the
-// page records which element got each click). The goal is 98 % over the
-// corpus; the test fails below 95 % on any page, and lists every miss.
+// The corpus's claims (issue 35): recall is found/expected (a visible
+// data-k element counts as found when a listed element is that element and,
+// clicked at its centre, received the click); precision is hit/listed (a
+// listed element, clicked at its centre, is the innermost listed element
+// on the pointerdown's path: not an ancestor, not a neighbour). The test
+// fails below these, per page and over the corpus.
+const (
+	corpusMinRecallPage    = 100.0
+	corpusMinRecallAll     = 100.0
+	corpusMinPrecisionPage = 100.0
+	// 341 of 344 listed elements over the 35 pages.
+	corpusMinPrecisionAll = 99.1
+)
+
+// corpusPrecisionBelow100 are the pages whose precision is known to be
+// below 100 %, at what they measure: a listbox (and an ARIA combobox
+// wrapping its input) is listed by the accessibility tree and its centre
+// falls on one of its own listed options (or the input), which then takes
+// the click. 08: 6 of 7; 28: 6 of 8.
+var corpusPrecisionBelow100 = map[string]float64{
+	"08-dropdown-over":  85.7,
+	"28-search-suggest": 75.0,
+}
+
+// TestElementsCorpus checks, on every corpus page, recall and precision of
+// the observation's elements by real clicks at the centre of their boxes
+// (see the constants above for what each counts and the thresholds), and
+// lists every miss. ELEMENTS_CORPUS_PAGES (a comma-separated list of page
+// name prefixes) runs a part of the corpus, for a quick look.
 func TestElementsCorpus(t *testing.T) {
 	e := startCorpusEnv(t)
 	ctx := browsertest.Ctx(t, 15*time.Minute)
 	names, frames := corpusPages(t)
-	if len(names) < 25 {
-		t.Fatalf("corpus has %d pages; want at least 25", len(names))
+	if only := os.Getenv("ELEMENTS_CORPUS_PAGES"); only != "" {
+		names = slices.DeleteFunc(names, func(n string) bool {
+			for _, p := range strings.Split(only, ",") {
+				if p != "" && strings.HasPrefix(n, p) {
+					return false
+				}
+			}
+			return true
+		})
+	} else if len(names) < 35 {
+		t.Fatalf("corpus has %d pages; want at least 35", len(names))
 	}
-	total, found := 0, 0
+	expected, found, listed, received := 0, 0, 0, 0
 	for _, name := range names {
 		r := e.runPage(t, ctx, name, frames[name], 0)
 		if len(r.truth) == 0 {
 			t.Errorf("%s: the page reports no visible element; the corpus page is broken", name)
 			continue
 		}
-		total += len(r.truth)
-		found += len(r.truth) - len(r.misses)
-		pct := 100 * float64(len(r.truth)-len(r.misses)) / float64(len(r.truth))
-		t.Logf("%-24s visible %3d  found+hit %3d (%5.1f%%)  reported %3d  landed on an element %3d", name, len(r.truth), len(r.truth)-len(r.misses), pct, r.reported, r.landed)
-		if pct < 95 {
-			t.Errorf("%s: %.1f%% of the visible elements found and hit; misses %v", name, pct, r.misses)
+		f := len(r.truth) - len(r.misses)
+		expected += len(r.truth)
+		found += f
+		listed += r.reported
+		received += r.received
+		recall := 100 * float64(f) / float64(len(r.truth))
+		precision := 100 * float64(r.received) / float64(max(1, r.reported))
+		t.Logf("%-24s found/expected %3d/%3d (%5.1f%%)  hit/listed %3d/%3d (%5.1f%%)", name, f, len(r.truth), recall, r.received, r.reported, precision)
+		if recall < corpusMinRecallPage {
+			t.Errorf("%s: recall %.1f%% < %.1f%%: misses %v", name, recall, corpusMinRecallPage, r.misses)
+		}
+		minP := corpusMinPrecisionPage
+		if v, ok := corpusPrecisionBelow100[name]; ok {
+			minP = v
+		}
+		if precision < minP {
+			t.Errorf("%s: precision %.1f%% < %.1f%%: %q", name, precision, minP, r.wrong)
 		}
 	}
-	t.Logf("corpus: %d pages, %d of %d visible elements found and hit (%.1f%%)", len(names), found, total, 100*float64(found)/float64(total))
+	recall := 100 * float64(found) / float64(max(1, expected))
+	precision := 100 * float64(received) / float64(max(1, listed))
+	t.Logf("corpus: %d pages, found/expected %d/%d (%.1f%%), hit/listed %d/%d (%.1f%%)", len(names), found, expected, recall, received, listed, precision)
+	if recall < corpusMinRecallAll {
+		t.Errorf("corpus recall %.1f%% < %.1f%%", recall, corpusMinRecallAll)
+	}
+	if precision < corpusMinPrecisionAll {
+		t.Errorf("corpus precision %.1f%% < %.1f%%", precision, corpusMinPrecisionAll)
+	}
 }

@@ -1,5 +1,6 @@
 // corpus.js: every corpus page and frame loads it. It records which
-// element (data-k) got each pointerdown, and keeps clicks from changing
+// element (data-k) got each pointerdown (and whether the element the test
+// clicked is the one that received it), and keeps clicks from changing
 // the page (no navigation, no toggles, no focus moves). The "truth" it
 // posts is what a person sees: every data-k element whose visible part's
 // centre hits it (elementFromPoint, through open shadow roots).
@@ -15,9 +16,23 @@
     }
     return "";
   }
+  // Precision (the test marks, through DevTools, every element the
+  // observation listed, then before each click the one it clicks, with a
+  // token): a click counts for the clicked element only when the innermost
+  // listed element on the event's path is that very element, not an
+  // ancestor or a neighbour. tok is the token then, else "".
+  window.__corpusListed = new Set();
+  window.__corpusExpect = null;
+  function receiver(path) {
+    for (var i = 0; i < path.length; i++) if (window.__corpusListed.has(path[i])) return path[i];
+    return null;
+  }
   ["pointerdown", "mousedown", "pointerup", "mouseup", "click", "dblclick", "auxclick", "contextmenu"].forEach(function (t) {
     window.addEventListener(t, function (e) {
-      if (t === "pointerdown") post("hit", { k: keyOf(e.composedPath()) });
+      if (t === "pointerdown") {
+        var path = e.composedPath(), ex = window.__corpusExpect, own = ex && receiver(path) === ex.el;
+        post("hit", { k: keyOf(path), tok: own ? ex.tok : "", ek: own ? (ex.el.getAttribute("data-k") || "") : "" });
+      }
       e.preventDefault();
       if (t !== "pointerdown") e.stopPropagation();
     }, true);
