@@ -360,7 +360,9 @@ func (m *Machine) ensure(ctx context.Context, id string) (*screen, error) {
 	m.mu.Unlock()
 	// A screen with a profile gets its browser back on its last session:
 	// on a replacement, the imported sign-ins and tabs.
-	m.restoreBrowser(sctx, id, slot)
+	bctx, bcancel := context.WithTimeout(ctx, m.o.StartTimeout)
+	m.restoreBrowser(bctx, id, slot)
+	bcancel()
 	m.events.publish(shared.EventScreen, map[string]any{"screen": id, "state": shared.StateRunning, "display": m.display(slot)})
 	return s, nil
 }
