@@ -93,6 +93,13 @@ named_re=""
 for tests in "${WORKER_SHARD_TESTS[@]}"; do
   for t in $tests; do named_re+="${named_re:+|}$t"; done
 done
+for tests in "${WORKER_SHARD_TESTS[@]}"; do
+  for t in $tests; do
+    if ! printf '%s\n' "${ALL[@]}" | grep -qx -- "$t"; then
+      log "scripts/worker-shards.sh names $t, which apps/worker does not have (renamed or removed? a renamed test runs in the last shard)"
+    fi
+  done
+done
 runshard() { # name mode regex
   local name=$1 mode=$2 re=$3 log="$logs/worker-$1.log" t=() s rc=0 secs
   for n in "${ALL[@]}"; do
