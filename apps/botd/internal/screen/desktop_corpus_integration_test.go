@@ -32,7 +32,9 @@ import (
 // object within two seconds: for buttons and menu items the state the
 // press causes (armed, pressed, selected, checked), for text boxes and the
 // terminal the focus (or the caret it moves), for tabs, list items and
-// cells their selection. After each click, Escape closes any menu and the
+// cells their selection; failing an event, a state the click left on that
+// same object (read back from it). An event from another object of the
+// program, or a window the click opened, does not count. After each click, Escape closes any menu and the
 // windows it opened are closed, so the next click meets the same desktop.
 //
 // Left out of the clicks, and listed: the panel's launcher for the web
@@ -297,16 +299,14 @@ func runDeskCorpus(tb testing.TB, ctx context.Context, e *itEnv, mux http.Handle
 				continue
 			}
 			got := ""
-			reacted := false
 			deadline := time.Now().Add(2 * time.Second)
 			for got == "" && time.Now().Before(deadline) {
 				for _, ev := range w.Since(mark) {
+					// Only the very object clicked counts: not its program,
+					// not a window it opened (issue 35).
 					if ev.Sender == el.Bus && ev.Path == el.Path {
 						got = "event " + ev.Kind
 						break
-					}
-					if ev.Sender == el.Bus || ev.Kind == "ChildrenChanged:add" && ev.Path == "/org/a11y/atspi/accessible/root" {
-						reacted = true // its program, or a program it started
 					}
 				}
 				if got == "" {
@@ -326,9 +326,6 @@ func runDeskCorpus(tb testing.TB, ctx context.Context, e *itEnv, mux http.Handle
 						}
 					}
 				}
-			}
-			if got == "" && atPoint && reacted {
-				got = "at-point+reaction"
 			}
 			if got == "" {
 				var seen []string
@@ -416,6 +413,28 @@ func TestIntegrationDesktopCorpus(t *testing.T) {
 		}
 		_ = os.WriteFile(f, []byte(b.String()), 0o644)
 	}
-	require.GreaterOrEqual(t, pf, 90.0, "desktop elements found")
-	require.GreaterOrEqual(t, ph, 90.0, "desktop elements hit")
+	for _, r := range results {
+		minHit, ok := deskMinHit[r.name]
+		if !ok {
+			minHit = 100
+		}
+		if r.found < r.expected {
+			t.Errorf("%s: found %d of %d", r.name, r.found, r.expected)
+		}
+		if h := 100 * float64(r.hit) / float64(max(r.clicked, 1)); h < minHit {
+			t.Errorf("%s: hit %d of %d (%.1f%%) < %.1f%%", r.name, r.hit, r.clicked, h, minHit)
+		}
+	}
+	require.GreaterOrEqual(t, pf, 100.0, "desktop elements found")
+	require.GreaterOrEqual(t, ph, deskMinHitAll, "desktop elements hit")
 }
+
+// The desktop corpus's claims (issue 35), with only an event on (or a
+// state of) the very object clicked credited: every expected control found
+// on every program; every click verified except where the click's only
+// effect is elsewhere: the panel's launchers start a program (1 of 4
+// verified: the Applications menu button), Thunar's Open Parent and Home move
+// the view (13 of 15). 41 of 46 over the corpus.
+var deskMinHit = map[string]float64{"panel": 25, "thunar": 86.6}
+
+const deskMinHitAll = 89.1
