@@ -16,10 +16,6 @@ import (
 func BenchmarkElementsCost(b *testing.B) {
 	e := startCorpusEnv(b)
 	ctx := browsertest.Ctx(b, 15*time.Minute)
-	br, err := e.bs.Browser(ctx, corpusScreen)
-	if err != nil {
-		b.Fatal(err)
-	}
 	for b.Loop() {
 		for _, name := range []string{"01-form-basic", "25-cards", "33-card-grid", "34-react-buttons", "18-long-list"} {
 			e.site.log.reset()
@@ -28,6 +24,10 @@ func BenchmarkElementsCost(b *testing.B) {
 				b.Fatalf("%s: no truth", name)
 			}
 			time.Sleep(300 * time.Millisecond)
+			br, err := e.bs.Browser(ctx, corpusScreen)
+			if err != nil {
+				b.Fatal(err)
+			}
 			var ms []float64
 			n := 0
 			for range 20 {
