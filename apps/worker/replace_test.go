@@ -297,6 +297,7 @@ func acceptanceReplace(t *testing.T, e *workerEnv, mates []teammate, lose func(r
 			}
 			require.GreaterOrEqual(t, m.page.Clicked(), 1, "the page's server recorded no click")
 		} else {
+			t.Logf("%s's run, runtime %s:", m.bot, final.Runtime)
 			requireSawAndPressed(t, final, m.page.Report(), m.page.Clicked(), m.page.Misses())
 		}
 		require.Contains(t, events, "checkpoint", "the run's end wrote a checkpoint: %v", events)
