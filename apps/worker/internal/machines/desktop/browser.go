@@ -39,7 +39,7 @@ func (m *Machine) profileDir(id string) string {
 //	           profile exists and no browser holds it on $DISPLAY.
 //	close      closes every browser holding the profile cleanly (SIGTERM:
 //	           Chromium saves its session and flushes its cookies; SIGKILL
-//	           after 15 s) and waits until no process of it is left; it
+//	           after 30 s) and waits until no process of it is left; it
 //	           prints the display the browser ran on ("" when none ran).
 //
 // Like botd, Chromium gets --no-sandbox only where its sandbox cannot work
@@ -66,8 +66,8 @@ close() {
   for p in $ps; do kill -TERM "$p" 2>/dev/null; done
   i=0; while anyleft; do
     i=$((i+1))
-    if [ $i = 150 ]; then for p in $ps; do kill -KILL -- "-$p" 2>/dev/null || kill -KILL "$p" 2>/dev/null; done; fi
-    if [ $i -gt 250 ]; then echo "a browser on $dir did not exit" >&2; exit 1; fi
+    if [ $i = 300 ]; then for p in $ps; do kill -KILL -- "-$p" 2>/dev/null || kill -KILL "$p" 2>/dev/null; done; fi
+    if [ $i -gt 400 ]; then echo "a browser on $dir did not exit" >&2; exit 1; fi
     sleep 0.1
   done
   rm -f "$pf"

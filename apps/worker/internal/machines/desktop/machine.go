@@ -12,6 +12,13 @@
 // and the control port 6081+2i (x11vnc taking input). A backend that can
 // run only one screen gets MULTI_SCREEN_UNAVAILABLE for any other.
 //
+// Browsers: each screen's Chromium runs on its own profile in the
+// workspace (ProfilesDir/<screen>), started by the machine on the screen's
+// display (browser.go); an export or import closes them cleanly and starts
+// them again on their tabs, and the export leaves out the profiles'
+// transient files (pkg/shared/transient), so a replacement's screens come
+// back signed in.
+//
 // Trust: the sandbox is one trust domain. Everything runs as one user, so
 // a command the bot runs can reach X, x11vnc and the workspace; leases keep
 // the worker's agents and people apart, not processes in the sandbox.
