@@ -13,8 +13,9 @@
 # Not root (a laptop): nothing is installed; the tests that need root, the
 # tools, an engine or Postgres skip, and under CI=true they fail instead.
 # TEST_SETUP=0 skips the set-up steps. apps/worker runs as shards beside
-# the other packages (scripts/worker-shards.sh); WORKER_SHARDS=0 runs it as
-# one package, as before. Each shard's verbose log: build/test-logs/.
+# the other packages (scripts/worker-shards.sh) on 4 CPUs or more;
+# WORKER_SHARDS=1 forces the shards, WORKER_SHARDS=0 one process. Each
+# shard's verbose log: build/test-logs/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/usr/local/go/bin:$PATH"
@@ -54,7 +55,15 @@ fi
 # one after another; it runs as shards (scripts/worker-shards.sh: the shard
 # list and the rule for which tests may share one), each its own process
 # of one test binary, beside `go test` of every other package.
+# Default: shards on a machine of 4 or more CPUs, one process below that
+# (on the 2-core shared machine the vendor shard's in-container start-up
+# deadlines missed with two shards beside the other packages: docs,
+# "CI time"); WORKER_SHARDS=1 or 0 chooses.
 WORKER_PKG=github.com/open-bot/computer/apps/worker
+if [ -z "${WORKER_SHARDS:-}" ]; then
+  if [ "$(nproc 2>/dev/null || echo 1)" -ge 4 ]; then WORKER_SHARDS=1; else WORKER_SHARDS=0; fi
+  log "WORKER_SHARDS=$WORKER_SHARDS ($(nproc 2>/dev/null || echo '?') CPUs): apps/worker $( [ "$WORKER_SHARDS" = 0 ] && echo 'runs as one process' || echo 'runs as shards')"
+fi
 mapfile -t LISTED < <("$GO" list "${PKGS[@]}")
 REST=()
 sharded=no

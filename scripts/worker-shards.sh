@@ -5,8 +5,8 @@
 # before. Each named shard runs exactly its tests (-test.run '^(A|B)$'); the
 # last shard, "rest", runs every test no named shard names (-test.skip of all
 # their names), so a new test is never left out: it lands in "rest" unless
-# it is put in a named shard here. WORKER_SHARDS=0 runs the package as one
-# process, as before.
+# it is put in a named shard here. Shards are the default on 4 CPUs or
+# more; WORKER_SHARDS=1 forces them, WORKER_SHARDS=0 runs one process.
 #
 # The collision rule. Tests of different shards run at the same time, so
 # two tests in different shards must share no fixed resource:
@@ -42,13 +42,15 @@
 # One named shard holds the vendor tests (the E2B, Daytona and Box
 # emulators and the docker provider: their desktops run in containers, with
 # no X display or fixed host port of their own); "rest" holds the others.
-# Why two and not more (measured, see docs/operations.md "CI time"): the
-# machine has 2 cores; the other packages' `go test -p 2` already takes about
-# as long as either half of this package, so a third shard shortens nothing,
-# and two vendor shards at once, each starting desktop sandboxes, made
-# container start-up deadlines miss (screen_unavailable, envd
-# deadline_exceeded) under load. Keep the shards few: a flaky suite blocks
-# every landing.
+# Why two and not more: the other packages' `go test -p 2` takes about as
+# long as either half of this package (their sum was 1,850 s in the last
+# warm CI), so a third shard shortens nothing. Measured on the shared
+# 2-core machine (load average 35-48 with the other engineers' tests): the
+# vendor shard's desktops missed their in-container start-up deadlines (Box
+# emulator's 60 s desktop boot, "exit 137"; Daytona "sandbox does not
+# answer"; E2B "start display :0 … deadline_exceeded") in both full runs,
+# while the same test alone passed; hence no shards below 4 CPUs. Keep the
+# shards few: a flaky suite blocks every landing.
 
 # WORKER_SHARD_NAMES and WORKER_SHARD_TESTS are parallel: a shard's name and
 # the space-separated names of its tests.
