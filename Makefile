@@ -37,6 +37,16 @@ test-live: build
 bench:
 	./scripts/bench.sh
 
+# The benchmarks that carry a goal (egress vs socat, observe vs scrot, browser
+# cold start vs bare Chromium, cookie sync vs parallel getCookies, pool
+# hand-out), each figure beside its goal (scripts/bench-check.sh); exits
+# non-zero naming each miss. Not part of `make test`: run it on a quiet
+# machine after a change to one of those paths. BENCH_CHECK_FROM=<file>
+# re-checks a saved run's output.
+.PHONY: bench-check
+bench-check:
+	./scripts/bench-check.sh
+
 run:
 	./scripts/run.sh
 
