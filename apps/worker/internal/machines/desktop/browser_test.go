@@ -66,8 +66,11 @@ func waitUntil(t *testing.T, what string, d time.Duration, ok func() bool) {
 func TestDesktopBrowserProfiles(t *testing.T) {
 	cli, id := sandbox(t, 2)
 	b := NewDockerBackend(cli, id, 2)
-	m := newMachine(t, b)
-	ctx := ctxFor(t, 8*time.Minute)
+	// A display's first start may take long on a loaded host.
+	m, err := New(Options{Backend: b, StartTimeout: 3 * time.Minute})
+	require.NoError(t, err)
+	t.Cleanup(func() { m.Close() })
+	ctx := ctxFor(t, 10*time.Minute)
 
 	// A loopback site in the sandbox: two pages with their own titles.
 	r, err := b.Exec(ctx, Cmd{Argv: []string{"sh", "-c", `mkdir -p /tmp/site && cd /tmp/site &&
