@@ -436,13 +436,14 @@ func replaceAndCheck(t *testing.T, e *workerEnv, mates []teammate, lose func(ref
 	for _, m := range mates {
 		var obs map[string]any
 		require.Equal(t, http.StatusOK, e.do(t, "POST", "/tools/computer_observe", map[string]any{"botId": m.bot, "args": map[string]any{}}, &obs))
-	}
-	for _, m := range mates {
 		deadline := time.Now().Add(3 * time.Minute)
 		for {
 			pages, err := botd.BrowserPages(ctx, m.bot)
 			if err == nil && slices.Contains(pages, m.pageURL) {
 				break
+			}
+			if !time.Now().Before(deadline) && home != "" {
+				t.Logf("%s's sessions on the replacement: %s", m.bot, sessionFiles(home, m.bot, m.pageURL))
 			}
 			require.True(t, time.Now().Before(deadline), "%s's tab on the replacement (home lost too: %v): tabs %v, err %v", m.bot, homeToo, pages, err)
 			time.Sleep(300 * time.Millisecond)
@@ -473,6 +474,18 @@ func waitSessionHolds(t *testing.T, home, bot, pageURL string) {
 		require.True(t, time.Now().Before(deadline), "%s's browser never wrote its tab %s to its session (%v)", bot, pageURL, files)
 		time.Sleep(500 * time.Millisecond)
 	}
+}
+
+// sessionFiles describes the session files of bot's profile in home: each
+// one's name, size and whether it names pageURL.
+func sessionFiles(home, bot, pageURL string) string {
+	files, _ := filepath.Glob(filepath.Join(home, "desktop", "screens", bot, "chromium", "Default", "Sessions", "*"))
+	var out []string
+	for _, f := range files {
+		b, _ := os.ReadFile(f)
+		out = append(out, fmt.Sprintf("%s (%d bytes, names the page: %v)", filepath.Base(f), len(b), strings.Contains(string(b), pageURL)))
+	}
+	return strings.Join(out, ", ")
 }
 
 // CheckpointAnswer is POST /v1/computers/{id}/checkpoint's body.
