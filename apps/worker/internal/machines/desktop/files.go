@@ -407,15 +407,21 @@ func (m *Machine) ImportWorkspace(ctx context.Context, r io.Reader) (client.Work
 		_ = p.Close()
 		return sum, ferr
 	}
-	// The end-of-archive blocks and any padding after them.
-	if _, err := io.Copy(io.Discard, tee); err != nil {
+	// tar has had the end-of-archive blocks (the tar reader read them
+	// through tee); any padding after them is read off the caller's
+	// stream but not sent: tar needs none, and may already have exited.
+	if _, err := io.Copy(io.Discard, r); err != nil {
 		return sum, fmt.Errorf("desktop machine: import: %w", err)
 	}
-	if err := in.Close(); err != nil {
-		return sum, fmt.Errorf("desktop machine: import: %w", err)
-	}
+	// Closing standard input fails when tar, done at the end-of-archive,
+	// exited first (envd: "close stdin: not_found"; Box: its stdin file is
+	// gone): then its exit status alone says whether the import worked.
+	closeErr := in.Close()
 	code, err := p.Wait()
 	if err != nil {
+		if closeErr != nil {
+			err = fmt.Errorf("%w (closing its input: %v)", err, closeErr)
+		}
 		return sum, fmt.Errorf("desktop machine: import: %w", err)
 	}
 	if code != 0 {
