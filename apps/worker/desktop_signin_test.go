@@ -238,7 +238,8 @@ func signinTravels(t *testing.T, e *workerEnv, dir string, body map[string]any, 
 	for {
 		now = pidOf()
 		wins, profs = browserOn(t, m, displayA)
-		if now != "" && now != before && anyContains(wins, "e2e button") {
+		// The same tab: the page's title, or its host while it (re)loads.
+		if now != "" && now != before && (anyContains(wins, "e2e button") || anyContains(wins, "127.0.0.1:18081")) {
 			break
 		}
 		if time.Now().After(deadline) {
