@@ -15,11 +15,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -119,19 +116,8 @@ func TestAcceptanceReplaceSingleScreen(t *testing.T) {
 // directory goes, the home with it.
 func loseLocalWithHome(t testing.TB, machines, ref string) {
 	t.Helper()
-	dir := filepath.Join(machines, "computers", ref)
-	home := filepath.Join(dir, "home")
-	b, err := os.ReadFile(filepath.Join(dir, "botd.pid"))
-	require.NoError(t, err, "the machine's botd.pid")
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	require.NoError(t, err)
-	env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
-	require.NoError(t, err, "botd %d runs", pid)
-	require.Contains(t, "\x00"+string(env), "\x00BOTD_HOME="+home+"\x00", "pid %d is this machine's botd, on its own home", pid)
-	require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
-	lost := filepath.Join(machines, "lost-"+ref)
-	require.NoError(t, os.Rename(dir, lost))
-	require.NoError(t, os.RemoveAll(lost))
+	home := filepath.Join(machines, "computers", ref, "home")
+	_, pid := killLocalMachine(t, machines, ref, home)
 	deadline := time.Now().Add(30 * time.Second)
 	for botdOn(home) != 0 {
 		require.True(t, time.Now().Before(deadline), "botd %d outlived SIGKILL", pid)

@@ -83,19 +83,7 @@ func (p localProbe) Report() mockmodel.AcceptanceReport {
 // through the provider.
 func loseLocal(t testing.TB, machines, ref, home string) {
 	t.Helper()
-	dir := filepath.Join(machines, "computers", ref)
-	b, err := os.ReadFile(filepath.Join(dir, "botd.pid"))
-	require.NoError(t, err, "the machine's botd.pid")
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	require.NoError(t, err)
-	env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
-	require.NoError(t, err, "botd %d runs", pid)
-	require.Contains(t, "\x00"+string(env), "\x00BOTD_HOME="+home+"\x00", "pid %d is this machine's botd, on the worker-owned home", pid)
-	require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
-	// Gone at once (a rename), then removed at leisure.
-	lost := filepath.Join(machines, "lost-"+ref)
-	require.NoError(t, os.Rename(dir, lost))
-	require.NoError(t, os.RemoveAll(lost))
+	dir, pid := killLocalMachine(t, machines, ref, home)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
@@ -114,6 +102,26 @@ func loseLocal(t testing.TB, machines, ref, home string) {
 		require.NoDirExists(t, dir, "the lost machine's directory came back")
 		require.Zero(t, botdOn(home), "a botd was started again on the home")
 	}
+}
+
+// killLocalMachine SIGKILLs local machine ref's botd (checked to be the
+// one on home) and removes the machine's directory: gone at once (a
+// rename), then removed at leisure. It returns the directory and the pid.
+func killLocalMachine(t testing.TB, machines, ref, home string) (string, int) {
+	t.Helper()
+	dir := filepath.Join(machines, "computers", ref)
+	b, err := os.ReadFile(filepath.Join(dir, "botd.pid"))
+	require.NoError(t, err, "the machine's botd.pid")
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	require.NoError(t, err)
+	env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	require.NoError(t, err, "botd %d runs", pid)
+	require.Contains(t, "\x00"+string(env), "\x00BOTD_HOME="+home+"\x00", "pid %d is this machine's botd, on home %s", pid, home)
+	require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
+	lost := filepath.Join(machines, "lost-"+ref)
+	require.NoError(t, os.Rename(dir, lost))
+	require.NoError(t, os.RemoveAll(lost))
+	return dir, pid
 }
 
 // botdOn is the pid of a botd whose BOTD_HOME is home (0: none).
