@@ -196,6 +196,31 @@ func envMap(m map[string]string) func(string) string {
 	}
 }
 
+// serveOnProvider serves a worker in-process on dataDir whose default
+// provider is env's WORKER_PROVIDER (machines in machines); at the test's
+// end the computer it made (e.computer), and so any machine left, is
+// destroyed before the worker closes.
+func serveOnProvider(t testing.TB, dataDir, machines, model string, env map[string]string, log zerolog.Logger) *workerEnv {
+	t.Helper()
+	e := &workerEnv{token: "worker-token-0123456789", dataDir: dataDir}
+	w, err := newWorker(t.Context(), serveConfig{DataDir: e.dataDir, Provider: env["WORKER_PROVIDER"], Token: e.token,
+		Model: model, ModelProvider: "botd", Approvals: "decline", MachinesDir: machines,
+		Getenv: envMap(env)}, log)
+	require.NoError(t, err)
+	srv := httptest.NewServer(w.Handler)
+	t.Cleanup(func() {
+		srv.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if e.computer != "" {
+			_, _ = w.Computers.Destroy(ctx, e.computer)
+		}
+		w.Close()
+	})
+	e.url, e.w = srv.URL, w
+	return e
+}
+
 // providerWorker is a worker served in-process whose default provider is
 // kind, with one Team computer created through that provider and bot added.
 func providerWorker(t testing.TB, env map[string]string, machines, bot string) *workerEnv {
@@ -206,24 +231,8 @@ func providerWorker(t testing.TB, env map[string]string, machines, bot string) *
 // providerWorkerModel is providerWorker with a model name.
 func providerWorkerModel(t testing.TB, env map[string]string, machines, bot, model string) *workerEnv {
 	t.Helper()
-	e := &workerEnv{token: "worker-token-0123456789", dataDir: t.TempDir()}
-	w, err := newWorker(t.Context(), serveConfig{DataDir: e.dataDir, Provider: env["WORKER_PROVIDER"], Token: e.token,
-		Model: model, ModelProvider: "botd", Approvals: "decline", MachinesDir: machines,
-		Getenv: envMap(env)}, testLog(t))
-	require.NoError(t, err)
-	srv := httptest.NewServer(w.Handler)
-	t.Cleanup(func() {
-		srv.Close()
-		// Destroy what the test made (the computer and any machine left).
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		if e.computer != "" {
-			_, _ = w.Computers.Destroy(ctx, e.computer)
-		}
-		w.Close()
-	})
-	checkAPI(t, srv.URL)
-	e.url, e.w = srv.URL, w
+	e := serveOnProvider(t, t.TempDir(), machines, model, env, testLog(t))
+	checkAPI(t, e.url)
 	var created struct {
 		Computer struct {
 			ID, State, Provider, LastError string

@@ -21,7 +21,6 @@ package main
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -223,22 +222,7 @@ func BenchmarkRuntimeLatency(b *testing.B) {
 func rtWorker(b testing.TB, dir string, env map[string]string, extra map[string]any) *workerEnv {
 	b.Helper()
 	require.NoError(b, os.MkdirAll(dir, 0o755))
-	e := &workerEnv{token: "worker-token-0123456789", dataDir: filepath.Join(dir, "data")}
-	w, err := newWorker(b.Context(), serveConfig{DataDir: e.dataDir, Provider: env["WORKER_PROVIDER"], Token: e.token,
-		Model: "scripted-model", ModelProvider: "botd", Approvals: "decline", MachinesDir: filepath.Join(dir, "machines"),
-		Getenv: envMap(env)}, zerolog.Nop())
-	require.NoError(b, err)
-	srv := httptest.NewServer(w.Handler)
-	b.Cleanup(func() {
-		srv.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		if e.computer != "" {
-			_, _ = w.Computers.Destroy(ctx, e.computer)
-		}
-		w.Close()
-	})
-	e.url, e.w = srv.URL, w
+	e := serveOnProvider(b, filepath.Join(dir, "data"), filepath.Join(dir, "machines"), "scripted-model", env, zerolog.Nop())
 	body := map[string]any{"scope": map[string]string{"team": "t1"}}
 	for k, v := range extra {
 		body[k] = v
