@@ -2,6 +2,7 @@ package desktop
 
 import (
 	"archive/tar"
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -329,6 +330,9 @@ func (e *exportReader) Close() error {
 	return err
 }
 
+// importWriteBuffer is what one write to the import's tar carries at most.
+const importWriteBuffer = 256 << 10
+
 // ImportWorkspace streams a tar into the workspace (`tar -xf -` as the
 // user) and counts what it carried. Entries that are absolute or hold ".."
 // are refused (403 FS_SANDBOX_DENIED) before tar sees them; links and
@@ -357,7 +361,12 @@ func (m *Machine) ImportWorkspace(ctx context.Context, r io.Reader) (client.Work
 	defer p.Close()
 	go func() { _, _ = io.Copy(io.Discard, p.Stdout()) }()
 	in := p.Stdin()
-	tee := io.TeeReader(r, in)
+	// The tar reader reads in pieces of 512 bytes to a few KiB; on a
+	// backend whose every write is a vendor call (Box: ~170 ms each) a
+	// checkpoint of a few MB took minutes. Buffered, a write carries up
+	// to importWriteBuffer bytes.
+	bin := bufio.NewWriterSize(in, importWriteBuffer)
+	tee := io.TeeReader(r, bin)
 	tr := tar.NewReader(tee)
 	var ferr error
 	for {
@@ -416,7 +425,7 @@ func (m *Machine) ImportWorkspace(ctx context.Context, r io.Reader) (client.Work
 	// Closing standard input fails when tar, done at the end-of-archive,
 	// exited first (envd: "close stdin: not_found"; Box: its stdin file is
 	// gone): then its exit status alone says whether the import worked.
-	closeErr := in.Close()
+	closeErr := errors.Join(bin.Flush(), in.Close())
 	code, err := p.Wait()
 	if err != nil {
 		if closeErr != nil {
