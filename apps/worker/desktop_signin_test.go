@@ -12,6 +12,7 @@ package main
 
 import (
 	"crypto/rand"
+	"database/sql"
 	"encoding/hex"
 	"net/http"
 	"os"
@@ -251,7 +252,7 @@ func signinTravels(t *testing.T, e *workerEnv, dir string, body map[string]any, 
 	t.Logf("alice's browser back on her tab %v after the checkpoint began", time.Since(start))
 	_, cookies, ok := checkpointFile(t, d, profA+"/Default/Cookies")
 	require.True(t, ok, "the checkpoint holds alice's cookie store")
-	require.NotEmpty(t, cookies)
+	require.Equal(t, 1, cookieRows(t, cookies, "signin"), "the checkpoint's cookie store holds the page's sign-in cookie (the browser wrote it before it exited)")
 	_, _, ok = checkpointFile(t, d, profA+"/SingletonLock")
 	require.False(t, ok, "the checkpoint leaves out the browser's lock")
 
@@ -319,4 +320,18 @@ func TestSigninTravelsBox(t *testing.T) {
 	e := templateWorker(t, boxEnv(emu, nil), filepath.Join(dir, "machines"))
 	signinTravels(t, e, dir, map[string]any{"scope": map[string]string{"team": "t1"}}, false,
 		func(ref string) string { return boxContainer(t, emu, ref) }, func(ref string) { deleteBox(t, emu, ref) })
+}
+
+// cookieRows counts the cookies named name in db, a Chromium cookie store
+// (SQLite), read with the worker's own SQLite driver.
+func cookieRows(t *testing.T, db, name string) int {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "Cookies")
+	require.NoError(t, os.WriteFile(f, []byte(db), 0o600))
+	sq, err := sql.Open("sqlite", "file:"+f+"?mode=ro")
+	require.NoError(t, err)
+	defer sq.Close()
+	var n int
+	require.NoError(t, sq.QueryRow(`SELECT count(*) FROM cookies WHERE name = ?`, name).Scan(&n))
+	return n
 }

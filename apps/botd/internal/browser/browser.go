@@ -381,7 +381,7 @@ func (b *Browser) kill() {
 
 // prepareProfile creates the profile directory for the desktop user and
 // makes sure no other Chromium holds it: a browser a person started from the
-// screen's menu is closed with SIGTERM (it saves its tabs, which come back
+// screen's menu is closed with SIGINT (it saves its tabs, which come back
 // in ours), and stale locks are removed.
 func (b *Browser) prepareProfile(ctx context.Context) error {
 	dir := b.o.ProfileDir

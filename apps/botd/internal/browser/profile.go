@@ -69,8 +69,9 @@ type profile struct {
 // pid is signalled only when it is botd's own Chromium on this profile
 // (closed through its handle), or a process of the profile's user whose
 // command line names exactly this --user-data-dir (a browser a person
-// started from the screen's menu), asked to quit with SIGTERM (it saves its
-// session) and killed if it does not. Any other process (another user's,
+// started from the screen's menu), asked to quit with SIGINT (it saves its
+// session and writes its cookies; after SIGTERM Chromium exits without
+// writing its cookie store) and killed if it does not. Any other process (another user's,
 // or one merely named like Chromium) is left alone. The lock files are
 // removed relative to the profile's fd, never through a link.
 func releaseProfile(ctx context.Context, p profile, log zerolog.Logger) error {
@@ -117,7 +118,7 @@ func readlinkAt(dirfd int, name string) (string, error) {
 	return string(buf[:n]), nil
 }
 
-// closeUsersChromium asks pid to quit (SIGTERM, then SIGKILL) if it is a
+// closeUsersChromium asks pid to quit (SIGINT, then SIGKILL) if it is a
 // process of p.uid whose command line holds --user-data-dir=p.dir. The
 // process is pinned with a pidfd before it is checked, and the signals go
 // to that pidfd, so a pid that is reused meanwhile is never signalled.
@@ -147,9 +148,9 @@ func closeUsersChromium(ctx context.Context, pid int, p profile, log zerolog.Log
 		return
 	}
 	log.Info().Int("pid", pid).Msg("another chromium holds the profile; closing it (its tabs come back)")
-	_ = signal(syscall.SIGTERM)
+	_ = signal(syscall.SIGINT)
 	if !waitExit(ctx, pid, pidfd, 10*time.Second) {
-		log.Warn().Int("pid", pid).Msg("chromium holding the profile ignored SIGTERM; killing it")
+		log.Warn().Int("pid", pid).Msg("chromium holding the profile ignored SIGINT; killing it")
 		_ = signal(syscall.SIGKILL)
 		waitExit(ctx, pid, pidfd, 3*time.Second)
 	}

@@ -37,10 +37,14 @@ func (m *Machine) profileDir(id string) string {
 //	           too. Without Chromium, xdg-open.
 //	restore    starts the screen's browser on its last session when the
 //	           profile exists and no browser holds it on $DISPLAY.
-//	close      closes every browser holding the profile cleanly (SIGTERM:
+//	close      closes every browser holding the profile cleanly (SIGINT:
 //	           Chromium saves its session and flushes its cookies; SIGKILL
 //	           after 30 s) and waits until no process of it is left; it
 //	           prints the display the browser ran on ("" when none ran).
+//	           Not SIGTERM: Chromium takes that for the session's end and
+//	           exits without writing its cookie store (Chromium 156: a
+//	           cookie set 10 s before was gone after SIGTERM, kept after
+//	           SIGINT and sent again by the restarted browser).
 //
 // Like botd, Chromium gets --no-sandbox only where its sandbox cannot work
 // (user, PID and network namespaces unavailable to the user, as in an
@@ -63,7 +67,7 @@ shown() { grep -zx -- 'DISPLAY=.*' "/proc/$1/environ" 2>/dev/null | tr -d '\0' |
 close() {
   ps=$(holders); [ -n "$ps" ] || { rm -f "$pf"; return 0; }
   for p in $ps; do shown "$p"; echo; break; done
-  for p in $ps; do kill -TERM "$p" 2>/dev/null; done
+  for p in $ps; do kill -INT "$p" 2>/dev/null; done
   i=0; while anyleft; do
     i=$((i+1))
     if [ $i = 300 ]; then for p in $ps; do kill -KILL -- "-$p" 2>/dev/null || kill -KILL "$p" 2>/dev/null; done; fi
