@@ -60,10 +60,16 @@ type Client struct {
 	zr      io.ReadCloser
 	tile    []byte // one decoded ZRLE tile, RGBA
 	cpix    []byte // one ZRLE tile's raw CPIXELs
+	// seen counts rectangles by encoding and ZRLE tiles by subencoding, for
+	// tests; read them only after Done.
+	seen struct {
+		rects   map[int32]int
+		zrleSub [256]int
+	}
 }
 
 func newClient(conn net.Conn, br *bufio.Reader, o Options, w, h int) *Client {
-	return &Client{
+	c := &Client{
 		conn:    conn,
 		br:      br,
 		o:       o,
@@ -71,6 +77,8 @@ func newClient(conn net.Conn, br *bufio.Reader, o Options, w, h int) *Client {
 		changed: make(chan struct{}),
 		done:    make(chan struct{}),
 	}
+	c.seen.rects = make(map[int32]int)
+	return c
 }
 
 // Size is the framebuffer's size.

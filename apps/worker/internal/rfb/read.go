@@ -90,6 +90,7 @@ func (c *Client) readUpdate() error {
 		h := int(binary.BigEndian.Uint16(hdr[6:]))
 		enc := int32(binary.BigEndian.Uint32(hdr[8:]))
 		r := image.Rect(x, y, x+w, y+h)
+		c.seen.rects[enc]++
 		if enc == EncodingDesktopSize {
 			if err := c.resize(w, h); err != nil {
 				return err

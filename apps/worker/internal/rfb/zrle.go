@@ -148,6 +148,7 @@ func (c *Client) readTile(t image.Rectangle) error {
 	if err != nil {
 		return err
 	}
+	c.seen.zrleSub[sub]++
 	switch {
 	case sub == 0: // raw CPIXELs
 		buf := c.cpix[:3*npix]
