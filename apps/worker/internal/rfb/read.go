@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"image"
 	"io"
+	"net"
 	"time"
 )
 
@@ -21,8 +22,12 @@ const (
 func (c *Client) run() {
 	defer close(c.done)
 	err := c.readMessages()
-	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+	var ne net.Error
+	switch {
+	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
 		err = fmt.Errorf("rfb: truncated message or connection closed: %w", err)
+	case errors.As(err, &ne):
+		err = fmt.Errorf("rfb: read: %w", err)
 	}
 	c.fail(err)
 	if c.zr != nil {

@@ -10,8 +10,11 @@ import (
 	"os/exec"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/rs/zerolog"
 )
 
 // The tests below run a real Xvfb and x11vnc. Under CI=true a missing
@@ -30,7 +33,8 @@ func needBins(t *testing.T, names ...string) {
 }
 
 // displays hands out X display numbers 140–149 within this test binary;
-// Xvfb's own lock file keeps other processes off the same one.
+// Xvfb's own lock file keeps other processes off the same one (Xvfb exits
+// when the display is taken, and clears a dead server's lock itself).
 var displays struct {
 	mu   sync.Mutex
 	used [10]bool
@@ -59,9 +63,6 @@ func startX(t *testing.T, vncArgs ...string) *xserver {
 		displays.used[i] = true
 		displays.mu.Unlock()
 		n := 140 + i
-		if _, err := os.Stat(fmt.Sprintf("/tmp/.X%d-lock", n)); err == nil {
-			continue
-		}
 		cmd := exec.Command("Xvfb", ":"+strconv.Itoa(n), "-screen", "0", "1280x800x24", "-nolisten", "tcp")
 		if err := cmd.Start(); err != nil {
 			t.Fatalf("start Xvfb: %v", err)
@@ -91,8 +92,14 @@ func startX(t *testing.T, vncArgs ...string) *xserver {
 			continue
 		}
 		t.Cleanup(func() {
-			cmd.Process.Kill()
-			<-exited
+			// SIGTERM, so Xvfb removes its lock file.
+			cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-exited:
+			case <-time.After(5 * time.Second):
+				cmd.Process.Kill()
+				<-exited
+			}
 			displays.mu.Lock()
 			displays.used[i] = false
 			displays.mu.Unlock()
@@ -223,4 +230,14 @@ func distinctColours(img *image.RGBA, limit int) int {
 		seen[[4]byte(img.Pix[i:i+4])] = true
 	}
 	return len(seen)
+}
+
+func (c *Client) frameNow() Frame {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.frame
+}
+
+func testLogger(t *testing.T) zerolog.Logger {
+	return zerolog.New(zerolog.NewTestWriter(t))
 }
