@@ -47,10 +47,6 @@ func Handshake(ctx context.Context, conn net.Conn, o Options) (*Client, error) {
 		return nil, fmt.Errorf("rfb handshake: %w", err)
 	}
 	go c.run()
-	if _, err := c.request(false, 0, 0, c.fb.Rect.Dx(), c.fb.Rect.Dy()); err != nil {
-		c.Close()
-		return nil, fmt.Errorf("rfb handshake: %w", err)
-	}
 	return c, nil
 }
 
@@ -218,7 +214,9 @@ func readReason(r io.Reader, what string) error {
 }
 
 // writeInit sends SetPixelFormat (32 bpp, depth 24, little-endian, true
-// colour, red at bit 16, green 8, blue 0) and SetEncodings.
+// colour, red at bit 16, green 8, blue 0), SetEncodings and a request for
+// the whole screen, in one write, before the read loop starts: from then on
+// a server's fault is the session's Err, not the handshake's.
 func (c *Client) writeInit() error {
 	msg := []byte{0, 0, 0, 0, 32, 24, 0, 1, 0, 255, 0, 255, 0, 255, 16, 8, 0, 0, 0, 0}
 	msg = append(msg, 2, 0, 0, 0)
@@ -226,5 +224,11 @@ func (c *Client) writeInit() error {
 	for _, e := range c.o.Encodings {
 		msg = binary.BigEndian.AppendUint32(msg, uint32(e))
 	}
-	return c.write(msg)
+	w, h := c.fb.Rect.Dx(), c.fb.Rect.Dy()
+	msg = append(msg, 3, 0, 0, 0, 0, 0, byte(w>>8), byte(w), byte(h>>8), byte(h))
+	if err := c.write(msg); err != nil {
+		return err
+	}
+	c.written++
+	return nil
 }
