@@ -1,9 +1,7 @@
 package rfb
 
 import (
-	"bytes"
-	"compress/zlib"
-	"crypto/rand"
+		"crypto/rand"
 	"encoding/binary"
 	"fmt"
 	"net"
@@ -17,24 +15,6 @@ import (
 // TestFaults: each hostile server ends the session with a clear error.
 func TestFaults(t *testing.T) {
 	t.Parallel()
-	zrleTiles := func(tiles ...[]byte) []byte {
-		var z bytes.Buffer
-		zw := zlib.NewWriter(&z)
-		for _, tl := range tiles {
-			zw.Write(tl)
-		}
-		zw.Flush()
-		return binary.BigEndian.AppendUint32(nil, uint32(z.Len())) // length, then data
-	}
-	zrleData := func(tiles ...[]byte) []byte {
-		var z bytes.Buffer
-		zw := zlib.NewWriter(&z)
-		for _, tl := range tiles {
-			zw.Write(tl)
-		}
-		zw.Flush()
-		return append(zrleTiles(tiles...)[:0:0], append(binary.BigEndian.AppendUint32(nil, uint32(z.Len())), z.Bytes()...)...)
-	}
 	for _, tc := range []struct {
 		name   string
 		w, h   int
