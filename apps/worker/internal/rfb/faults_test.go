@@ -1,7 +1,7 @@
 package rfb
 
 import (
-		"crypto/rand"
+	"crypto/rand"
 	"encoding/binary"
 	"fmt"
 	"net"
