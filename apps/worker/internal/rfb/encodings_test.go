@@ -40,9 +40,7 @@ func TestEncodingsMatchScreen(t *testing.T) {
 		for name, c := range clients {
 			var img *image.RGBA
 			waitFor(t, 10*time.Second, name+" shows "+col.arg, func() (bool, string) {
-				if _, err := c.Refresh(t.Context()); err != nil {
-					t.Fatalf("%s refresh: %v", name, err)
-				}
+				refresh(t, c)
 				img, _ = c.Snapshot(img)
 				return solid(img, col.want)
 			})

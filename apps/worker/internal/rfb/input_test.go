@@ -67,7 +67,7 @@ func TestRefreshShowsNewContent(t *testing.T) {
 	x.run("xsetroot", "-solid", "#000000")
 	var img *image.RGBA
 	waitFor(t, 10*time.Second, "black screen", func() (bool, string) {
-		c.Refresh(t.Context())
+		refresh(t, c)
 		img, _ = c.Snapshot(img)
 		return solid(img, [4]byte{0, 0, 0, 255})
 	})
@@ -94,9 +94,7 @@ func TestRefreshShowsNewContent(t *testing.T) {
 			if n >= 50 {
 				t.Fatalf("after %d refreshes: %s", n, why)
 			}
-			if _, err := c.Refresh(t.Context()); err != nil {
-				t.Fatal(err)
-			}
+			refresh(t, c)
 			n++
 			img, _ = c.Snapshot(img)
 		}
@@ -158,9 +156,7 @@ func TestStreamReconnects(t *testing.T) {
 		return c
 	}
 	first := waitLive()
-	if _, err := first.Refresh(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	refresh(t, first)
 	x.stopVNC()
 	waitFor(t, 10*time.Second, "stream not live", func() (bool, string) {
 		st, e := s.State()
@@ -174,9 +170,7 @@ func TestStreamReconnects(t *testing.T) {
 	if second == first {
 		t.Fatal("no new session")
 	}
-	if _, err := second.Refresh(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	refresh(t, second)
 	s.Close()
 	s.Close()
 	if st, _ := s.State(); st != StateDown {

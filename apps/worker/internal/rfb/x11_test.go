@@ -241,3 +241,16 @@ func (c *Client) frameNow() Frame {
 func testLogger(t *testing.T) zerolog.Logger {
 	return zerolog.New(zerolog.NewTestWriter(t))
 }
+
+// refresh is Refresh with a 5 s deadline: a request no update answers
+// fails the test instead of hanging it.
+func refresh(t *testing.T, c *Client) Frame {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	f, err := c.Refresh(ctx)
+	if err != nil {
+		t.Fatalf("refresh: %v", err)
+	}
+	return f
+}
