@@ -112,7 +112,9 @@ func (c *Client) Snapshot(dst *image.RGBA) (*image.RGBA, Frame) {
 // the request (its header read after the request was written) is applied.
 // Besides the incremental request it asks for one pixel non-incrementally,
 // because servers answer an incremental request only once something changed
-// and a still screen must not hang the caller.
+// and a still screen must not hang the caller. A server that finds changes
+// by polling the screen (x11vnc) may answer before it noticed a change made
+// just before the request; TestRefreshShowsNewContent measures how often.
 func (c *Client) Refresh(ctx context.Context) (Frame, error) {
 	w, h := c.Size()
 	mark, err := c.request(true, 0, 0, w, h)

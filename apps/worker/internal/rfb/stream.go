@@ -42,9 +42,12 @@ type Stream struct {
 }
 
 // Hold starts holding a session: it dials, handshakes and, when the session
-// ends, redials with backoff until Close. dial's errors become State's
-// lastErr, so dial must return errors that carry no secret (no token, no
-// URL with credentials). The Stream logs state changes only.
+// ends, redials after 0.25 s, doubling to 10 s (back to 0.25 s after a
+// session that lasted 30 s), until Close. dial's errors become State's
+// lastErr and the "down" log line, so dial must return errors that carry
+// no secret: net/http's and websocket.Dial's errors quote the URL, query
+// and all, so wrap them into a message of your own. Besides that error the
+// Stream logs state changes only.
 func Hold(dial func(ctx context.Context) (net.Conn, error), o Options, log zerolog.Logger) *Stream {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Stream{dial: dial, o: o, log: log, ctx: ctx, cancel: cancel, done: make(chan struct{}), state: StateConnecting}
