@@ -10,18 +10,10 @@ import (
 	"time"
 )
 
-// hostileServer is a VNC server written in the test: it does an RFB 3.8
+// serveHostile runs a VNC server written in the test: it does an RFB 3.8
 // handshake (security None) announcing a w×h framebuffer, then runs script
 // on the connection. It is the attacker; the Client is the code under test.
 // Unless stall is set, what the client writes is read and dropped.
-type hostileServer struct {
-	t      *testing.T
-	w, h   int
-	stall  bool
-	script func(conn net.Conn)
-	ln     net.Listener
-}
-
 func serveHostile(t *testing.T, w, h int, stall bool, script func(conn net.Conn)) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
