@@ -46,6 +46,25 @@ type xserver struct {
 	port    int
 	vnc     *exec.Cmd
 	vncArgs []string
+	vncOut  *lockedBuffer
+}
+
+// lockedBuffer collects a child's output for failure messages.
+type lockedBuffer struct {
+	mu sync.Mutex // mu guards b.
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // startX starts Xvfb (1280x800x24, no TCP) and x11vnc on a free localhost
@@ -123,12 +142,16 @@ func startX(t *testing.T, vncArgs ...string) *xserver {
 	return x
 }
 
+// startVNC starts x11vnc. -noshm: an x11vnc killed with SIGKILL (as
+// TestStreamReconnects does) leaves its MIT-SHM segments behind, 42 each,
+// and the host's 4096 run out for everyone.
 func (x *xserver) startVNC() {
 	x.t.Helper()
-	args := append([]string{"-display", x.display, "-rfbport", strconv.Itoa(x.port), "-localhost", "-shared", "-forever", "-nocursor", "-q"}, x.vncArgs...)
+	args := append([]string{"-display", x.display, "-rfbport", strconv.Itoa(x.port), "-localhost", "-shared", "-forever", "-nocursor", "-noshm"}, x.vncArgs...)
 	cmd := exec.Command("x11vnc", args...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
+	out := &lockedBuffer{}
+	x.vncOut = out
+	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		x.t.Fatalf("start x11vnc: %v", err)
 	}
@@ -190,7 +213,7 @@ func (x *xserver) connect(t *testing.T, o Options) *Client {
 	}
 	c, err := Handshake(ctx, conn, o)
 	if err != nil {
-		t.Fatalf("handshake: %v", err)
+		t.Fatalf("handshake: %v\nx11vnc:\n%s", err, x.vncOut)
 	}
 	t.Cleanup(func() { c.Close() })
 	return c
