@@ -49,6 +49,10 @@ type Client struct {
 	// changed is closed and replaced after each applied update.
 	changed chan struct{}
 	err     error
+	// pointer is where the pointer is: the last PointerPos the server
+	// sent or the last Pointer this client wrote, whichever came later.
+	pointer      image.Point
+	pointerKnown bool
 
 	// done is closed when the read loop has ended.
 	done chan struct{}
@@ -151,7 +155,23 @@ func (c *Client) Pointer(x, y int, buttons uint8) error {
 	if x < 0 || y < 0 || x > 0xffff || y > 0xffff {
 		return fmt.Errorf("rfb: pointer %d,%d out of range", x, y)
 	}
-	return c.write([]byte{5, buttons, byte(x >> 8), byte(x), byte(y >> 8), byte(y)})
+	if err := c.write([]byte{5, buttons, byte(x >> 8), byte(x), byte(y >> 8), byte(y)}); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.pointer, c.pointerKnown = image.Pt(x, y), true
+	c.mu.Unlock()
+	return nil
+}
+
+// PointerPos is where the pointer is, as far as this session knows: the
+// last pointer-position update the server sent (with EncodingPointerPos
+// requested) or the last Pointer written, whichever came later; ok is
+// false before either.
+func (c *Client) PointerPos() (p image.Point, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.pointer, c.pointerKnown
 }
 
 // Key sends a key event for an X keysym.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"image"
 	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -178,5 +179,27 @@ func TestStreamReconnects(t *testing.T) {
 	}
 	if !errors.Is(first.Err(), first.Err()) || first.Err() == nil {
 		t.Fatal("first session has no Err")
+	}
+}
+
+// TestPointerPosFollowsX moves the X pointer outside the session
+// (xdotool): the server's pointer-position updates bring it to the client.
+func TestPointerPosFollowsX(t *testing.T) {
+	t.Parallel()
+	x := startX(t, "-nopw", "-nonap")
+	c := x.connect(t, Options{})
+	for _, p := range []image.Point{{321, 222}, {17, 590}} {
+		x.run("xdotool", "mousemove", strconv.Itoa(p.X), strconv.Itoa(p.Y))
+		waitFor(t, 10*time.Second, "the session's pointer at "+p.String(), func() (bool, string) {
+			refresh(t, c)
+			got, ok := c.PointerPos()
+			return ok && got == p, got.String()
+		})
+	}
+	if err := c.Pointer(5, 6, 0); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := c.PointerPos(); got != image.Pt(5, 6) {
+		t.Fatalf("after Pointer(5, 6) PointerPos is %v", got)
 	}
 }

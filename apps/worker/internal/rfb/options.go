@@ -8,6 +8,16 @@ const (
 	EncodingCopyRect    int32 = 1
 	EncodingZRLE        int32 = 16
 	EncodingDesktopSize int32 = -223
+	// EncodingPointerPos is the pointer-position pseudo-encoding: a
+	// rectangle whose x, y is where the server's pointer is (moved by
+	// another client or on the server itself), with no data.
+	EncodingPointerPos int32 = -232
+	// EncodingXCursor is the X cursor shape pseudo-encoding. Its shapes
+	// are read and dropped: servers built on libvncserver (x11vnc) send
+	// pointer positions only to a client that takes cursor shapes too.
+	EncodingXCursor int32 = -240
+	// maxCursor bounds an XCursor shape's sides.
+	maxCursor = 256
 )
 
 // Defaults for Options' zero fields.
@@ -30,7 +40,7 @@ type Options struct {
 	// compressed data, one cut text).
 	MaxMessage int
 	// Encodings are sent in SetEncodings, most preferred first. Default:
-	// ZRLE, CopyRect, Raw, DesktopSize.
+	// ZRLE, CopyRect, Raw, DesktopSize, PointerPos, XCursor.
 	Encodings []int32
 	// WriteTimeout bounds every write to the server; a write that takes
 	// longer ends the session.
@@ -48,7 +58,7 @@ func (o Options) withDefaults() Options {
 		o.MaxMessage = DefaultMaxMessage
 	}
 	if len(o.Encodings) == 0 {
-		o.Encodings = []int32{EncodingZRLE, EncodingCopyRect, EncodingRaw, EncodingDesktopSize}
+		o.Encodings = []int32{EncodingZRLE, EncodingCopyRect, EncodingRaw, EncodingDesktopSize, EncodingPointerPos, EncodingXCursor}
 	}
 	if o.WriteTimeout <= 0 {
 		o.WriteTimeout = DefaultWriteTimeout

@@ -96,6 +96,23 @@ func (c *Client) readUpdate() error {
 		enc := int32(binary.BigEndian.Uint32(hdr[8:]))
 		r := image.Rect(x, y, x+w, y+h)
 		c.seen.rects[enc]++
+		if enc == EncodingXCursor {
+			if w > maxCursor || h > maxCursor {
+				return fmt.Errorf("rfb: a cursor shape of %dx%d (the most is %dx%d)", w, h, maxCursor, maxCursor)
+			}
+			if w > 0 && h > 0 {
+				if _, err := io.CopyN(io.Discard, c.br, int64(6+2*((w+7)/8)*h)); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		if enc == EncodingPointerPos {
+			c.mu.Lock()
+			c.pointer, c.pointerKnown = image.Pt(x, y), true
+			c.mu.Unlock()
+			continue
+		}
 		if enc == EncodingDesktopSize {
 			if err := c.resize(w, h); err != nil {
 				return err
