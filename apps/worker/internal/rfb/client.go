@@ -164,6 +164,17 @@ func (c *Client) Pointer(x, y int, buttons uint8) error {
 	return nil
 }
 
+// SeedPointer sets where the pointer is when the session does not know it
+// yet (nothing moved it since the handshake): p must have been read after
+// the handshake, since any later move reaches the session itself.
+func (c *Client) SeedPointer(p image.Point) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.pointerKnown {
+		c.pointer, c.pointerKnown = p, true
+	}
+}
+
 // PointerPos is where the pointer is, as far as this session knows: the
 // last pointer-position update the server sent (with EncodingPointerPos
 // requested) or the last Pointer written, whichever came later; ok is

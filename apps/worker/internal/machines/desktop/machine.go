@@ -35,6 +35,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/open-bot/computer/pkg/shared"
@@ -66,6 +67,11 @@ type Options struct {
 	StartTimeout time.Duration
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
+	// HeldStream makes the machine hold one RFB session per screen (to its
+	// control x11vnc, through the backend's port URL) and take
+	// observations from it, falling back to the screenshot command while
+	// the stream is down (issue 31; default off: HeldStreamEnv).
+	HeldStream bool
 	// BootedAt is when the sandbox's desktop came up, what Health reports
 	// (zero: when New ran). A backend that finds a running desktop again
 	// passes its start, so a reconnect is seen not to restart it.
@@ -99,6 +105,9 @@ type Machine struct {
 	// stop ends the sweeper.
 	stop chan struct{}
 	once sync.Once
+
+	// heldFrames counts observations taken from a held stream.
+	heldFrames atomic.Int64
 }
 
 // New returns a machine over o.Backend. It starts nothing in the sandbox
@@ -155,6 +164,15 @@ func (m *Machine) Close() error {
 	m.once.Do(func() {
 		close(m.stop)
 		m.events.close()
+		m.mu.Lock()
+		ss := make([]*screen, 0, len(m.screens))
+		for _, s := range m.screens {
+			ss = append(ss, s)
+		}
+		m.mu.Unlock()
+		for _, s := range ss {
+			m.dropStream(s)
+		}
 	})
 	return nil
 }
@@ -365,6 +383,7 @@ func (m *Machine) ensure(ctx context.Context, id string) (*screen, error) {
 	m.mu.Lock()
 	s.running, s.width, s.height = true, w, h
 	m.mu.Unlock()
+	m.holdStream(s, slot)
 	// A screen with a profile gets its browser back on its last session:
 	// on a replacement, the imported sign-ins and tabs.
 	bctx, bcancel := context.WithTimeout(ctx, m.o.StartTimeout)
@@ -396,6 +415,7 @@ func (m *Machine) ForgetScreen(ctx context.Context, id string) error {
 	delete(m.screens, id)
 	m.mu.Unlock()
 	m.links.forget(id)
+	m.dropStream(s)
 	if err := m.closeBrowser(ctx, id); err != nil {
 		return fmt.Errorf("desktop machine: stop screen %s: %w", id, err)
 	}

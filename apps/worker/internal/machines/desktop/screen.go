@@ -1,6 +1,8 @@
 package desktop
 
 import (
+	"github.com/open-bot/computer/apps/worker/internal/rfb"
+
 	"bytes"
 	"context"
 	"encoding/base64"
@@ -28,6 +30,9 @@ type screen struct {
 	slot          int
 	running       bool
 	width, height int
+	// stream is the worker's held RFB session to the screen (guarded by
+	// the machine's mu; nil unless Options.HeldStream).
+	stream *rfb.Stream
 
 	// q runs one lease-holding call at a time, in arrival order.
 	q fifo.Lock
@@ -175,14 +180,18 @@ func (m *Machine) capture(ctx context.Context, s *screen) (frame, error) {
 	m.mu.Lock()
 	slot := s.slot
 	m.mu.Unlock()
-	var f frame
-	if sa := m.screenAPI(slot); sa != nil {
+	f, held := m.streamFrame(ctx, s)
+	sa := m.screenAPI(slot)
+	switch {
+	case held:
+		// The held stream's frame (held.go).
+	case sa != nil:
 		img, p, err := sa.Screenshot(ctx)
 		if err != nil {
 			return frame{}, fmt.Errorf("screenshot of %s: %w", m.display(slot), err)
 		}
 		f = frame{jpeg: img, pointer: p}
-	} else {
+	default:
 		r, err := m.b.Exec(ctx, Cmd{Argv: []string{"sh", "-c", captureScript}, User: m.o.User, Cwd: m.o.Home,
 			Env: m.displayEnv(slot), MaxOutput: 32 << 20})
 		if err != nil {

@@ -1,0 +1,217 @@
+package desktop
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"image"
+	"image/color"
+	"image/jpeg"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/rs/zerolog"
+
+	"github.com/open-bot/computer/apps/worker/internal/rfb"
+	"github.com/open-bot/computer/pkg/shared"
+)
+
+// HeldStreamEnv turns the held stream on for the machines a provider makes
+// ("1"); it is off by default.
+const HeldStreamEnv = "WORKER_DESKTOP_HELD_STREAM"
+
+// HeldStreamFromEnv is HeldStreamEnv's setting.
+func HeldStreamFromEnv() bool { return os.Getenv(HeldStreamEnv) == "1" }
+
+// heldRefresh bounds the wait for the stream's answer to one refresh; past
+// it the observation takes the command path.
+const heldRefresh = 2 * time.Second
+
+// holdStream starts the worker's own RFB session to screen s's control
+// x11vnc (slot's control port, through the backend's port URL), kept
+// current and redialled by rfb.Stream, so an observation is read from the
+// worker's memory instead of a screenshot command in the sandbox.
+func (m *Machine) holdStream(s *screen, slot int) {
+	if !m.o.HeldStream {
+		return
+	}
+	port := m.ctlPort(slot)
+	dial := func(ctx context.Context) (net.Conn, error) {
+		base, hc, err := m.b.PortURL(ctx, port)
+		if err != nil {
+			// The backend's errors may quote its routing URL and token.
+			return nil, fmt.Errorf("no URL for the screen's vnc port %d", port)
+		}
+		u := "ws" + strings.TrimPrefix(base, "http") + "/websockify"
+		ws, _, err := websocket.Dial(ctx, u, &websocket.DialOptions{Subprotocols: []string{"binary"}, HTTPClient: hc})
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("dial the screen's vnc port %d: %w", port, ctx.Err())
+			}
+			return nil, fmt.Errorf("dial the screen's vnc port %d failed", port)
+		}
+		ws.SetReadLimit(rfb.DefaultMaxMessage + 64)
+		// The connection lives as long as the session, not the dial.
+		return websocket.NetConn(context.WithoutCancel(ctx), ws, websocket.MessageBinary), nil
+	}
+	st := rfb.Hold(dial, rfb.Options{}, zerolog.Nop())
+	m.mu.Lock()
+	old := s.stream
+	s.stream = st
+	m.mu.Unlock()
+	if old != nil {
+		old.Close()
+	}
+}
+
+// dropStream ends s's held stream, if any.
+func (m *Machine) dropStream(s *screen) {
+	m.mu.Lock()
+	st := s.stream
+	s.stream = nil
+	m.mu.Unlock()
+	if st != nil {
+		st.Close()
+	}
+}
+
+// streamFrame is s's screen from its held stream: a refresh answered after
+// the call began (so never older than the settle that preceded it), the
+// pointer drawn in, as a quality-72 JPEG. ok is false when there is no
+// live stream, the stream does not know the pointer yet, or the refresh
+// was not answered in time: the caller takes the command path then.
+func (m *Machine) streamFrame(ctx context.Context, s *screen) (f frame, ok bool) {
+	m.mu.Lock()
+	st := s.stream
+	m.mu.Unlock()
+	if st == nil {
+		return frame{}, false
+	}
+	c := st.Client()
+	if c == nil {
+		return frame{}, false
+	}
+	rctx, cancel := context.WithTimeout(ctx, heldRefresh)
+	_, err := c.Refresh(rctx)
+	cancel()
+	if err != nil {
+		return frame{}, false
+	}
+	p, known := c.PointerPos()
+	if !known {
+		// Nothing moved the pointer since the session began: ask X once.
+		q, err := m.queryPointer(ctx, s)
+		if err != nil {
+			return frame{}, false
+		}
+		c.SeedPointer(q)
+		p, _ = c.PointerPos()
+	}
+	img, _ := c.Snapshot(nil)
+	drawPointer(img, p)
+	var buf bytes.Buffer
+	if err := jpeg.Encode(&buf, img, &jpeg.Options{Quality: 72}); err != nil {
+		return frame{}, false
+	}
+	m.heldFrames.Add(1)
+	return frame{jpeg: buf.Bytes(), pointer: shared.Point{X: p.X, Y: p.Y}}, true
+}
+
+// StreamState is screen id's held stream state ("" when it has none) and
+// why its last session ended.
+func (m *Machine) StreamState(id string) (state, lastErr string) {
+	m.mu.Lock()
+	s := m.screens[id]
+	var st *rfb.Stream
+	if s != nil {
+		st = s.stream
+	}
+	m.mu.Unlock()
+	if st == nil {
+		return "", ""
+	}
+	return st.State()
+}
+
+// arrow is the pointer drawn into a held-stream frame: an arrow 12 pixels
+// wide and 19 high, its tip at the pointer ('#' outline, '.' fill).
+var arrow = []string{
+	"#",
+	"##",
+	"#.#",
+	"#..#",
+	"#...#",
+	"#....#",
+	"#.....#",
+	"#......#",
+	"#.......#",
+	"#........#",
+	"#.........#",
+	"#..........#",
+	"#......#####",
+	"#...#..#",
+	"#..##..#",
+	"#.#  #..#",
+	"##   #..#",
+	"      #..#",
+	"      ###",
+}
+
+// drawPointer draws arrow into img with its tip at p (clipped).
+func drawPointer(img *image.RGBA, p image.Point) {
+	b := img.Bounds()
+	for dy, row := range arrow {
+		for dx, ch := range row {
+			q := image.Pt(p.X+dx, p.Y+dy)
+			if !q.In(b) {
+				continue
+			}
+			switch ch {
+			case '#':
+				img.SetRGBA(q.X, q.Y, color.RGBA{0, 0, 0, 255})
+			case '.':
+				img.SetRGBA(q.X, q.Y, color.RGBA{255, 255, 255, 255})
+			}
+		}
+	}
+}
+
+// queryPointer is where X has s's pointer (xdotool through a command).
+func (m *Machine) queryPointer(ctx context.Context, s *screen) (image.Point, error) {
+	m.mu.Lock()
+	slot := s.slot
+	m.mu.Unlock()
+	r, err := m.b.Exec(ctx, Cmd{Argv: []string{"xdotool", "getmouselocation", "--shell"}, User: m.o.User, Cwd: m.o.Home, Env: m.displayEnv(slot)})
+	if err != nil {
+		return image.Point{}, err
+	}
+	if r.ExitCode != 0 {
+		return image.Point{}, fmt.Errorf("xdotool getmouselocation exited %d: %s", r.ExitCode, firstLine(r.Stderr))
+	}
+	var p image.Point
+	var nx, ny bool
+	for _, line := range strings.Split(string(r.Stdout), "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), "=")
+		if !ok {
+			continue
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			continue
+		}
+		switch k {
+		case "X":
+			p.X, nx = n, true
+		case "Y":
+			p.Y, ny = n, true
+		}
+	}
+	if !nx || !ny {
+		return image.Point{}, fmt.Errorf("no pointer in xdotool's answer %q", firstLine(r.Stdout))
+	}
+	return p, nil
+}

@@ -1,0 +1,97 @@
+package desktop
+
+import (
+	"bytes"
+	"image"
+	"image/jpeg"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/open-bot/computer/apps/worker/internal/rfb"
+	"github.com/open-bot/computer/pkg/shared"
+)
+
+// meanDiff is the mean absolute difference per channel of a and b (same
+// size), 0-255.
+func meanDiff(t *testing.T, a, b image.Image) float64 {
+	t.Helper()
+	require.Equal(t, a.Bounds(), b.Bounds())
+	var sum, n float64
+	r := a.Bounds()
+	for y := r.Min.Y; y < r.Max.Y; y += 2 {
+		for x := r.Min.X; x < r.Max.X; x += 2 {
+			r1, g1, b1, _ := a.At(x, y).RGBA()
+			r2, g2, b2, _ := b.At(x, y).RGBA()
+			for _, d := range [][2]uint32{{r1, r2}, {g1, g2}, {b1, b2}} {
+				v := float64(d[0]>>8) - float64(d[1]>>8)
+				if v < 0 {
+					v = -v
+				}
+				sum += v
+				n++
+			}
+		}
+	}
+	return sum / n
+}
+
+// TestHeldStreamObserve: with HeldStream a screen's observations come from
+// the worker's RFB session to its control x11vnc (E2B's desktop stand-in
+// in Docker): after a move the frame is the stream's (counted), shows the
+// pointer where it went, and matches the screenshot command's frame of the
+// same screen (mean difference per channel under 8 of 255, JPEG noise and
+// the two pointers' drawings); with the control x11vnc killed the stream
+// goes down and observe still answers, through the command path.
+func TestHeldStreamObserve(t *testing.T) {
+	cli, id := sandbox(t, 1)
+	m, err := New(Options{Backend: NewDockerBackend(cli, id, 1), HeldStream: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { m.Close() })
+	ctx := ctxFor(t, 5*time.Minute)
+	_, err = m.StartScreen(ctx, "a")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { st, _ := m.StreamState("a"); return st == rfb.StateLive }, 60*time.Second, 100*time.Millisecond, "the held stream goes live")
+	l, err := m.AcquireLease(ctx, "a", KindAgent, "t", time.Hour)
+	require.NoError(t, err)
+
+	for _, p := range []shared.Point{{X: 400, Y: 300}, {X: 901, Y: 77}} {
+		before := m.heldFrames.Load()
+		res, err := m.Act(ctx, "a", l.LeaseID, []shared.Action{{Type: shared.ActionMove, X: ip(p.X), Y: ip(p.Y)}})
+		require.NoError(t, err)
+		require.Equal(t, before+1, m.heldFrames.Load(), "the act's observation came from the held stream")
+		require.Equal(t, p, res.Observation.Pointer)
+		require.Equal(t, 1280, res.Observation.Width)
+		require.Equal(t, 800, res.Observation.Height)
+		held := decodeObs(t, res.Observation)
+
+		// The command path's frame of the same screen.
+		r, err := m.b.Exec(ctx, Cmd{Argv: []string{"sh", "-c", captureScript}, User: "user", Env: m.displayEnv(0), MaxOutput: 32 << 20})
+		require.NoError(t, err)
+		require.Equal(t, 0, r.ExitCode, "%s", r.Stderr)
+		cmd, err := jpeg.Decode(bytes.NewReader(r.Stdout))
+		require.NoError(t, err)
+		d := meanDiff(t, held, cmd)
+		t.Logf("pointer %v: held-stream frame vs scrot: mean difference %.2f of 255", p, d)
+		require.Less(t, d, 8.0, "the held stream's frame is the screen")
+	}
+
+	// The stream's x11vnc dies: observe falls back to the command path.
+	r, err := m.b.Exec(ctx, Cmd{Argv: []string{"sh", "-c", `kill -KILL "$(cat "${TMPDIR:-/tmp}/open-bot-desktop/0/vncctl.pid")"`}, User: "user"})
+	require.NoError(t, err)
+	require.Equal(t, 0, r.ExitCode, "%s", r.Stderr)
+	require.Eventually(t, func() bool { st, _ := m.StreamState("a"); return st != rfb.StateLive }, 30*time.Second, 100*time.Millisecond, "the held stream is down")
+	before := m.heldFrames.Load()
+	obs, err := m.Observe(ctx, "a", l.LeaseID)
+	require.NoError(t, err)
+	require.Equal(t, before, m.heldFrames.Load(), "no held frame while the stream is down")
+	require.Equal(t, shared.Point{X: 901, Y: 77}, obs.Pointer)
+	_, lastErr := m.StreamState("a")
+	require.NotEmpty(t, lastErr, "the stream says why it is down")
+	t.Logf("down: %s", lastErr)
+
+	require.NoError(t, m.ForgetScreen(ctx, "a"))
+	st, _ := m.StreamState("a")
+	require.Empty(t, st, "a forgotten screen holds no stream")
+}
