@@ -203,7 +203,8 @@ func desktopRun(t *testing.T, d *workerEnv, model *hostModel, page *sandboxPage,
 // is nowhere in the sandbox; an explicit checkpoint exports the file and
 // the browser's profile. Then the sandbox is lost and recover, through the
 // stale ref, makes a replacement of image into which the checkpoint is
-// imported: the file is back. It returns the computer's workerEnv.
+// imported: the file is back, and the browser comes back on the page's tab
+// signed in. It returns the computer's workerEnv.
 func acceptanceDesktop(t *testing.T, e *workerEnv, model *hostModel, page *sandboxPage, template, image string, containerOf func(ref string) string, lose func(ref string)) *workerEnv {
 	t.Helper()
 	const bot = "alice"
@@ -266,9 +267,8 @@ func acceptanceDesktop(t *testing.T, e *workerEnv, model *hostModel, page *sandb
 	res, err := m.ReadFile(ctx, "bots/"+bot+"/result.txt", 1<<20)
 	require.NoError(t, err, "the model-created file came back")
 	require.Equal(t, "the button was pressed\n", string(res))
-	// The sign-in (issue 30 requirement 3) is TestSigninTravels*'s; here
-	// signedInAfterReplace(t, d, page, containerOf(after.ProviderRef), bot)
-	// once it is seen passing in this flow on a quiet host.
+	// The sign-in the page set during the run came back too.
+	signedInAfterReplace(t, d, page, containerOf(after.ProviderRef), bot)
 	return d
 }
 
