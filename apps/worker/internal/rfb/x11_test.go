@@ -32,7 +32,7 @@ func needBins(t *testing.T, names ...string) {
 	}
 }
 
-// displays hands out X display numbers 140–149 within this test binary;
+// displays hands out X display numbers 1900–1909 within this test binary;
 // Xvfb's own lock file keeps other processes off the same one (Xvfb exits
 // when the display is taken, and clears a dead server's lock itself).
 var displays struct {
@@ -81,7 +81,7 @@ func startX(t *testing.T, vncArgs ...string) *xserver {
 		}
 		displays.used[i] = true
 		displays.mu.Unlock()
-		n := 140 + i
+		n := 1900 + i
 		cmd := exec.Command("Xvfb", ":"+strconv.Itoa(n), "-screen", "0", "1280x800x24", "-nolisten", "tcp")
 		if err := cmd.Start(); err != nil {
 			t.Fatalf("start Xvfb: %v", err)
@@ -125,7 +125,7 @@ func startX(t *testing.T, vncArgs ...string) *xserver {
 		})
 	}
 	if x.display == "" {
-		t.Fatal("no free X display in 140-149")
+		t.Fatal("no free X display in 1900-1909")
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
