@@ -5,11 +5,12 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net"
-	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/open-bot/computer/apps/worker/internal/heapwatch"
 )
 
 // TestFaults: each hostile server ends the session with a clear error.
@@ -125,28 +126,7 @@ func TestGarbageMemoryBounded(t *testing.T) {
 				sent.Store(int64(tc.send(conn)))
 				<-t.Context().Done()
 			})
-			runtime.GC()
-			var ms runtime.MemStats
-			runtime.ReadMemStats(&ms)
-			base := ms.HeapAlloc
-			var peak atomic.Uint64
-			stop := make(chan struct{})
-			sampled := make(chan struct{})
-			go func() {
-				defer close(sampled)
-				var ms runtime.MemStats
-				for {
-					runtime.ReadMemStats(&ms)
-					if ms.HeapAlloc > peak.Load() {
-						peak.Store(ms.HeapAlloc)
-					}
-					select {
-					case <-stop:
-						return
-					case <-time.After(2 * time.Millisecond):
-					}
-				}
-			}()
+			w := heapwatch.Start(2 * time.Millisecond)
 			c, err := dialHostile(t, addr, tc.o)
 			if err != nil {
 				t.Fatal(err)
@@ -156,9 +136,7 @@ func TestGarbageMemoryBounded(t *testing.T) {
 			case <-time.After(10 * time.Second):
 			}
 			err = c.Err()
-			close(stop)
-			<-sampled
-			delta := int64(peak.Load()) - int64(base)
+			delta := w.Stop()
 			t.Logf("err %v; server wrote %d MB; peak heap growth %.1f MiB (bound %d MiB)", err, sent.Load()>>20, float64(delta)/(1<<20), bound>>20)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err %v, want %q", err, tc.want)

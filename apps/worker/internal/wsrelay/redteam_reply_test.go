@@ -12,15 +12,15 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"runtime"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/coder/websocket"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/open-bot/computer/apps/worker/internal/heapwatch"
 )
 
 func TestRedTeamRelayHugeMessage(t *testing.T) {
@@ -66,28 +66,7 @@ func TestRedTeamRelayHugeMessage(t *testing.T) {
 	}))
 	defer relay.Close()
 
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	before := ms.HeapAlloc
-	var peak atomic.Uint64
-	stop := make(chan struct{})
-	watched := make(chan struct{})
-	go func() {
-		defer close(watched)
-		var ms runtime.MemStats
-		for {
-			runtime.ReadMemStats(&ms)
-			if ms.HeapAlloc > peak.Load() {
-				peak.Store(ms.HeapAlloc)
-			}
-			select {
-			case <-stop:
-				return
-			case <-time.After(10 * time.Millisecond):
-			}
-		}
-	}()
+	w := heapwatch.Start(10 * time.Millisecond)
 
 	// The viewer reads the message as a stream (a browser would hold it,
 	// but the browser is not the worker).
@@ -105,9 +84,7 @@ func TestRedTeamRelayHugeMessage(t *testing.T) {
 		require.NoError(t, err)
 		got += n
 	}
-	close(stop)
-	<-watched
-	grew := int64(peak.Load()) - int64(before)
+	grew := w.Stop()
 	t.Logf("the viewer got %d MiB; the heap (machine, relay and viewer together) grew by %d MiB at its peak", got>>20, max(grew, 0)>>20)
 	assert.Equal(t, int64(size), got)
 	assert.Less(t, grew, int64(64<<20), "the relay streams a message rather than hold it")
