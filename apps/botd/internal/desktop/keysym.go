@@ -1,23 +1,6 @@
 package desktop
 
-import (
-	"fmt"
-	"unicode/utf8"
-
-	"github.com/open-bot/computer/pkg/shared"
-)
-
-// namedKeysyms are the X keysyms of the names shared.KeyName produces.
-var namedKeysyms = map[string]uint32{
-	"Control_L": 0xffe3, "Shift_L": 0xffe1, "Alt_L": 0xffe9, "Super_L": 0xffeb,
-	"Return": 0xff0d, "Tab": 0xff09, "Escape": 0xff1b, "BackSpace": 0xff08,
-	"Delete": 0xffff, "Insert": 0xff63, "space": 0x20,
-	"Up": 0xff52, "Down": 0xff54, "Left": 0xff51, "Right": 0xff53,
-	"Prior": 0xff55, "Next": 0xff56, "Home": 0xff50, "End": 0xff57,
-	"Caps_Lock": 0xffe5,
-	"F1":        0xffbe, "F2": 0xffbf, "F3": 0xffc0, "F4": 0xffc1, "F5": 0xffc2, "F6": 0xffc3,
-	"F7": 0xffc4, "F8": 0xffc5, "F9": 0xffc6, "F10": 0xffc7, "F11": 0xffc8, "F12": 0xffc9,
-}
+import "github.com/open-bot/computer/pkg/shared"
 
 // Keysyms used directly by typing.
 const (
@@ -27,27 +10,8 @@ const (
 	keysymCapsLck = 0xffe5
 )
 
-// runeKeysym is the keysym that types r: Latin-1 keysyms equal their code
-// point; every other character has a Unicode keysym (0x01000000 | r).
-func runeKeysym(r rune) uint32 {
-	if (r >= 0x20 && r <= 0x7e) || (r >= 0xa0 && r <= 0xff) {
-		return uint32(r)
-	}
-	return 0x01000000 | uint32(r)
-}
+// runeKeysym is shared.RuneKeysym.
+func runeKeysym(r rune) uint32 { return shared.RuneKeysym(r) }
 
-// keyKeysym maps a model's key name (see shared.KeyName) to a keysym.
-func keyKeysym(name string) (uint32, error) {
-	xname, ok := shared.KeyName(name)
-	if !ok {
-		return 0, fmt.Errorf("unknown key %q", name)
-	}
-	if ks, ok := namedKeysyms[xname]; ok {
-		return ks, nil
-	}
-	if utf8.RuneCountInString(xname) == 1 {
-		r, _ := utf8.DecodeRuneInString(xname)
-		return runeKeysym(r), nil
-	}
-	return 0, fmt.Errorf("key %q has no keysym", name)
-}
+// keyKeysym is shared.KeyKeysym.
+func keyKeysym(name string) (uint32, error) { return shared.KeyKeysym(name) }
