@@ -117,6 +117,34 @@ func requireCode(t *testing.T, err error, code shared.Code) {
 	require.Equal(t, code, ce.Code, "%v", err)
 }
 
+// openTerminal launches a terminal on screen id (display :0) and returns
+// the centre of its window once it shows.
+func openTerminal(t *testing.T, m *Machine, id, leaseID string) (int, int) {
+	t.Helper()
+	ctx := ctxFor(t, 2*time.Minute)
+	_, err := m.Launch(ctx, id, leaseID, "terminal")
+	require.NoError(t, err)
+	var win string
+	for i := 0; i < 100 && win == ""; i++ {
+		r, err := m.b.Exec(ctx, Cmd{Argv: []string{"xdotool", "search", "--onlyvisible", "--class", "xfce4-terminal"}, User: "user", Env: map[string]string{"DISPLAY": ":0"}})
+		require.NoError(t, err)
+		if f := strings.Fields(string(r.Stdout)); len(f) > 0 {
+			win = f[0]
+		} else {
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	require.NotEmpty(t, win, "the terminal window appeared")
+	g, err := m.b.Exec(ctx, Cmd{Argv: []string{"xdotool", "getwindowgeometry", "--shell", win}, User: "user", Env: map[string]string{"DISPLAY": ":0"}})
+	require.NoError(t, err)
+	geo := map[string]int{}
+	for _, l := range strings.Fields(string(g.Stdout)) {
+		k, v, _ := strings.Cut(l, "=")
+		geo[k], _ = strconv.Atoi(v)
+	}
+	return geo["X"] + geo["WIDTH"]/2, geo["Y"] + geo["HEIGHT"]/2
+}
+
 func ip(v int) *int       { return &v }
 func sp(v string) *string { return &v }
 func mouse(t *testing.T, m *Machine, display string) string {
@@ -192,27 +220,7 @@ func TestDesktopMachine(t *testing.T) {
 		require.Equal(t, "x:321 y:234", mouse(t, m, ":0"))
 
 		// A terminal, clicked and typed into: the text runs as a command.
-		_, err = m.Launch(ctx, "a", agent.LeaseID, "terminal")
-		require.NoError(t, err)
-		var win string
-		for i := 0; i < 100 && win == ""; i++ {
-			r, err := b.Exec(ctx, Cmd{Argv: []string{"xdotool", "search", "--onlyvisible", "--class", "xfce4-terminal"}, User: "user", Env: map[string]string{"DISPLAY": ":0"}})
-			require.NoError(t, err)
-			if f := strings.Fields(string(r.Stdout)); len(f) > 0 {
-				win = f[0]
-			} else {
-				time.Sleep(200 * time.Millisecond)
-			}
-		}
-		require.NotEmpty(t, win, "the terminal window appeared")
-		g, err := b.Exec(ctx, Cmd{Argv: []string{"xdotool", "getwindowgeometry", "--shell", win}, User: "user", Env: map[string]string{"DISPLAY": ":0"}})
-		require.NoError(t, err)
-		geo := map[string]int{}
-		for _, l := range strings.Fields(string(g.Stdout)) {
-			k, v, _ := strings.Cut(l, "=")
-			geo[k], _ = strconv.Atoi(v)
-		}
-		cx, cy := geo["X"]+geo["WIDTH"]/2, geo["Y"]+geo["HEIGHT"]/2
+		cx, cy := openTerminal(t, m, "a", agent.LeaseID)
 		marker := fmt.Sprintf("typed-%d", time.Now().UnixNano())
 		r, err = m.Act(ctx, "a", agent.LeaseID, []shared.Action{
 			{Type: shared.ActionClick, X: ip(cx), Y: ip(cy)},

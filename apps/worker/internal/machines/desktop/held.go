@@ -215,3 +215,171 @@ func (m *Machine) queryPointer(ctx context.Context, s *screen) (image.Point, err
 	}
 	return p, nil
 }
+
+// RFB pointer button bits.
+const (
+	rfbLeft, rfbMiddle, rfbRight        = 1, 2, 4
+	rfbWheelUp, rfbWheelDown            = 8, 16
+	rfbWheelLeft, rfbWheelRight         = 32, 64
+	keysymReturn, keysymTab      uint32 = 0xff0d, 0xff09
+)
+
+// streamInput performs a on s's held stream as RFB messages, in order, as
+// xdotool would (input.go's timings): pointer actions, keypresses, and
+// type when every character of the chunk is printable ASCII, "\n" or
+// "\t" (other text goes to xdotool, which types any Unicode). handled is
+// false without a live stream, or for text it leaves to xdotool.
+func (m *Machine) streamInput(ctx context.Context, s *screen, a shared.Action) (handled bool, err error) {
+	defer func() {
+		if handled && err == nil {
+			m.heldInputs.Add(1)
+		}
+	}()
+	m.mu.Lock()
+	st := s.stream
+	m.mu.Unlock()
+	if st == nil {
+		return false, nil
+	}
+	c := st.Client()
+	if c == nil {
+		return false, nil
+	}
+	pause := func(ms int) error { return sleepCtx(ctx, time.Duration(ms)*time.Millisecond) }
+	press := func(x, y int, mask uint8, n, gapMs int) error {
+		for i := 0; i < n; i++ {
+			if i > 0 {
+				if err := pause(gapMs); err != nil {
+					return err
+				}
+			}
+			if err := c.Pointer(x, y, mask); err != nil {
+				return err
+			}
+			if err := c.Pointer(x, y, 0); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	key := func(ks uint32) error {
+		if err := c.Key(ks, true); err != nil {
+			return err
+		}
+		return c.Key(ks, false)
+	}
+	switch a.Type {
+	case shared.ActionMove:
+		return true, c.Pointer(*a.X, *a.Y, 0)
+	case shared.ActionClick:
+		mask := uint8(rfbLeft)
+		switch a.Button {
+		case "right":
+			mask = rfbRight
+		case "middle":
+			mask = rfbMiddle
+		}
+		if err := c.Pointer(*a.X, *a.Y, 0); err != nil {
+			return true, err
+		}
+		return true, press(*a.X, *a.Y, mask, 1, 0)
+	case shared.ActionDoubleClick:
+		if err := c.Pointer(*a.X, *a.Y, 0); err != nil {
+			return true, err
+		}
+		return true, press(*a.X, *a.Y, rfbLeft, 2, clickGapMs)
+	case shared.ActionDrag:
+		p := a.Path
+		if err := c.Pointer(p[0].X, p[0].Y, 0); err != nil {
+			return true, err
+		}
+		if err := c.Pointer(p[0].X, p[0].Y, rfbLeft); err != nil {
+			return true, err
+		}
+		if err := pause(40); err != nil {
+			return true, err
+		}
+		prev := p[0]
+		for _, q := range p[1:] {
+			for _, step := range shared.DragSteps(prev, q, dragStep) {
+				if err := c.Pointer(step.X, step.Y, rfbLeft); err != nil {
+					return true, err
+				}
+			}
+			prev = q
+		}
+		if err := pause(40); err != nil {
+			return true, err
+		}
+		return true, c.Pointer(prev.X, prev.Y, 0)
+	case shared.ActionScroll:
+		if err := c.Pointer(*a.X, *a.Y, 0); err != nil {
+			return true, err
+		}
+		for _, w := range []struct {
+			px       int
+			neg, pos uint8
+		}{{deref(a.ScrollY), rfbWheelUp, rfbWheelDown}, {deref(a.ScrollX), rfbWheelLeft, rfbWheelRight}} {
+			if n := wheelClicks(w.px); n > 0 {
+				mask := w.pos
+				if w.px < 0 {
+					mask = w.neg
+				}
+				if err := press(*a.X, *a.Y, mask, n, 8); err != nil {
+					return true, err
+				}
+			}
+		}
+		return true, nil
+	case shared.ActionKeypress:
+		kss := make([]uint32, 0, len(a.Keys))
+		for _, k := range a.Keys {
+			ks, err := shared.KeyKeysym(k)
+			if err != nil {
+				return true, err
+			}
+			// A letter in a combo is its lowercase (ctrl+A is ctrl+a).
+			if len(a.Keys) > 1 && ks >= 'A' && ks <= 'Z' {
+				ks += 'a' - 'A'
+			}
+			kss = append(kss, ks)
+		}
+		for _, ks := range kss {
+			if err := c.Key(ks, true); err != nil {
+				return true, err
+			}
+		}
+		for i := len(kss) - 1; i >= 0; i-- {
+			if err := c.Key(kss[i], false); err != nil {
+				return true, err
+			}
+		}
+		return true, nil
+	case shared.ActionType:
+		text := *a.Text
+		for _, r := range text {
+			if (r < 0x20 || r > 0x7e) && r != '\n' && r != '\t' {
+				return false, nil
+			}
+		}
+		for i, r := range text {
+			if i > 0 {
+				if err := pause(typeDelayMs); err != nil {
+					return true, err
+				}
+			}
+			ks := shared.RuneKeysym(r)
+			switch r {
+			case '\n':
+				ks = keysymReturn
+			case '\t':
+				ks = keysymTab
+			}
+			if err := key(ks); err != nil {
+				return true, err
+			}
+		}
+		return true, nil
+	}
+	return false, nil
+}

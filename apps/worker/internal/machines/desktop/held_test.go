@@ -2,6 +2,7 @@ package desktop
 
 import (
 	"bytes"
+	"fmt"
 	"image"
 	"image/jpeg"
 	"testing"
@@ -94,4 +95,67 @@ func TestHeldStreamObserve(t *testing.T) {
 	require.NoError(t, m.ForgetScreen(ctx, "a"))
 	st, _ := m.StreamState("a")
 	require.Empty(t, st, "a forgotten screen holds no stream")
+}
+
+// TestHeldStreamInput: with HeldStream, a click and ASCII text (capitals
+// and symbols that need Shift included) go to X as RFB messages through the
+// held stream (counted): the command typed into the clicked terminal runs.
+// Text with a character RFB input leaves to xdotool (é) is typed by
+// xdotool (not counted) and arrives whole; a keypress combo goes through
+// the stream.
+func TestHeldStreamInput(t *testing.T) {
+	cli, id := sandbox(t, 1)
+	m, err := New(Options{Backend: NewDockerBackend(cli, id, 1), HeldStream: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { m.Close() })
+	ctx := ctxFor(t, 5*time.Minute)
+	_, err = m.StartScreen(ctx, "a")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { st, _ := m.StreamState("a"); return st == rfb.StateLive }, 60*time.Second, 100*time.Millisecond, "the held stream goes live")
+	l, err := m.AcquireLease(ctx, "a", KindAgent, "t", time.Hour)
+	require.NoError(t, err)
+	cx, cy := openTerminal(t, m, "a", l.LeaseID)
+
+	readBack := func(name string) string {
+		var got []byte
+		for i := 0; i < 50; i++ {
+			got, err = m.ReadFile(ctx, name, 1<<10)
+			if err == nil && len(got) > 0 {
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		return string(got)
+	}
+	marker := fmt.Sprintf("Held_Typed-%d:{ok}", time.Now().UnixNano())
+	before := m.heldInputs.Load()
+	_, err = m.Act(ctx, "a", l.LeaseID, []shared.Action{
+		{Type: shared.ActionClick, X: ip(cx), Y: ip(cy)},
+		{Type: shared.ActionType, Text: sp("echo '" + marker + "' > /home/user/open-bot-home/held.txt\n")},
+	})
+	require.NoError(t, err)
+	require.Equal(t, before+2, m.heldInputs.Load(), "the click and the text went through the held stream")
+	require.Equal(t, fmt.Sprintf("x:%d y:%d", cx, cy), mouse(t, m, ":0"))
+	require.Equal(t, marker+"\n", readBack("held.txt"), "the text typed through the stream ran in the clicked terminal")
+
+	before = m.heldInputs.Load()
+	_, err = m.Act(ctx, "a", l.LeaseID, []shared.Action{
+		{Type: shared.ActionType, Text: sp("echo 'héllo' > /home/user/open-bot-home/uni.txt\n")},
+	})
+	require.NoError(t, err)
+	require.Equal(t, before, m.heldInputs.Load(), "text with é is left to xdotool")
+	require.Equal(t, "héllo\n", readBack("uni.txt"))
+
+	// A combo through the stream: a line typed, ctrl+u erases it, and the
+	// next line alone runs.
+	before = m.heldInputs.Load()
+	_, err = m.Act(ctx, "a", l.LeaseID, []shared.Action{
+		{Type: shared.ActionType, Text: sp("echo wrong > /home/user/open-bot-home/combo.txt")},
+		{Type: shared.ActionKeypress, Keys: []string{"ctrl", "u"}},
+		{Type: shared.ActionType, Text: sp("echo right > /home/user/open-bot-home/combo.txt")},
+		{Type: shared.ActionKeypress, Keys: []string{"Enter"}},
+	})
+	require.NoError(t, err)
+	require.Equal(t, before+4, m.heldInputs.Load())
+	require.Equal(t, "right\n", readBack("combo.txt"), "ctrl+u through the stream erased the first line")
 }

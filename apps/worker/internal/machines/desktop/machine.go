@@ -106,8 +106,9 @@ type Machine struct {
 	stop chan struct{}
 	once sync.Once
 
-	// heldFrames counts observations taken from a held stream.
-	heldFrames atomic.Int64
+	// heldFrames counts observations taken from a held stream, heldInputs
+	// actions performed through one.
+	heldFrames, heldInputs atomic.Int64
 }
 
 // New returns a machine over o.Backend. It starts nothing in the sandbox

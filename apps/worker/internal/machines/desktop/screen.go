@@ -354,8 +354,14 @@ func (m *Machine) do(ctx context.Context, s *screen, a shared.Action) error {
 					return err
 				}
 			}
+			c := chunk
+			if ok, err := m.streamInput(ctx, s, shared.Action{Type: shared.ActionType, Text: &c}); ok {
+				if err != nil {
+					return err
+				}
+				continue
+			}
 			if sa != nil {
-				c := chunk
 				if ok, err := sa.Input(ctx, shared.Action{Type: shared.ActionType, Text: &c}); ok {
 					if err != nil {
 						return err
@@ -368,6 +374,9 @@ func (m *Machine) do(ctx context.Context, s *screen, a shared.Action) error {
 			}
 		}
 		return nil
+	}
+	if ok, err := m.streamInput(ctx, s, a); ok {
+		return err
 	}
 	if sa != nil {
 		if ok, err := sa.Input(ctx, a); ok {
