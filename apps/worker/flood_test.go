@@ -31,7 +31,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -44,6 +43,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/open-bot/computer/apps/worker/internal/codexrpc"
+	"github.com/open-bot/computer/apps/worker/internal/heapwatch"
 	"github.com/open-bot/computer/apps/worker/internal/mockmodel"
 	"github.com/open-bot/computer/apps/worker/internal/runs"
 )
@@ -441,31 +441,10 @@ func TestHostileMachineFlood(t *testing.T) {
 	for _, row := range rows {
 		t.Run(row.name, func(t *testing.T) {
 			hb.setRow(row)
-			runtime.GC()
-			var ms runtime.MemStats
-			runtime.ReadMemStats(&ms)
-			heapBefore, db0 := ms.HeapAlloc, dbSize()
-			var peak atomic.Uint64
-			peak.Store(heapBefore)
+			heap, db0 := heapwatch.Start(20*time.Millisecond), dbSize()
 			lat := &latencies{d: map[string][]time.Duration{}, errs: map[string]int{}}
 			stop := make(chan struct{})
 			var wg sync.WaitGroup
-			wg.Add(1)
-			go func() { // the heap's high-water mark
-				defer wg.Done()
-				var ms runtime.MemStats
-				for {
-					runtime.ReadMemStats(&ms)
-					if ms.HeapAlloc > peak.Load() {
-						peak.Store(ms.HeapAlloc)
-					}
-					select {
-					case <-stop:
-						return
-					case <-time.After(20 * time.Millisecond):
-					}
-				}
-			}()
 			for _, p := range probes {
 				wg.Add(1)
 				go func() { // Team t1 and the dashboard, timed meanwhile
@@ -496,10 +475,10 @@ func TestHostileMachineFlood(t *testing.T) {
 			took := time.Since(start)
 			close(stop)
 			wg.Wait()
+			heapUp := heap.Stop()
 			stored, err := friendly.w.Store.GetRun(context.Background(), id)
 			require.NoError(t, err)
 			grow := dbSize() - db0
-			heapUp := int64(peak.Load()) - int64(heapBefore)
 			t.Logf("%s: run %s ended %s after %s: %q; message %s; the hostile delivered %d messages; "+
 				"worker heap peak +%s, database +%s; Team t1 and the dashboard meanwhile:%s",
 				row.name, id, stored.State, took.Round(time.Millisecond), codexrpc.Clip(stored.Error, 300),
