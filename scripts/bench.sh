@@ -140,8 +140,13 @@ BENCHES=(
   "./apps/worker|^BenchmarkTakeoverFirstFrame$|1x"
   # issue 21: the command-driven desktop machine's observe (docker exec of
   # xdotool + `scrot -p -q 72`, the JPEG back through the exec stream) on
-  # the e2b-desktop stand-in, p50/p90 of 50.
+  # the e2b-desktop stand-in, p50/p90 of 50; issue 31: beside it the same
+  # machine with its held stream (observe from the worker's RFB session).
   "./apps/worker/internal/machines/desktop|^BenchmarkDesktopObserve$|50x"
+  # issue 31: on one E2B desktop sandbox (the emulator), the desktop
+  # machine by commands beside it with its held stream: observe and a
+  # click round trip (settle included), p50/p90 of 20 each.
+  "./apps/worker/internal/providers/e2b|^BenchmarkE2BDesktopHeldObserve$|1x"
   # issue 21.5: the same figures on the E2B emulator (in-process, template
   # open-bot: botd in a sandbox container behind the adapter's forwarder and
   # the emulator's port routing) and on docker, one row each per figure:

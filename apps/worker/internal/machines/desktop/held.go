@@ -216,6 +216,12 @@ func (m *Machine) queryPointer(ctx context.Context, s *screen) (image.Point, err
 	return p, nil
 }
 
+// HeldCounts are how many observations came from held streams and how many
+// actions went through them, since New (for tests and benchmarks).
+func (m *Machine) HeldCounts() (frames, inputs int64) {
+	return m.heldFrames.Load(), m.heldInputs.Load()
+}
+
 // RFB pointer button bits.
 const (
 	rfbLeft, rfbMiddle, rfbRight        = 1, 2, 4
