@@ -53,6 +53,11 @@ type Client struct {
 	// sent or the last Pointer this client wrote, whichever came later.
 	pointer      image.Point
 	pointerKnown bool
+	// movedAt is when this client last wrote a pointer event: for
+	// ownMoveWins after it, a server position other than ours is one the
+	// server read before our event (x11vnc reports the pointer it polled)
+	// and is ignored.
+	movedAt time.Time
 
 	// done is closed when the read loop has ended.
 	done chan struct{}
@@ -159,7 +164,7 @@ func (c *Client) Pointer(x, y int, buttons uint8) error {
 		return err
 	}
 	c.mu.Lock()
-	c.pointer, c.pointerKnown = image.Pt(x, y), true
+	c.pointer, c.pointerKnown, c.movedAt = image.Pt(x, y), true, time.Now()
 	c.mu.Unlock()
 	return nil
 }
@@ -175,10 +180,15 @@ func (c *Client) SeedPointer(p image.Point) {
 	}
 }
 
+// ownMoveWins is how long after a Pointer the server's differing position
+// reports are taken for stale ones.
+const ownMoveWins = time.Second
+
 // PointerPos is where the pointer is, as far as this session knows: the
 // last pointer-position update the server sent (with EncodingPointerPos
-// requested) or the last Pointer written, whichever came later; ok is
-// false before either.
+// requested) or the last Pointer written, whichever came later (a server
+// report within ownMoveWins of our own move counts only if it agrees);
+// ok is false before either.
 func (c *Client) PointerPos() (p image.Point, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -109,7 +109,9 @@ func (c *Client) readUpdate() error {
 		}
 		if enc == EncodingPointerPos {
 			c.mu.Lock()
-			c.pointer, c.pointerKnown = image.Pt(x, y), true
+			if time.Since(c.movedAt) >= ownMoveWins {
+				c.pointer, c.pointerKnown = image.Pt(x, y), true
+			}
 			c.mu.Unlock()
 			continue
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/open-bot/computer/apps/worker/internal/rfb"
 	"github.com/open-bot/computer/pkg/shared"
+	"github.com/open-bot/computer/pkg/shared/client"
 )
 
 // meanDiff is the mean absolute difference per channel of a and b (same
@@ -38,14 +39,21 @@ func meanDiff(t *testing.T, a, b image.Image) float64 {
 	return sum / n
 }
 
-// TestHeldStreamObserve: with HeldStream a screen's observations come from
-// the worker's RFB session to its control x11vnc (E2B's desktop stand-in
-// in Docker): after a move the frame is the stream's (counted), shows the
-// pointer where it went, and matches the screenshot command's frame of the
-// same screen (mean difference per channel under 8 of 255, JPEG noise and
-// the two pointers' drawings); with the control x11vnc killed the stream
-// goes down and observe still answers, through the command path.
-func TestHeldStreamObserve(t *testing.T) {
+// scrot is screen "a"'s screenshot by the command path (display :0).
+func scrot(t *testing.T, m *Machine) image.Image {
+	t.Helper()
+	r, err := m.b.Exec(ctxFor(t, time.Minute), Cmd{Argv: []string{"sh", "-c", captureScript}, User: "user", Env: m.displayEnv(0), MaxOutput: 32 << 20})
+	require.NoError(t, err)
+	require.Equal(t, 0, r.ExitCode, "%s", r.Stderr)
+	img, err := jpeg.Decode(bytes.NewReader(r.Stdout))
+	require.NoError(t, err)
+	return img
+}
+
+// heldMachine is a machine with HeldStream over a fresh sandbox, its
+// screen "a" started with its stream live, and an agent lease on it.
+func heldMachine(t *testing.T) (*Machine, client.Lease) {
+	t.Helper()
 	cli, id := sandbox(t, 1)
 	m, err := New(Options{Backend: NewDockerBackend(cli, id, 1), HeldStream: true})
 	require.NoError(t, err)
@@ -56,6 +64,26 @@ func TestHeldStreamObserve(t *testing.T) {
 	require.Eventually(t, func() bool { st, _ := m.StreamState("a"); return st == rfb.StateLive }, 60*time.Second, 100*time.Millisecond, "the held stream goes live")
 	l, err := m.AcquireLease(ctx, "a", KindAgent, "t", time.Hour)
 	require.NoError(t, err)
+	return m, l
+}
+
+// TestHeldStreamObserve: with HeldStream a screen's observations come from
+// the worker's RFB session to its control x11vnc (E2B's desktop stand-in
+// in Docker): after a move the frame is the stream's (counted), shows the
+// pointer where it went, and matches the screenshot command's frame of the
+// same screen (mean difference per channel under 8 of 255, JPEG noise and
+// the two pointers' drawings); with the control x11vnc killed the stream
+// goes down and observe still answers, through the command path.
+func TestHeldStreamObserve(t *testing.T) {
+	m, l := heldMachine(t)
+	ctx := ctxFor(t, 5*time.Minute)
+	// XFCE may still be painting: compare once the screen is still (two
+	// screenshots 0.5 s apart the same).
+	require.Eventually(t, func() bool {
+		a := scrot(t, m)
+		time.Sleep(500 * time.Millisecond)
+		return meanDiff(t, a, scrot(t, m)) < 0.5
+	}, time.Minute, 100*time.Millisecond, "the screen comes to rest")
 
 	for _, p := range []shared.Point{{X: 400, Y: 300}, {X: 901, Y: 77}} {
 		before := m.heldFrames.Load()
@@ -68,12 +96,7 @@ func TestHeldStreamObserve(t *testing.T) {
 		held := decodeObs(t, res.Observation)
 
 		// The command path's frame of the same screen.
-		r, err := m.b.Exec(ctx, Cmd{Argv: []string{"sh", "-c", captureScript}, User: "user", Env: m.displayEnv(0), MaxOutput: 32 << 20})
-		require.NoError(t, err)
-		require.Equal(t, 0, r.ExitCode, "%s", r.Stderr)
-		cmd, err := jpeg.Decode(bytes.NewReader(r.Stdout))
-		require.NoError(t, err)
-		d := meanDiff(t, held, cmd)
+		d := meanDiff(t, held, scrot(t, m))
 		t.Logf("pointer %v: held-stream frame vs scrot: mean difference %.2f of 255", p, d)
 		require.Less(t, d, 8.0, "the held stream's frame is the screen")
 	}
@@ -104,20 +127,13 @@ func TestHeldStreamObserve(t *testing.T) {
 // xdotool (not counted) and arrives whole; a keypress combo goes through
 // the stream.
 func TestHeldStreamInput(t *testing.T) {
-	cli, id := sandbox(t, 1)
-	m, err := New(Options{Backend: NewDockerBackend(cli, id, 1), HeldStream: true})
-	require.NoError(t, err)
-	t.Cleanup(func() { m.Close() })
+	m, l := heldMachine(t)
 	ctx := ctxFor(t, 5*time.Minute)
-	_, err = m.StartScreen(ctx, "a")
-	require.NoError(t, err)
-	require.Eventually(t, func() bool { st, _ := m.StreamState("a"); return st == rfb.StateLive }, 60*time.Second, 100*time.Millisecond, "the held stream goes live")
-	l, err := m.AcquireLease(ctx, "a", KindAgent, "t", time.Hour)
-	require.NoError(t, err)
 	cx, cy := openTerminal(t, m, "a", l.LeaseID)
 
 	readBack := func(name string) string {
 		var got []byte
+		var err error
 		for i := 0; i < 50; i++ {
 			got, err = m.ReadFile(ctx, name, 1<<10)
 			if err == nil && len(got) > 0 {
@@ -129,7 +145,7 @@ func TestHeldStreamInput(t *testing.T) {
 	}
 	marker := fmt.Sprintf("Held_Typed-%d:{ok}", time.Now().UnixNano())
 	before := m.heldInputs.Load()
-	_, err = m.Act(ctx, "a", l.LeaseID, []shared.Action{
+	_, err := m.Act(ctx, "a", l.LeaseID, []shared.Action{
 		{Type: shared.ActionClick, X: ip(cx), Y: ip(cy)},
 		{Type: shared.ActionType, Text: sp("echo '" + marker + "' > /home/user/open-bot-home/held.txt\n")},
 	})
