@@ -21,11 +21,11 @@ import (
 	"github.com/open-bot/computer/apps/worker/internal/secret"
 )
 
-// TestEnvdDesktopBackend drives the desktop template's sandbox through the
-// envd backend (the emulator, every exchange through the spec Checker):
-// exec with stdin and an output cap, a streamed process killed by Close,
-// files as the sandbox's user, and a port reached through its forwarder.
-func TestEnvdDesktopBackend(t *testing.T) {
+// desktopSandbox is a provider of the desktop template with maxScreens on
+// an emulator (every exchange through the spec Checker) and one sandbox of
+// it provisioned for computer id; both go at cleanup.
+func desktopSandbox(ctx context.Context, t testing.TB, id string, maxScreens int) (*Provider, string) {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		emutest.Unavailable(t, "needs root (the Docker engine)")
 	}
@@ -34,15 +34,24 @@ func TestEnvdDesktopBackend(t *testing.T) {
 	require.NoError(t, err)
 	k, err := NewKey(srv.APIKey, sealer)
 	require.NoError(t, err)
-	p, err := New(Options{APIURL: srv.URL, SandboxURL: srv.URL, Key: k, Template: DesktopTemplate, MaxScreens: 3,
+	p, err := New(Options{APIURL: srv.URL, SandboxURL: srv.URL, Key: k, Template: DesktopTemplate, MaxScreens: maxScreens,
 		ReadyTimeout: 4 * time.Minute, HTTPClient: &http.Client{Transport: srv.Checker, Timeout: time.Minute}, Transport: srv.Checker})
 	require.NoError(t, err)
-	defer p.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	defer cancel()
-	ref, err := p.Provision(ctx, Spec{ComputerID: "e2b-desk", BotdToken: strings.Repeat("t", 24)})
+	t.Cleanup(func() { p.Close() })
+	ref, err := p.Provision(ctx, Spec{ComputerID: id, BotdToken: strings.Repeat("t", 24)})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = p.Destroy(context.Background(), ref) })
+	return p, ref
+}
+
+// TestEnvdDesktopBackend drives the desktop template's sandbox through the
+// envd backend (the emulator, every exchange through the spec Checker):
+// exec with stdin and an output cap, a streamed process killed by Close,
+// files as the sandbox's user, and a port reached through its forwarder.
+func TestEnvdDesktopBackend(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	p, ref := desktopSandbox(ctx, t, "e2b-desk", 3)
 	r, err := ParseRef(ref)
 	require.NoError(t, err)
 	require.Equal(t, DesktopTemplate, r.Template)

@@ -3,20 +3,13 @@ package e2b
 import (
 	"context"
 	"fmt"
-	"net/http"
-	"os"
-	"path/filepath"
 	"sort"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/open-bot/computer/apps/worker/internal/machines/desktop"
-	"github.com/open-bot/computer/apps/worker/internal/providers/e2b/emulator"
-	"github.com/open-bot/computer/apps/worker/internal/providers/e2b/emulator/emutest"
-	"github.com/open-bot/computer/apps/worker/internal/secret"
 	"github.com/open-bot/computer/pkg/shared"
 )
 
@@ -29,23 +22,9 @@ import (
 // lease. The held machine's counts show every sample went through its
 // stream.
 func BenchmarkE2BDesktopHeldObserve(b *testing.B) {
-	if os.Geteuid() != 0 {
-		emutest.Unavailable(b, "needs root (the Docker engine)")
-	}
-	srv := emutest.Start(b, map[string]emulator.Template{DesktopTemplate: emutest.DesktopTemplate()}, nil)
-	sealer, err := secret.LoadOrCreate(filepath.Join(b.TempDir(), "secret.key"))
-	require.NoError(b, err)
-	k, err := NewKey(srv.APIKey, sealer)
-	require.NoError(b, err)
-	p, err := New(Options{APIURL: srv.URL, SandboxURL: srv.URL, Key: k, Template: DesktopTemplate, MaxScreens: 1,
-		ReadyTimeout: 4 * time.Minute, HTTPClient: &http.Client{Transport: srv.Checker, Timeout: time.Minute}, Transport: srv.Checker})
-	require.NoError(b, err)
-	defer p.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	ref, err := p.Provision(ctx, Spec{ComputerID: "e2b-held", BotdToken: strings.Repeat("t", 24)})
-	require.NoError(b, err)
-	b.Cleanup(func() { _ = p.Destroy(context.Background(), ref) })
+	p, ref := desktopSandbox(ctx, b, "e2b-held", 1)
 	cmdM, err := p.ReconnectDesktop(ctx, ref)
 	require.NoError(b, err)
 	r, err := ParseRef(ref)
