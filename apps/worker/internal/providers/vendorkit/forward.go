@@ -174,7 +174,13 @@ func (f *Forwarder) RoundTrip(req *http.Request) (*http.Response, error) {
 		resp.Request = req
 		return resp, nil
 	}
-	resp.Body = &doneBody{ReadCloser: resp.Body, done: done}
+	body := done
+	if uses(req) {
+		// A request is use until its answer was read: touched again at
+		// its end, so a slow answer does not leave the machine idle.
+		body = func() { f.Touch(); done() }
+	}
+	resp.Body = &doneBody{ReadCloser: resp.Body, done: body}
 	resp.Request = req
 	return resp, nil
 }

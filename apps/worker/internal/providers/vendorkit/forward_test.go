@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -84,4 +85,34 @@ func TestForwarderOpensNoPort(t *testing.T) {
 	f.Close()
 	_, err = f.Client().Get(f.URL() + "/screens")
 	require.ErrorIs(t, err, ErrClosed)
+}
+
+// TestForwarderSlowAnswerIsUse: a request counts as use until its answer
+// was read, so an answer slower than the idle window does not leave the
+// machine idle when it ends; /health is never use.
+func TestForwarderSlowAnswerIsUse(t *testing.T) {
+	vendor := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusOK)
+		w.(http.Flusher).Flush()
+		time.Sleep(400 * time.Millisecond)
+		_, _ = io.WriteString(w, "late")
+	}))
+	defer vendor.Close()
+	target, _ := url.Parse(vendor.URL)
+	f := NewForwarder(target, nil, func(context.Context) (int, string, bool) { return http.StatusBadGateway, "", false })
+	defer f.Close()
+	const idle = 200 * time.Millisecond
+	for _, c := range []struct {
+		path string
+		use  bool
+	}{{"/slow", true}, {"/health", false}} {
+		f.TouchAt(time.Time{})
+		resp, err := f.Client().Get(f.URL() + c.path)
+		require.NoError(t, err)
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		require.NoError(t, resp.Body.Close())
+		require.Equal(t, "late", string(b))
+		require.Equal(t, c.use, f.InUse(time.Now(), idle), "%s in use right after its slow answer", c.path)
+	}
 }
