@@ -75,27 +75,11 @@ func TestGarbageMemoryBounded(t *testing.T) {
 		want string
 	}{
 		{name: "random bytes", want: "unknown message type", send: func(conn net.Conn) int {
-			n := 0
-			for n < total {
-				m, err := conn.Write(chunk)
-				n += m
-				if err != nil {
-					break
-				}
-			}
-			return n
+			return writeUpTo(conn, chunk, total)
 		}},
 		{name: "one 100 MB cut text", want: "cut text of 104857600 bytes over", send: func(conn net.Conn) int {
 			conn.Write(binary.BigEndian.AppendUint32([]byte{3, 0, 0, 0}, total))
-			n := 0
-			for n < total {
-				m, err := conn.Write(chunk)
-				n += m
-				if err != nil {
-					break
-				}
-			}
-			return n
+			return writeUpTo(conn, chunk, total)
 		}},
 		{name: "cut texts of 1 MiB, colour maps and bells, then garbage", want: "unknown message type", send: func(conn net.Conn) int {
 			n := 0
@@ -230,4 +214,18 @@ func TestHandshakeHonoursContext(t *testing.T) {
 	if err == nil || time.Since(start) > 3*time.Second {
 		t.Fatalf("err %v after %v", err, time.Since(start))
 	}
+}
+
+// writeUpTo writes chunk to conn again and again until total bytes went
+// or a write fails, and returns how many went.
+func writeUpTo(conn net.Conn, chunk []byte, total int) int {
+	n := 0
+	for n < total {
+		m, err := conn.Write(chunk)
+		n += m
+		if err != nil {
+			break
+		}
+	}
+	return n
 }
