@@ -2,7 +2,14 @@ package shared
 
 import (
 	"fmt"
+	"strings"
 	"unicode/utf8"
+)
+
+// Keysyms typing uses for line breaks and tabs.
+const (
+	KeysymReturn uint32 = 0xff0d
+	KeysymTab    uint32 = 0xff09
 )
 
 // namedKeysyms are the X keysyms of the names KeyName produces.
@@ -41,4 +48,24 @@ func KeyKeysym(name string) (uint32, error) {
 		return RuneKeysym(r), nil
 	}
 	return 0, fmt.Errorf("key %q has no keysym", name)
+}
+
+// TypingKeysyms turns text into the keysyms that type it: "\n" (and
+// "\r\n", and a lone "\r") is Return, "\t" Tab, other control characters
+// are dropped, everything else is its character's keysym.
+func TypingKeysyms(text string) []uint32 {
+	text = strings.ReplaceAll(text, "\r\n", "\n")
+	out := make([]uint32, 0, len(text))
+	for _, r := range text {
+		switch {
+		case r == '\n' || r == '\r':
+			out = append(out, KeysymReturn)
+		case r == '\t':
+			out = append(out, KeysymTab)
+		case r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0):
+		default:
+			out = append(out, RuneKeysym(r))
+		}
+	}
+	return out
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"runtime/debug"
-	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -371,7 +370,7 @@ func (op *inputOp) keypress(names []string) error {
 	var codes []int
 	shiftNeeded, hasShift := false, false
 	for _, n := range names {
-		ks, err := keyKeysym(n)
+		ks, err := shared.KeyKeysym(n)
 		if err != nil {
 			return err
 		}
@@ -415,26 +414,6 @@ func (op *inputOp) keypress(names []string) error {
 	return op.sync()
 }
 
-// typingKeysyms turns text into the keysyms to type: "\n" (and "\r\n", and
-// a lone "\r") is Return, "\t" is Tab, other control characters are
-// dropped, everything else is its character's keysym.
-func typingKeysyms(text string) []uint32 {
-	text = strings.ReplaceAll(text, "\r\n", "\n")
-	out := make([]uint32, 0, len(text))
-	for _, r := range text {
-		switch {
-		case r == '\n' || r == '\r':
-			out = append(out, keysymReturn)
-		case r == '\t':
-			out = append(out, keysymTab)
-		case r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0):
-		default:
-			out = append(out, runeKeysym(r))
-		}
-	}
-	return out
-}
-
 // typeText types text exactly (see keyboard.go for how).
 func (op *inputOp) typeText(text string) error {
 	kb := &op.d.kb
@@ -466,7 +445,7 @@ func (op *inputOp) typeText(text string) error {
 		defer func() { _ = tapCaps(); _ = op.sync() }()
 	}
 	shift, hasShift := kb.have[keysymShiftL]
-	seq := typingKeysyms(text)
+	seq := shared.TypingKeysyms(text)
 	var app *appSync
 	for i := 0; i < len(seq); {
 		if app == nil {

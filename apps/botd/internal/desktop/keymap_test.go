@@ -127,9 +127,9 @@ func startKeymapClient(t *testing.T, x *testX) *keymapClient {
 				ks := uint32(syms[i+col])
 				var r rune
 				switch {
-				case ks == keysymReturn:
+				case ks == shared.KeysymReturn:
 					r = '\n'
-				case ks == keysymTab:
+				case ks == shared.KeysymTab:
 					r = '\t'
 				case ks < 0x100:
 					r = rune(ks)

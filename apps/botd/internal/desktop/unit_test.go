@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/BurntSushi/xgb/xfixes"
+
+	"github.com/open-bot/computer/pkg/shared"
 )
 
 // xauthEntry encodes one Xauthority record.
@@ -97,8 +99,8 @@ func TestWheelClicks(t *testing.T) {
 }
 
 func TestTypingKeysyms(t *testing.T) {
-	got := typingKeysyms("aÉ€\r\n\t\x00\u0085日😀\r")
-	want := []uint32{'a', 0xc9, 0x010020ac, keysymReturn, keysymTab, 0x01000000 | '日', 0x01000000 | 0x1f600, keysymReturn}
+	got := shared.TypingKeysyms("aÉ€\r\n\t\x00\u0085日😀\r")
+	want := []uint32{'a', 0xc9, 0x010020ac, shared.KeysymReturn, shared.KeysymTab, 0x01000000 | '日', 0x01000000 | 0x1f600, shared.KeysymReturn}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got %x, want %x", got, want)
 	}
@@ -108,17 +110,17 @@ func TestKeyKeysym(t *testing.T) {
 	for name, want := range map[string]uint32{
 		"ctrl": 0xffe3, "Enter": 0xff0d, "f5": 0xffc2, "PageDown": 0xff56, "a": 'a', "A": 'A', "é": 0xe9, "日": 0x01000000 | '日', "space": ' ',
 	} {
-		if got, err := keyKeysym(name); err != nil || got != want {
-			t.Errorf("keyKeysym(%q) = %x, %v; want %x", name, got, err, want)
+		if got, err := shared.KeyKeysym(name); err != nil || got != want {
+			t.Errorf("shared.KeyKeysym(%q) = %x, %v; want %x", name, got, err, want)
 		}
 	}
-	if _, err := keyKeysym("hyperdrive"); err == nil {
+	if _, err := shared.KeyKeysym("hyperdrive"); err == nil {
 		t.Error("unknown key accepted")
 	}
 	// Every name shared.KeyName produces has a keysym.
 	for _, name := range []string{"ctrl", "shift", "alt", "meta", "enter", "tab", "escape", "backspace", "delete", "insert",
 		"space", "up", "down", "left", "right", "pageup", "pagedown", "home", "end", "capslock", "f1", "f12"} {
-		if _, err := keyKeysym(name); err != nil {
+		if _, err := shared.KeyKeysym(name); err != nil {
 			t.Errorf("%s: %v", name, err)
 		}
 	}

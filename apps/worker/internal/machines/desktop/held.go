@@ -9,7 +9,6 @@ import (
 	"image/jpeg"
 	"net"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -111,7 +110,8 @@ func (m *Machine) streamFrame(ctx context.Context, s *screen) (f frame, ok bool)
 		c.SeedPointer(q)
 		p, _ = c.PointerPos()
 	}
-	img, _ := c.Snapshot(nil)
+	img, _ := c.Snapshot(s.shot)
+	s.shot = img
 	drawPointer(img, p)
 	var buf bytes.Buffer
 	if err := jpeg.Encode(&buf, img, &jpeg.Options{Quality: 72}); err != nil {
@@ -192,28 +192,11 @@ func (m *Machine) queryPointer(ctx context.Context, s *screen) (image.Point, err
 	if r.ExitCode != 0 {
 		return image.Point{}, fmt.Errorf("xdotool getmouselocation exited %d: %s", r.ExitCode, firstLine(r.Stderr))
 	}
-	var p image.Point
-	var nx, ny bool
-	for _, line := range strings.Split(string(r.Stdout), "\n") {
-		k, v, ok := strings.Cut(strings.TrimSpace(line), "=")
-		if !ok {
-			continue
-		}
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			continue
-		}
-		switch k {
-		case "X":
-			p.X, nx = n, true
-		case "Y":
-			p.Y, ny = n, true
-		}
-	}
-	if !nx || !ny {
+	p, ok := mouseShell(r.Stdout)
+	if !ok {
 		return image.Point{}, fmt.Errorf("no pointer in xdotool's answer %q", firstLine(r.Stdout))
 	}
-	return p, nil
+	return image.Pt(p.X, p.Y), nil
 }
 
 // HeldCounts are how many observations came from held streams and how many
@@ -224,10 +207,9 @@ func (m *Machine) HeldCounts() (frames, inputs int64) {
 
 // RFB pointer button bits.
 const (
-	rfbLeft, rfbMiddle, rfbRight        = 1, 2, 4
-	rfbWheelUp, rfbWheelDown            = 8, 16
-	rfbWheelLeft, rfbWheelRight         = 32, 64
-	keysymReturn, keysymTab      uint32 = 0xff0d, 0xff09
+	rfbLeft, rfbMiddle, rfbRight = 1, 2, 4
+	rfbWheelUp, rfbWheelDown     = 8, 16
+	rfbWheelLeft, rfbWheelRight  = 32, 64
 )
 
 // streamInput performs a on s's held stream as RFB messages, in order, as
@@ -368,18 +350,11 @@ func (m *Machine) streamInput(ctx context.Context, s *screen, a shared.Action) (
 				return false, nil
 			}
 		}
-		for i, r := range text {
+		for i, ks := range shared.TypingKeysyms(text) {
 			if i > 0 {
 				if err := pause(typeDelayMs); err != nil {
 					return true, err
 				}
-			}
-			ks := shared.RuneKeysym(r)
-			switch r {
-			case '\n':
-				ks = keysymReturn
-			case '\t':
-				ks = keysymTab
 			}
 			if err := key(ks); err != nil {
 				return true, err

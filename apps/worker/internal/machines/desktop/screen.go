@@ -33,6 +33,9 @@ type screen struct {
 	// stream is the worker's held RFB session to the screen (guarded by
 	// the machine's mu; nil unless Options.HeldStream).
 	stream *rfb.Stream
+	// shot is the held stream's last frame, reused by the next (touched
+	// only by the lease-holding call q admits).
+	shot *image.RGBA
 
 	// q runs one lease-holding call at a time, in arrival order.
 	q fifo.Lock
@@ -200,20 +203,8 @@ func (m *Machine) capture(ctx context.Context, s *screen) (frame, error) {
 		if r.ExitCode != 0 {
 			return frame{}, fmt.Errorf("screenshot of %s failed (exit %d): %s", m.display(slot), r.ExitCode, firstLine(r.Stderr))
 		}
-		f = frame{jpeg: r.Stdout}
-		for _, line := range strings.Split(string(r.Stderr), "\n") {
-			k, v, ok := strings.Cut(strings.TrimSpace(line), "=")
-			if !ok {
-				continue
-			}
-			n, _ := strconv.Atoi(v)
-			switch k {
-			case "X":
-				f.pointer.X = n
-			case "Y":
-				f.pointer.Y = n
-			}
-		}
+		p, _ := mouseShell(r.Stderr)
+		f = frame{jpeg: r.Stdout, pointer: p}
 	}
 	cfg, format, err := image.DecodeConfig(bytes.NewReader(f.jpeg))
 	if err != nil || format != "jpeg" {
@@ -225,6 +216,29 @@ func (m *Machine) capture(ctx context.Context, s *screen) (frame, error) {
 	fmt.Fprintf(h, "|%d,%d", f.pointer.X, f.pointer.Y)
 	f.hash = fmt.Sprintf("%016x", h.Sum64())
 	return f, nil
+}
+
+// mouseShell is the pointer in `xdotool getmouselocation --shell`'s
+// output; ok says both X and Y were there.
+func mouseShell(out []byte) (p shared.Point, ok bool) {
+	var x, y bool
+	for _, line := range strings.Split(string(out), "\n") {
+		k, v, found := strings.Cut(strings.TrimSpace(line), "=")
+		if !found {
+			continue
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			continue
+		}
+		switch k {
+		case "X":
+			p.X, x = n, true
+		case "Y":
+			p.Y, y = n, true
+		}
+	}
+	return p, x && y
 }
 
 // observe captures s for ctx's session: a frame identical to the last one
