@@ -9,7 +9,6 @@ import (
 	"image/jpeg"
 	"net"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/coder/websocket"
@@ -45,8 +44,7 @@ func (m *Machine) holdStream(s *screen, slot int) {
 			// The backend's errors may quote its routing URL and token.
 			return nil, fmt.Errorf("no URL for the screen's vnc port %d", port)
 		}
-		u := "ws" + strings.TrimPrefix(base, "http") + "/websockify"
-		ws, _, err := websocket.Dial(ctx, u, &websocket.DialOptions{Subprotocols: []string{"binary"}, HTTPClient: hc})
+		ws, err := dialWebsockify(ctx, base, hc)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, fmt.Errorf("dial the screen's vnc port %d: %w", port, ctx.Err())

@@ -190,10 +190,9 @@ func (m *Machine) DialVNC(ctx context.Context, id string, link client.ViewerLink
 	if err != nil {
 		return nil, fmt.Errorf("desktop machine: vnc port %d: %w", port, err)
 	}
-	u := "ws" + strings.TrimPrefix(base, "http") + "/websockify"
 	var ws *websocket.Conn
 	for i := 0; ; i++ {
-		ws, _, err = websocket.Dial(ctx, u, &websocket.DialOptions{Subprotocols: []string{"binary"}, HTTPClient: hc})
+		ws, err = dialWebsockify(ctx, base, hc)
 		if err == nil || i >= 40 || ctx.Err() != nil {
 			break
 		}
@@ -216,4 +215,12 @@ func (m *Machine) DialVNC(ctx context.Context, id string, link client.ViewerLink
 		}
 	}
 	return ws, nil
+}
+
+// dialWebsockify opens the RFB websocket of the websockify at base (a port
+// URL of the backend, reached with hc).
+func dialWebsockify(ctx context.Context, base string, hc *http.Client) (*websocket.Conn, error) {
+	ws, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(base, "http")+"/websockify",
+		&websocket.DialOptions{Subprotocols: []string{"binary"}, HTTPClient: hc})
+	return ws, err
 }
