@@ -117,6 +117,22 @@ func requireCode(t *testing.T, err error, code shared.Code) {
 	require.Equal(t, code, ce.Code, "%v", err)
 }
 
+// waitWindow is the first visible window of class on display :0, looked
+// up to tries times 200 ms apart ("" when none showed).
+func waitWindow(t *testing.T, b Backend, class string, tries int) string {
+	t.Helper()
+	ctx := ctxFor(t, 2*time.Minute)
+	for i := 0; i < tries; i++ {
+		r, err := b.Exec(ctx, Cmd{Argv: []string{"xdotool", "search", "--onlyvisible", "--class", class}, User: "user", Env: map[string]string{"DISPLAY": ":0"}})
+		require.NoError(t, err)
+		if f := strings.Fields(string(r.Stdout)); len(f) > 0 {
+			return f[0]
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return ""
+}
+
 // openTerminal launches a terminal on screen id (display :0) and returns
 // the centre of its window once it shows.
 func openTerminal(t *testing.T, m *Machine, id, leaseID string) (int, int) {
@@ -124,16 +140,7 @@ func openTerminal(t *testing.T, m *Machine, id, leaseID string) (int, int) {
 	ctx := ctxFor(t, 2*time.Minute)
 	_, err := m.Launch(ctx, id, leaseID, "terminal")
 	require.NoError(t, err)
-	var win string
-	for i := 0; i < 100 && win == ""; i++ {
-		r, err := m.b.Exec(ctx, Cmd{Argv: []string{"xdotool", "search", "--onlyvisible", "--class", "xfce4-terminal"}, User: "user", Env: map[string]string{"DISPLAY": ":0"}})
-		require.NoError(t, err)
-		if f := strings.Fields(string(r.Stdout)); len(f) > 0 {
-			win = f[0]
-		} else {
-			time.Sleep(200 * time.Millisecond)
-		}
-	}
+	win := waitWindow(t, m.b, "xfce4-terminal", 100)
 	require.NotEmpty(t, win, "the terminal window appeared")
 	g, err := m.b.Exec(ctx, Cmd{Argv: []string{"xdotool", "getwindowgeometry", "--shell", win}, User: "user", Env: map[string]string{"DISPLAY": ":0"}})
 	require.NoError(t, err)
@@ -448,16 +455,7 @@ func TestDesktopMachine(t *testing.T) {
 		raw, err := m.Open(ctx, "a", l.LeaseID, "http://127.0.0.1:9/desktopm")
 		require.NoError(t, err)
 		require.Contains(t, string(raw), `"url":"http://127.0.0.1:9/desktopm"`)
-		var win string
-		for i := 0; i < 150 && win == ""; i++ {
-			r, err := b.Exec(ctx, Cmd{Argv: []string{"xdotool", "search", "--onlyvisible", "--class", "chromium"}, User: "user", Env: map[string]string{"DISPLAY": ":0"}})
-			require.NoError(t, err)
-			if f := strings.Fields(string(r.Stdout)); len(f) > 0 {
-				win = f[0]
-			} else {
-				time.Sleep(200 * time.Millisecond)
-			}
-		}
+		win := waitWindow(t, b, "chromium", 150)
 		require.NotEmpty(t, win, "a browser window opened on :0")
 	})
 
