@@ -225,6 +225,13 @@ func (c *Client) CutText(text string) error {
 	return c.write(b)
 }
 
+// Changed is closed when the next update has been applied.
+func (c *Client) Changed() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.changed
+}
+
 // Done is closed when the session has ended.
 func (c *Client) Done() <-chan struct{} { return c.done }
 

@@ -63,6 +63,9 @@ func (s *Stream) State() (state, lastErr string) {
 	return s.state, s.lastErr
 }
 
+// Done is closed when the stream has ended for good (after Close).
+func (s *Stream) Done() <-chan struct{} { return s.done }
+
 // Client is the live session, or nil unless the state is live.
 func (s *Stream) Client() *Client {
 	s.mu.Lock()

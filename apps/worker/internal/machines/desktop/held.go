@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"image"
-	"image/color"
 	"image/jpeg"
 	"net"
 	"os"
@@ -110,7 +109,7 @@ func (m *Machine) streamFrame(ctx context.Context, s *screen) (f frame, ok bool)
 	}
 	img, _ := c.Snapshot(s.shot)
 	s.shot = img
-	drawPointer(img, p)
+	rfb.DrawPointer(img, p)
 	var buf bytes.Buffer
 	if err := jpeg.Encode(&buf, img, &jpeg.Options{Quality: 72}); err != nil {
 		return frame{}, false
@@ -133,49 +132,6 @@ func (m *Machine) StreamState(id string) (state, lastErr string) {
 		return "", ""
 	}
 	return st.State()
-}
-
-// arrow is the pointer drawn into a held-stream frame: an arrow 12 pixels
-// wide and 19 high, its tip at the pointer ('#' outline, '.' fill).
-var arrow = []string{
-	"#",
-	"##",
-	"#.#",
-	"#..#",
-	"#...#",
-	"#....#",
-	"#.....#",
-	"#......#",
-	"#.......#",
-	"#........#",
-	"#.........#",
-	"#..........#",
-	"#......#####",
-	"#...#..#",
-	"#..##..#",
-	"#.#  #..#",
-	"##   #..#",
-	"      #..#",
-	"      ###",
-}
-
-// drawPointer draws arrow into img with its tip at p (clipped).
-func drawPointer(img *image.RGBA, p image.Point) {
-	b := img.Bounds()
-	for dy, row := range arrow {
-		for dx, ch := range row {
-			q := image.Pt(p.X+dx, p.Y+dy)
-			if !q.In(b) {
-				continue
-			}
-			switch ch {
-			case '#':
-				img.SetRGBA(q.X, q.Y, color.RGBA{0, 0, 0, 255})
-			case '.':
-				img.SetRGBA(q.X, q.Y, color.RGBA{255, 255, 255, 255})
-			}
-		}
-	}
 }
 
 // queryPointer is where X has s's pointer (xdotool through a command).
