@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
-	"github.com/rs/zerolog"
 
 	"github.com/open-bot/computer/apps/worker/internal/rfb"
 	"github.com/open-bot/computer/pkg/shared"
@@ -54,7 +53,7 @@ func (m *Machine) holdStream(s *screen, slot int) {
 		// The connection lives as long as the session, not the dial.
 		return websocket.NetConn(context.WithoutCancel(ctx), ws, websocket.MessageBinary), nil
 	}
-	st := rfb.Hold(dial, rfb.Options{}, zerolog.Nop())
+	st := rfb.Hold(dial, rfb.Options{}, m.o.Log.With().Str("screen", s.id).Logger())
 	m.mu.Lock()
 	old := s.stream
 	s.stream = st

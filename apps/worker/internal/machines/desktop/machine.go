@@ -38,6 +38,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/open-bot/computer/pkg/shared"
 	"github.com/open-bot/computer/pkg/shared/client"
 	"github.com/open-bot/computer/pkg/shared/lease"
@@ -72,6 +74,9 @@ type Options struct {
 	// observations from it, falling back to the screenshot command while
 	// the stream is down (issue 31; default off: HeldStreamEnv).
 	HeldStream bool
+	// Log takes the held streams' state changes and viewers' ends (the
+	// zero Logger drops them). Nothing secret is logged.
+	Log zerolog.Logger
 	// BootedAt is when the sandbox's desktop came up, what Health reports
 	// (zero: when New ran). A backend that finds a running desktop again
 	// passes its start, so a reconnect is seen not to restart it.
@@ -109,6 +114,8 @@ type Machine struct {
 	// heldFrames counts observations taken from a held stream, heldInputs
 	// actions performed through one.
 	heldFrames, heldInputs atomic.Int64
+	// viewers counts the viewers served from held streams (mux.go).
+	viewers atomic.Int64
 }
 
 // New returns a machine over o.Backend. It starts nothing in the sandbox

@@ -158,8 +158,9 @@ func (m *Machine) ViewerToken(ctx context.Context, id, mode, holder string, ttl 
 		VNCPath:  "/screens/" + id + "/vnc?mode=" + mode + "&" + q}, nil
 }
 
-// DialVNC opens the screen's RFB stream over websocket (websockify in the
-// sandbox, through the backend's port URL). A view link, or a control link
+// DialVNC opens the screen's RFB stream over websocket: served from the
+// screen's held stream when it has one (mux.go), else websockify in the
+// sandbox, through the backend's port URL. A view link, or a control link
 // whose holder does not hold the screen's user lease, gets the view-only
 // x11vnc; a control link whose holder holds it gets the control x11vnc,
 // and that stream is closed the moment the lease ends (released, expired,
@@ -174,13 +175,23 @@ func (m *Machine) DialVNC(ctx context.Context, id string, link client.ViewerLink
 		return nil, err
 	}
 	m.mu.Lock()
-	slot := s.slot
+	slot, st := s.slot, s.stream
 	m.mu.Unlock()
 	control := false
 	if c.mode == "control" {
 		if cur := m.leases.current(id); cur != nil && cur.Kind == lease.User && cur.Holder == c.holder {
 			control = true
 		}
+	}
+	if st != nil {
+		ws, err := m.serveHeld(ctx, id, st, c, control)
+		if err != nil {
+			return nil, err
+		}
+		if control {
+			m.watchControl(id, ws, c)
+		}
+		return ws, nil
 	}
 	port := m.viewPort(slot)
 	if control {
@@ -205,16 +216,21 @@ func (m *Machine) DialVNC(ctx context.Context, id string, link client.ViewerLink
 	}
 	ws.SetReadLimit(64 << 20)
 	if control {
-		// A caller's own Close leaves the entry until the lease ends
-		// (endControl closes it again, harmlessly) or the screen is
-		// forgotten.
-		m.links.addControl(ws, c)
-		// The lease may have ended between the check and the stream.
-		if cur := m.leases.current(id); cur == nil || cur.Kind != lease.User || cur.Holder != c.holder {
-			m.links.endControl(id, c.holder)
-		}
+		m.watchControl(id, ws, c)
 	}
 	return ws, nil
+}
+
+// watchControl closes ws when a control link's holder no longer holds the
+// screen's user lease (now, or when the lease ends). A caller's own Close
+// leaves the entry until the lease ends (endControl closes it again,
+// harmlessly) or the screen is forgotten.
+func (m *Machine) watchControl(id string, ws *websocket.Conn, c linkClaims) {
+	m.links.addControl(ws, c)
+	// The lease may have ended between the check and the stream.
+	if cur := m.leases.current(id); cur == nil || cur.Kind != lease.User || cur.Holder != c.holder {
+		m.links.endControl(id, c.holder)
+	}
 }
 
 // dialWebsockify opens the RFB websocket of the websockify at base (a port
