@@ -143,10 +143,19 @@ BENCHES=(
   # the e2b-desktop stand-in, p50/p90 of 50; issue 31: beside it the same
   # machine with its held stream (observe from the worker's RFB session).
   "./apps/worker/internal/machines/desktop|^BenchmarkDesktopObserve$|50x"
-  # issue 31: on one E2B desktop sandbox (the emulator), the desktop
-  # machine by commands beside it with its held stream: observe and a
-  # click round trip (settle included), p50/p90 of 20 each.
+  # issue 31: on one desktop sandbox of the E2B emulator and one of the
+  # Daytona emulator (snapshot desktop), samples interleaved: the desktop
+  # machine by commands, the same machine with its held stream, and the
+  # vendor's own JS SDK on the same sandbox (@e2b/desktop screenshot(),
+  # @daytonaio/sdk computerUse.screenshot.takeCompressed(); node and npm
+  # from scripts/provision.sh, the SDK npm ci-ed from its lock: missing,
+  # the benchmark fails): observe and a click round trip (settle included)
+  # p50/p90 of 20, the SDK screenshot p50/p90, observe p50 over the SDK
+  # screenshot p50 (x_sdk_p50, goal <= 0.1 for the held stream), and the
+  # worker CPU per idle held stream (getrusage over 10 s live vs 10 s
+  # closed, median of 1 s windows; goal < 1 % of a core).
   "./apps/worker/internal/providers/e2b|^BenchmarkE2BDesktopHeldObserve$|1x"
+  "./apps/worker/internal/providers/daytona|^BenchmarkDaytonaDesktopHeldObserve$|1x"
   # issue 21.5: the same figures on the E2B emulator (in-process, template
   # open-bot: botd in a sandbox container behind the adapter's forwarder and
   # the emulator's port routing) and on docker, one row each per figure:
@@ -256,11 +265,21 @@ for b in "${BENCHES[@]}"; do
   fi
   IFS='|' read -r pkg re time <<<"$b"
   echo "bench: $pkg $re" >&2
-  if ! go test -run '^$' -bench "$re" -benchtime "$time" -count 1 -timeout 30m "$pkg" >>"$out" 2>&1; then
+  one="$(mktemp)"
+  if ! go test -run '^$' -bench "$re" -benchtime "$time" -count 1 -timeout 30m "$pkg" >"$one" 2>&1; then
+    cat "$one" >>"$out"
     echo "bench: $pkg failed:" >&2
-    tail -20 "$out" >&2
+    tail -20 "$one" >&2
+    rm -f "$one"
     exit 1
   fi
+  cat "$one" >>"$out"
+  # A skipped benchmark prints no figures: say so, loudly, with its reason.
+  if grep -q -- '--- SKIP: Benchmark' "$one"; then
+    echo "bench: $pkg $re SKIPPED, no figures:" >&2
+    grep -A3 -- '--- SKIP: Benchmark' "$one" >&2 || true
+  fi
+  rm -f "$one"
 done
 
 # issue 14: image size, no-change rebuild, run -> healthy, stop -> exited,
