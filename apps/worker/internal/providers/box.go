@@ -129,7 +129,7 @@ func boxFromEnv(getenv func(string) string, dataDir string, env []string, log *z
 	if err != nil || k == nil {
 		return nil, err
 	}
-	o := box.Options{APIURL: strings.TrimSpace(getenv("BOX_API_URL")), Key: k, Env: env, Log: log}
+	o := box.Options{APIURL: strings.TrimSpace(getenv("BOX_API_URL")), Key: k, Env: env, Log: log, NoHeldStream: noHeldStream(getenv)}
 	if v := strings.TrimSpace(getenv("BOX_TTL_SECONDS")); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 60 || n > 86400 {

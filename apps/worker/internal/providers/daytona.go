@@ -112,7 +112,7 @@ func daytonaFromEnv(getenv func(string) string, dataDir string, env []string, lo
 	o := daytona.Options{
 		APIURL: strings.TrimSpace(getenv("DAYTONA_API_URL")), Target: strings.TrimSpace(getenv("DAYTONA_TARGET")),
 		Snapshot: strings.TrimSpace(getenv("DAYTONA_SNAPSHOT")), AutoStop: daytona.DefaultAutoStop,
-		Key: k, Env: env, Log: log,
+		Key: k, Env: env, Log: log, NoHeldStream: noHeldStream(getenv),
 	}
 	if v := strings.TrimSpace(getenv("DAYTONA_AUTO_STOP_MINUTES")); v != "" {
 		n, err := strconv.Atoi(v)

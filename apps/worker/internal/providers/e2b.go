@@ -110,7 +110,7 @@ func e2bFromEnv(getenv func(string) string, dataDir string, env []string, log *z
 	o := e2b.Options{
 		APIURL: strings.TrimSpace(getenv("E2B_API_URL")), Domain: strings.TrimSpace(getenv("E2B_DOMAIN")),
 		SandboxURL: strings.TrimSpace(getenv("E2B_SANDBOX_URL")), Template: strings.TrimSpace(getenv("E2B_TEMPLATE")),
-		Key: k, Env: env, Log: log,
+		Key: k, Env: env, Log: log, NoHeldStream: noHeldStream(getenv),
 	}
 	if v := strings.TrimSpace(getenv("E2B_TIMEOUT_SECONDS")); v != "" {
 		n, err := strconv.Atoi(v)

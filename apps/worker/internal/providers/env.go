@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/open-bot/computer/apps/worker/internal/machines/desktop"
 	"github.com/open-bot/computer/apps/worker/internal/secret"
 	"github.com/rs/zerolog"
 )
@@ -251,4 +252,10 @@ func sealedKey[K any](getenv func(string) string, dataDir, vendor string,
 		return nil, fmt.Errorf("%s: the sealing key: %w", vendor, err)
 	}
 	return seal(key, sealer)
+}
+
+// noHeldStream says whether the environment turns the desktop machines'
+// held streams off (WORKER_DESKTOP_HELD_STREAM=0).
+func noHeldStream(getenv func(string) string) bool {
+	return strings.TrimSpace(getenv(desktop.HeldStreamEnv)) == "0"
 }

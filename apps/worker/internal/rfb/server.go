@@ -120,6 +120,20 @@ func (f PixelFormat) pixel(r, g, b byte) uint32 {
 	return sc(r, f.RedMax)<<f.RedShift | sc(g, f.GreenMax)<<f.GreenShift | sc(b, f.BlueMax)<<f.BlueShift
 }
 
+// padding is the bits of a 32-bit pixel that no colour uses, which
+// convert sets to ones. RFC 6143 leaves their value to the server and
+// clients ignore them, except noVNC 1.3's Raw decoder (Debian 12's, the
+// dashboard's): it makes a rectangle opaque by writing alpha at the head
+// of its receive queue rather than where the rectangle's pixels are, so
+// the padding byte is the alpha of most rectangles and zero padding draws
+// them transparent.
+func (f PixelFormat) padding() uint32 {
+	if f.BPP != 32 {
+		return 0
+	}
+	return ^(uint32(f.RedMax)<<f.RedShift | uint32(f.GreenMax)<<f.GreenShift | uint32(f.BlueMax)<<f.BlueShift)
+}
+
 // cpixel says which bytes of a pixel's encoding ZRLE sends (RFC 6143
 // section 7.7.6): 3 of a 32-bit pixel whose colours fit in 3 bytes, else
 // all of them. off is where they start in the pixel's bytes.
@@ -615,10 +629,11 @@ func (wr *writer) update(img *image.RGBA, rects []image.Rectangle, pf PixelForma
 func convert(dst []byte, img *image.RGBA, r image.Rectangle, pf PixelFormat, off, n int) []byte {
 	bpp := int(pf.BPP) / 8
 	var px [4]byte
+	pad := pf.padding()
 	for y := r.Min.Y; y < r.Max.Y; y++ {
 		row := img.Pix[img.PixOffset(r.Min.X, y):img.PixOffset(r.Max.X, y)]
 		for i := 0; i < len(row); i += 4 {
-			pf.put(px[:bpp], pf.pixel(row[i], row[i+1], row[i+2]))
+			pf.put(px[:bpp], pad|pf.pixel(row[i], row[i+1], row[i+2]))
 			dst = append(dst, px[off:off+n]...)
 		}
 	}

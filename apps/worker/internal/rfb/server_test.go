@@ -324,7 +324,8 @@ func (v *rawViewer) pixelAt(bpp, px, py int) []byte {
 
 // TestServePixelFormats: hand-written viewers of RFB 3.3, 3.7 and 3.8
 // ask for other true-colour formats and read Raw pixels of a known
-// colour (#ff8040) in them.
+// colour (#ff8040) in them; a 32-bit pixel's padding byte is 0xff
+// (noVNC 1.3 takes it for alpha).
 func TestServePixelFormats(t *testing.T) {
 	t.Parallel()
 	x := startX(t)
@@ -338,9 +339,9 @@ func TestServePixelFormats(t *testing.T) {
 		// RGB565, big-endian: r 31, g 32, b 8.
 		{"RFB 003.003\n", PixelFormat{BPP: 16, Depth: 16, BigEndian: true, TrueColour: true, RedMax: 31, GreenMax: 63, BlueMax: 31, RedShift: 11, GreenShift: 5}, []byte{0xfc, 0x08}},
 		// 32 bits, big-endian, red in the top byte.
-		{"RFB 003.007\n", PixelFormat{BPP: 32, Depth: 24, BigEndian: true, TrueColour: true, RedMax: 255, GreenMax: 255, BlueMax: 255, RedShift: 24, GreenShift: 16, BlueShift: 8}, []byte{0xff, 0x80, 0x40, 0}},
+		{"RFB 003.007\n", PixelFormat{BPP: 32, Depth: 24, BigEndian: true, TrueColour: true, RedMax: 255, GreenMax: 255, BlueMax: 255, RedShift: 24, GreenShift: 16, BlueShift: 8}, []byte{0xff, 0x80, 0x40, 0xff}},
 		// noVNC's: 32 bits little-endian, red at 0.
-		{"RFB 003.008\n", PixelFormat{BPP: 32, Depth: 24, TrueColour: true, RedMax: 255, GreenMax: 255, BlueMax: 255, GreenShift: 8, BlueShift: 16}, []byte{0xff, 0x80, 0x40, 0}},
+		{"RFB 003.008\n", PixelFormat{BPP: 32, Depth: 24, TrueColour: true, RedMax: 255, GreenMax: 255, BlueMax: 255, GreenShift: 8, BlueShift: 16}, []byte{0xff, 0x80, 0x40, 0xff}},
 		// BGR233.
 		{"RFB 003.008\n", PixelFormat{BPP: 8, Depth: 8, TrueColour: true, RedMax: 7, GreenMax: 7, BlueMax: 3, GreenShift: 3, BlueShift: 6}, []byte{7 | 4<<3 | 1<<6}},
 	} {

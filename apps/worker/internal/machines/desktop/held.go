@@ -7,7 +7,6 @@ import (
 	"image"
 	"image/jpeg"
 	"net"
-	"os"
 	"time"
 
 	"github.com/coder/websocket"
@@ -16,12 +15,9 @@ import (
 	"github.com/open-bot/computer/pkg/shared"
 )
 
-// HeldStreamEnv turns the held stream on for the machines a provider makes
-// ("1"); it is off by default.
+// HeldStreamEnv turns the held stream off for the machines the vendor
+// providers make ("0"); it is on by default.
 const HeldStreamEnv = "WORKER_DESKTOP_HELD_STREAM"
-
-// HeldStreamFromEnv is HeldStreamEnv's setting.
-func HeldStreamFromEnv() bool { return os.Getenv(HeldStreamEnv) == "1" }
 
 // heldRefresh bounds the wait for the stream's answer to one refresh; past
 // it the observation takes the command path.

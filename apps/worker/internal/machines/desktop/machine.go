@@ -72,7 +72,8 @@ type Options struct {
 	// HeldStream makes the machine hold one RFB session per screen (to its
 	// control x11vnc, through the backend's port URL) and take
 	// observations from it, falling back to the screenshot command while
-	// the stream is down (issue 31; default off: HeldStreamEnv).
+	// the stream is down (issue 31). Providers set it from HeldStreamEnv:
+	// on unless that is "0".
 	HeldStream bool
 	// Log takes the held streams' state changes and viewers' ends (the
 	// zero Logger drops them). Nothing secret is logged.

@@ -67,6 +67,10 @@ type Options struct {
 	// Env is the worker's machine environment (MODEL_UPSTREAM_URL and
 	// MODEL_API_KEY reach the desktop machine's agent).
 	Env []string
+	// NoHeldStream makes desktop machines observe by command (and type
+	// through xdotool) instead of through a held RFB session per screen
+	// (WORKER_DESKTOP_HELD_STREAM=0; held streams are the default).
+	NoHeldStream bool
 	// Log logs (a disabled logger when nil). The key never reaches it.
 	Log *zerolog.Logger
 	// CommandWait is how long one command call waits for a command before
@@ -373,7 +377,7 @@ func (p *Provider) Reconnect(ctx context.Context, ref string) (*desktop.Machine,
 		booted = time.Unix(n, 0)
 	}
 	m, err := desktop.New(desktop.Options{Backend: bk, User: desktopUser, Width: 1280, Height: 800, MaxScreens: 1,
-		BootedAt: booted})
+		BootedAt: booted, HeldStream: !p.o.NoHeldStream, Log: p.log})
 	if err != nil {
 		return nil, err
 	}

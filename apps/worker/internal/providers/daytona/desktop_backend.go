@@ -694,7 +694,7 @@ func (p *Provider) ReconnectDesktop(ctx context.Context, ref string) (*desktop.M
 	w, h := info.Displays[0].Width, info.Displays[0].Height
 	m, err = desktop.New(desktop.Options{Backend: b, User: user, Home: home.Dir, Width: w, Height: h,
 		MaxScreens: p.o.MaxScreens, ViewPortBase: desktopViewPortBase, RFBPortBase: desktopRFBPortBase,
-		BootedAt: booted, HeldStream: desktop.HeldStreamFromEnv()})
+		BootedAt: booted, HeldStream: !p.o.NoHeldStream, Log: p.log})
 	if err != nil {
 		return nil, err
 	}

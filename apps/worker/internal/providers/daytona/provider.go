@@ -124,6 +124,10 @@ type Options struct {
 	// the bounded retries of a 429 or a 5xx.
 	Retries int
 	Backoff time.Duration
+	// NoHeldStream makes desktop machines observe by command (and type
+	// through xdotool) instead of through a held RFB session per screen
+	// (WORKER_DESKTOP_HELD_STREAM=0; held streams are the default).
+	NoHeldStream bool
 	// Log is the provider's logger (nop when nil).
 	Log *zerolog.Logger
 }

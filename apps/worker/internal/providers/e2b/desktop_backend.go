@@ -506,7 +506,7 @@ func (p *Provider) ReconnectDesktop(ctx context.Context, ref string) (*desktop.M
 		booted = time.Unix(0, n)
 	}
 	m, err = desktop.New(desktop.Options{Backend: b, User: desktopUser, Width: desktopWidth, Height: desktopHeight,
-		MaxScreens: p.o.MaxScreens, BootedAt: booted, HeldStream: desktop.HeldStreamFromEnv()})
+		MaxScreens: p.o.MaxScreens, BootedAt: booted, HeldStream: !p.o.NoHeldStream, Log: p.log})
 	if err != nil {
 		return nil, err
 	}
