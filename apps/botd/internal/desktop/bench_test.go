@@ -3,6 +3,7 @@ package desktop
 import (
 	"bufio"
 	"bytes"
+	"github.com/open-bot/computer/pkg/shared/jpegenc"
 	"image"
 	"image/draw"
 	_ "image/jpeg"
@@ -267,7 +268,7 @@ func startScrotCore(b *testing.B, x *testX, out string) func() time.Duration {
 // encoder this build captures with.
 func BenchmarkCaptureVsScrot(b *testing.B) {
 	for _, fr := range benchFrames {
-		b.Run(fr.name+"/encoder="+EncoderName, func(b *testing.B) {
+		b.Run(fr.name+"/encoder="+jpegenc.Name, func(b *testing.B) {
 			requireX(b)
 			testenv.RequireTools(b, "scrot")
 			x := startX(b)
@@ -373,11 +374,11 @@ func BenchmarkEncode(b *testing.B) {
 	if pix == nil {
 		b.Skip("no MIT-SHM buffer")
 	}
-	enc := newEncoder()
-	defer enc.close()
+	enc := jpegenc.New(jpegenc.BGRX)
+	defer enc.Close()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if _, err := enc.encode(pix, 1280, 800, 1280*4, JPEGQuality); err != nil {
+		if _, err := enc.Encode(pix, 1280, 800, 1280*4, JPEGQuality); err != nil {
 			b.Fatal(err)
 		}
 	}

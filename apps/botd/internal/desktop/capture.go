@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"github.com/open-bot/computer/pkg/shared/jpegenc"
 	"hash/maphash"
 	"image"
 
@@ -41,7 +42,7 @@ type captureState struct {
 	noShm bool     // MIT-SHM failed on owner: use plain GetImage
 	seg   shm.Seg
 	buf   []byte // our mapping of the segment
-	enc   encoder
+	enc   jpegenc.Encoder
 }
 
 // release detaches our mapping. The X side goes with its connection; the
@@ -155,7 +156,7 @@ func (d *Desktop) capture(ctx context.Context, prev uint64, skipSame bool) (_ Fr
 	if cur != nil {
 		drawCursor(pix, w, h, cur)
 	}
-	jpg, err := d.cap.enc.encode(pix, w, h, stride, JPEGQuality)
+	jpg, err := d.cap.enc.Encode(pix, w, h, stride, JPEGQuality)
 	if err != nil {
 		return Frame{}, false, fmt.Errorf("capture: encode: %w", err)
 	}

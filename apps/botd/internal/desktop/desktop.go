@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/open-bot/computer/pkg/shared/jpegenc"
 	"sync"
 	"time"
 
@@ -90,7 +91,7 @@ func New(t Target, o Options) (*Desktop, error) {
 		o.Runner = runner.Exec{}
 	}
 	d := &Desktop{t: t, run: o.Runner, log: o.Log.With().Str("component", "desktop").Str("display", t.Display).Logger()}
-	d.cap.enc = newEncoder()
+	d.cap.enc = jpegenc.New(jpegenc.BGRX)
 	return d, nil
 }
 
@@ -178,7 +179,7 @@ func (d *Desktop) Close() error {
 
 	d.capMu.Lock()
 	d.cap.release()
-	d.cap.enc.close()
+	d.cap.enc.Close()
 	d.capMu.Unlock()
 	if x != nil {
 		x.close()

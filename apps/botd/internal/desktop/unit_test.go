@@ -3,8 +3,6 @@ package desktop
 import (
 	"bytes"
 	"encoding/binary"
-	"image"
-	"image/jpeg"
 	"reflect"
 	"testing"
 
@@ -187,35 +185,5 @@ func TestDrawCursor(t *testing.T) {
 				}
 			}
 		}
-	}
-}
-
-func TestEncoder(t *testing.T) {
-	const w, h = 64, 48
-	pix := make([]byte, w*h*4)
-	for i := 0; i < len(pix); i += 4 {
-		pix[i], pix[i+1], pix[i+2] = 0, 0, 255 // red in BGRX
-	}
-	enc := newEncoder()
-	defer enc.close()
-	for i := 0; i < 2; i++ { // the second run reuses the buffers
-		b, err := enc.encode(pix, w, h, w*4, JPEGQuality)
-		if err != nil {
-			t.Fatal(err)
-		}
-		img, err := jpeg.Decode(bytes.NewReader(b))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if img.Bounds() != image.Rect(0, 0, w, h) {
-			t.Fatalf("bounds %v", img.Bounds())
-		}
-		r, g, bl, _ := img.At(10, 10).RGBA()
-		if r>>8 < 230 || g>>8 > 30 || bl>>8 > 30 {
-			t.Fatalf("%s: colour %d %d %d, want red", EncoderName, r>>8, g>>8, bl>>8)
-		}
-	}
-	if _, err := enc.encode(pix[:10], w, h, w*4, JPEGQuality); err == nil {
-		t.Fatal("short buffer accepted")
 	}
 }

@@ -58,6 +58,9 @@ type Client struct {
 	// server read before our event (x11vnc reports the pointer it polled)
 	// and is ignored.
 	movedAt time.Time
+	// inputAt is when this client last wrote an input event (pointer,
+	// key or cut text).
+	inputAt time.Time
 
 	// done is closed when the read loop has ended.
 	done chan struct{}
@@ -117,6 +120,21 @@ func (c *Client) Snapshot(dst *image.RGBA) (*image.RGBA, Frame) {
 	return dst, c.frame
 }
 
+// Frame says which update the framebuffer shows.
+func (c *Client) Frame() Frame {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.frame
+}
+
+// InputAt is when this client last wrote an input event (zero if never):
+// whoever wrote it, an update applied before then may not show it.
+func (c *Client) InputAt() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.inputAt
+}
+
 // Refresh asks for the whole screen and waits until an update that answers
 // the request (its header read after the request was written) is applied.
 // Besides the incremental request it asks for one pixel non-incrementally,
@@ -165,6 +183,7 @@ func (c *Client) Pointer(x, y int, buttons uint8) error {
 	}
 	c.mu.Lock()
 	c.pointer, c.pointerKnown, c.movedAt = image.Pt(x, y), true, time.Now()
+	c.inputAt = c.movedAt
 	c.mu.Unlock()
 	return nil
 }
@@ -202,7 +221,7 @@ func (c *Client) Key(keysym uint32, down bool) error {
 		msg[1] = 1
 	}
 	binary.BigEndian.PutUint32(msg[4:], keysym)
-	return c.write(msg)
+	return c.writeInput(msg)
 }
 
 // CutText sets the server's clipboard. RFB carries Latin-1 only: other
@@ -222,7 +241,16 @@ func (c *Client) CutText(text string) error {
 		return fmt.Errorf("rfb: cut text of %d bytes over the %d byte limit", n, c.o.MaxMessage)
 	}
 	binary.BigEndian.PutUint32(b[4:], uint32(n))
-	return c.write(b)
+	return c.writeInput(b)
+}
+
+// writeInput writes an input message and notes when (InputAt).
+func (c *Client) writeInput(msg []byte) error {
+	err := c.write(msg)
+	c.mu.Lock()
+	c.inputAt = time.Now()
+	c.mu.Unlock()
+	return err
 }
 
 // Changed is closed when the next update has been applied.

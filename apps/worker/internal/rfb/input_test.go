@@ -79,7 +79,7 @@ func TestRefreshShowsNewContent(t *testing.T) {
 	}{{"#400000", [4]byte{0x40, 0, 0, 255}}, {"#11aa33", [4]byte{0x11, 0xaa, 0x33, 255}}, {"#cc2288", [4]byte{0xcc, 0x22, 0x88, 255}}, {"#ffffff", [4]byte{255, 255, 255, 255}}} {
 		x.run("xsetroot", "-solid", col.arg)
 		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
-		before := c.frameNow()
+		before := c.Frame()
 		f, err := c.Refresh(ctx)
 		cancel()
 		if err != nil {

@@ -255,12 +255,6 @@ func distinctColours(img *image.RGBA, limit int) int {
 	return len(seen)
 }
 
-func (c *Client) frameNow() Frame {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.frame
-}
-
 func testLogger(t *testing.T) zerolog.Logger {
 	return zerolog.New(zerolog.NewTestWriter(t))
 }

@@ -1,11 +1,9 @@
 package desktop
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"image"
-	"image/jpeg"
 	"net"
 	"time"
 
@@ -13,11 +11,17 @@ import (
 
 	"github.com/open-bot/computer/apps/worker/internal/rfb"
 	"github.com/open-bot/computer/pkg/shared"
+	"github.com/open-bot/computer/pkg/shared/jpegenc"
 )
 
 // HeldStreamEnv turns the held stream off for the machines the vendor
 // providers make ("0"); it is on by default.
 const HeldStreamEnv = "WORKER_DESKTOP_HELD_STREAM"
+
+// heldFresh is how long after an update the framebuffer is read without a
+// refresh (when no input came since): x11vnc pushes changes as it finds
+// them, and a refresh at least this often bounds what a lost push costs.
+const heldFresh = time.Second
 
 // heldRefresh bounds the wait for the stream's answer to one refresh; past
 // it the observation takes the command path.
@@ -70,11 +74,17 @@ func (m *Machine) dropStream(s *screen) {
 	}
 }
 
-// streamFrame is s's screen from its held stream: a refresh answered after
-// the call began (so never older than the settle that preceded it), the
-// pointer drawn in, as a quality-72 JPEG. ok is false when there is no
-// live stream, the stream does not know the pointer yet, or the refresh
-// was not answered in time: the caller takes the command path then.
+// streamFrame is s's screen from its held stream, the pointer drawn in,
+// as a quality-72 JPEG. The frame is never older than the settle after
+// the last input: when no update was applied since the end of the last
+// act's settle (s.settledAt) and since the session's last input event (a
+// person's, through a control link, included), it first asks for a
+// refresh and waits for its answer; otherwise the framebuffer is already
+// that current and is read as it is, for heldFresh after that update.
+// The JPEG of a frame and pointer
+// already encoded is reused. ok is false when there is no live stream,
+// the stream does not know the pointer yet, or the refresh was not
+// answered in time: the caller takes the command path then.
 func (m *Machine) streamFrame(ctx context.Context, s *screen) (f frame, ok bool) {
 	m.mu.Lock()
 	st := s.stream
@@ -86,11 +96,14 @@ func (m *Machine) streamFrame(ctx context.Context, s *screen) (f frame, ok bool)
 	if c == nil {
 		return frame{}, false
 	}
-	rctx, cancel := context.WithTimeout(ctx, heldRefresh)
-	_, err := c.Refresh(rctx)
-	cancel()
-	if err != nil {
-		return frame{}, false
+	if cur := c.Frame(); cur.Seq == 0 || !cur.At.After(s.settledAt) || !cur.At.After(c.InputAt()) || time.Since(cur.At) > heldFresh {
+		rctx, cancel := context.WithTimeout(ctx, heldRefresh)
+		_, err := c.Refresh(rctx)
+		cancel()
+		if err != nil {
+			return frame{}, false
+		}
+		m.heldRefreshes.Add(1)
 	}
 	p, known := c.PointerPos()
 	if !known {
@@ -102,15 +115,22 @@ func (m *Machine) streamFrame(ctx context.Context, s *screen) (f frame, ok bool)
 		c.SeedPointer(q)
 		p, _ = c.PointerPos()
 	}
-	img, _ := c.Snapshot(s.shot)
+	m.heldFrames.Add(1)
+	ptr := shared.Point{X: p.X, Y: p.Y}
+	if cur := c.Frame(); s.held.c == c && s.held.seq == cur.Seq && s.held.pointer == ptr && s.held.jpeg != nil {
+		return frame{jpeg: s.held.jpeg, pointer: ptr}, true
+	}
+	img, fr := c.Snapshot(s.shot)
 	s.shot = img
 	rfb.DrawPointer(img, p)
-	var buf bytes.Buffer
-	if err := jpeg.Encode(&buf, img, &jpeg.Options{Quality: 72}); err != nil {
+	enc := jpegenc.New(jpegenc.RGBX)
+	b, err := enc.Encode(img.Pix, img.Rect.Dx(), img.Rect.Dy(), img.Stride, 72)
+	enc.Close()
+	if err != nil {
 		return frame{}, false
 	}
-	m.heldFrames.Add(1)
-	return frame{jpeg: buf.Bytes(), pointer: shared.Point{X: p.X, Y: p.Y}}, true
+	s.held.c, s.held.seq, s.held.pointer, s.held.jpeg = c, fr.Seq, ptr, b
+	return frame{jpeg: b, pointer: ptr}, true
 }
 
 // StreamState is screen id's held stream state ("" when it has none) and
@@ -153,6 +173,10 @@ func (m *Machine) queryPointer(ctx context.Context, s *screen) (image.Point, err
 func (m *Machine) HeldCounts() (frames, inputs int64) {
 	return m.heldFrames.Load(), m.heldInputs.Load()
 }
+
+// HeldRefreshes is how many held observations waited for a refresh (the
+// others read a framebuffer already newer than the last input), since New.
+func (m *Machine) HeldRefreshes() int64 { return m.heldRefreshes.Load() }
 
 // RFB pointer button bits.
 const (

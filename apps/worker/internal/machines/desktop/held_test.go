@@ -72,7 +72,9 @@ func heldMachine(t *testing.T) (*Machine, client.Lease) {
 // in Docker): after a move the frame is the stream's (counted), shows the
 // pointer where it went, and matches the screenshot command's frame of the
 // same screen (mean difference per channel under 8 of 255, JPEG noise and
-// the two pointers' drawings); with the control x11vnc killed the stream
+// the two pointers' drawings). An act's observation waits for a refresh
+// after its settle; a plain observation with no input since the last
+// update does not; with the control x11vnc killed the stream
 // goes down and observe still answers, through the command path.
 func TestHeldStreamObserve(t *testing.T) {
 	m, l := heldMachine(t)
@@ -100,6 +102,19 @@ func TestHeldStreamObserve(t *testing.T) {
 		t.Logf("pointer %v: held-stream frame vs scrot: mean difference %.2f of 255", p, d)
 		require.Less(t, d, 8.0, "the held stream's frame is the screen")
 	}
+	// Each act's observation waited for a refresh after the settle; an
+	// observation with no input since the last update reads the
+	// framebuffer as it is (the JPEG reused: the same lease is told
+	// "unchanged").
+	refreshes := m.HeldRefreshes()
+	res, err := m.Act(ctx, "a", l.LeaseID, []shared.Action{{Type: shared.ActionMove, X: ip(901), Y: ip(77)}})
+	require.NoError(t, err)
+	require.Equal(t, refreshes+1, m.HeldRefreshes(), "an act's observation waits for a refresh")
+	obs, err := m.Observe(ctx, "a", l.LeaseID)
+	require.NoError(t, err)
+	require.Equal(t, refreshes+1, m.HeldRefreshes(), "an observation with no input since the last update does not wait")
+	require.True(t, obs.Unchanged, "the same screen to the same lease is unchanged")
+	require.Equal(t, res.Observation.FrameHash, obs.FrameHash)
 
 	// The stream's x11vnc dies: observe falls back to the command path.
 	r, err := m.b.Exec(ctx, Cmd{Argv: []string{"sh", "-c", `kill -KILL "$(cat "${TMPDIR:-/tmp}/open-bot-desktop/0/vncctl.pid")"`}, User: "user"})
@@ -107,7 +122,7 @@ func TestHeldStreamObserve(t *testing.T) {
 	require.Equal(t, 0, r.ExitCode, "%s", r.Stderr)
 	require.Eventually(t, func() bool { st, _ := m.StreamState("a"); return st != rfb.StateLive }, 30*time.Second, 100*time.Millisecond, "the held stream is down")
 	before := m.heldFrames.Load()
-	obs, err := m.Observe(ctx, "a", l.LeaseID)
+	obs, err = m.Observe(ctx, "a", l.LeaseID)
 	require.NoError(t, err)
 	require.Equal(t, before, m.heldFrames.Load(), "no held frame while the stream is down")
 	require.Equal(t, shared.Point{X: 901, Y: 77}, obs.Pointer)

@@ -112,9 +112,10 @@ type Machine struct {
 	stop chan struct{}
 	once sync.Once
 
-	// heldFrames counts observations taken from a held stream, heldInputs
-	// actions performed through one.
-	heldFrames, heldInputs atomic.Int64
+	// heldFrames counts observations taken from a held stream (heldRefreshes
+	// those that waited for a refresh first), heldInputs actions performed
+	// through one.
+	heldFrames, heldRefreshes, heldInputs atomic.Int64
 	// viewers counts the viewers served from held streams (mux.go).
 	viewers atomic.Int64
 }

@@ -33,9 +33,18 @@ type screen struct {
 	// stream is the worker's held RFB session to the screen (guarded by
 	// the machine's mu; nil unless Options.HeldStream).
 	stream *rfb.Stream
-	// shot is the held stream's last frame, reused by the next (touched
+	// shot is the held stream's last frame, reused by the next; held is
+	// the last JPEG made from the stream, by session, update and pointer;
+	// settledAt is when the last act's settle ended (all three touched
 	// only by the lease-holding call q admits).
 	shot *image.RGBA
+	held struct {
+		c       *rfb.Client
+		seq     uint64
+		pointer shared.Point
+		jpeg    []byte
+	}
+	settledAt time.Time
 
 	// q runs one lease-holding call at a time, in arrival order.
 	q fifo.Lock
@@ -326,6 +335,9 @@ func (m *Machine) Act(ctx context.Context, id, leaseID string, actions []shared.
 				return m.ctxErr(ctx, id, err)
 			}
 		}
+		// The observation shows the screen after the settle: the held
+		// stream's frame must be newer (streamFrame).
+		s.settledAt = time.Now()
 		obs, err := m.observe(ctx, s)
 		if err != nil {
 			return err

@@ -1,15 +1,15 @@
 //go:build cgo && !purejpeg
 
-package desktop
+package jpegenc
 
 /*
 #cgo LDFLAGS: -l:libturbojpeg.a
 #include <stdlib.h>
 #include <turbojpeg.h>
 
-static int encode_bgrx(tjhandle h, const unsigned char *src, int w, int pitch, int hgt,
-                       unsigned char **dst, unsigned long *size, int quality) {
-	return tjCompress2(h, src, w, pitch, hgt, TJPF_BGRX, dst, size, TJSAMP_420, quality,
+static int encode_x(tjhandle h, const unsigned char *src, int w, int pitch, int hgt, int rgbx,
+                    unsigned char **dst, unsigned long *size, int quality) {
+	return tjCompress2(h, src, w, pitch, hgt, rgbx ? TJPF_RGBX : TJPF_BGRX, dst, size, TJSAMP_420, quality,
 	                   TJFLAG_FASTDCT | TJFLAG_NOREALLOC);
 }
 */
@@ -22,22 +22,22 @@ import (
 )
 
 // turboEncoder is a libjpeg-turbo compressor with an output buffer sized for
-// the worst case, so tjCompress2 never reallocates. Not safe for concurrent
-// use (the Desktop's capMu serializes it).
+// the worst case, so tjCompress2 never reallocates.
 type turboEncoder struct {
-	tj   C.tjhandle
-	out  *C.uchar
-	cap  C.ulong
-	w, h int
+	order Order
+	tj    C.tjhandle
+	out   *C.uchar
+	cap   C.ulong
+	w, h  int
 }
 
-// EncoderName says which JPEG encoder this build uses.
-const EncoderName = "libjpeg-turbo"
+// Name says which JPEG encoder this build uses.
+const Name = "libjpeg-turbo"
 
-func newEncoder() encoder { return &turboEncoder{} }
+func newEncoder(o Order) Encoder { return &turboEncoder{order: o} }
 
-func (e *turboEncoder) encode(pix []byte, w, h, stride, quality int) ([]byte, error) {
-	if len(pix) < stride*h || w <= 0 || h <= 0 {
+func (e *turboEncoder) Encode(pix []byte, w, h, stride, quality int) ([]byte, error) {
+	if w <= 0 || h <= 0 || stride < w*4 || len(pix) < stride*(h-1)+w*4 {
 		return nil, errors.New("short buffer")
 	}
 	if e.tj == nil {
@@ -59,13 +59,17 @@ func (e *turboEncoder) encode(pix []byte, w, h, stride, quality int) ([]byte, er
 	}
 	size := e.cap
 	dst := e.out
-	if C.encode_bgrx(e.tj, (*C.uchar)(unsafe.Pointer(&pix[0])), C.int(w), C.int(stride), C.int(h), &dst, &size, C.int(quality)) != 0 {
+	rgbx := C.int(0)
+	if e.order == RGBX {
+		rgbx = 1
+	}
+	if C.encode_x(e.tj, (*C.uchar)(unsafe.Pointer(&pix[0])), C.int(w), C.int(stride), C.int(h), rgbx, &dst, &size, C.int(quality)) != 0 {
 		return nil, fmt.Errorf("tjCompress2: %s", C.GoString(C.tjGetErrorStr2(e.tj)))
 	}
 	return C.GoBytes(unsafe.Pointer(dst), C.int(size)), nil
 }
 
-func (e *turboEncoder) close() {
+func (e *turboEncoder) Close() {
 	if e.out != nil {
 		C.tjFree(e.out)
 		e.out = nil

@@ -1,6 +1,6 @@
 //go:build !cgo || purejpeg
 
-package desktop
+package jpegenc
 
 import (
 	"bytes"
@@ -9,18 +9,19 @@ import (
 	"image/jpeg"
 )
 
-// EncoderName says which JPEG encoder this build uses.
-const EncoderName = "image/jpeg"
+// Name says which JPEG encoder this build uses.
+const Name = "image/jpeg"
 
 // goEncoder is the pure-Go fallback (about 3× slower than libjpeg-turbo).
 type goEncoder struct {
-	img *image.RGBA
-	buf bytes.Buffer
+	order Order
+	img   *image.RGBA
+	buf   bytes.Buffer
 }
 
-func newEncoder() encoder { return &goEncoder{} }
+func newEncoder(o Order) Encoder { return &goEncoder{order: o} }
 
-func (e *goEncoder) encode(pix []byte, w, h, stride, quality int) ([]byte, error) {
+func (e *goEncoder) Encode(pix []byte, w, h, stride, quality int) ([]byte, error) {
 	if w <= 0 || h <= 0 || stride < w*4 || len(pix) < stride*(h-1)+w*4 {
 		return nil, errors.New("short buffer")
 	}
@@ -30,6 +31,10 @@ func (e *goEncoder) encode(pix []byte, w, h, stride, quality int) ([]byte, error
 	for y := 0; y < h; y++ {
 		src := pix[y*stride : y*stride+w*4]
 		dst := e.img.Pix[y*e.img.Stride : y*e.img.Stride+w*4]
+		if e.order == RGBX {
+			copy(dst, src)
+			continue
+		}
 		for i := 0; i < len(src); i += 4 {
 			dst[i], dst[i+1], dst[i+2], dst[i+3] = src[i+2], src[i+1], src[i], 0xff
 		}
@@ -41,4 +46,4 @@ func (e *goEncoder) encode(pix []byte, w, h, stride, quality int) ([]byte, error
 	return bytes.Clone(e.buf.Bytes()), nil
 }
 
-func (e *goEncoder) close() {}
+func (e *goEncoder) Close() {}
