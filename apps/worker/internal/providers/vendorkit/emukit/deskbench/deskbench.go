@@ -24,7 +24,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
+
 	"github.com/open-bot/computer/apps/worker/internal/machines/desktop"
+	"github.com/open-bot/computer/apps/worker/internal/rfb"
 	"github.com/open-bot/computer/pkg/shared"
 )
 
@@ -197,8 +200,9 @@ type Setup struct {
 	IdleWindow time.Duration
 }
 
-// Run times Samples observations and click round trips (settle included)
-// of Cmd and of Held, each under a fresh agent lease, and Samples SDK
+// Run times Samples observations, click round trips (settle included)
+// and view links' first frames (dial to the first whole frame) of Cmd and
+// of Held, each under a fresh agent lease, and Samples SDK
 // screenshots, in rotating order per round; fails unless every held
 // observation and click went through the stream and none of Cmd's did.
 // Then, the screen idle and the SDK's script ended, it measures this
@@ -230,7 +234,7 @@ func Run(b *testing.B, ctx context.Context, s Setup) {
 		}
 	}
 
-	type series struct{ observe, click []time.Duration }
+	type series struct{ observe, click, link []time.Duration }
 	var cmd, held series
 	var shots []time.Duration
 	shotBytes := 0
@@ -260,6 +264,7 @@ func Run(b *testing.B, ctx context.Context, s Setup) {
 		if res.Observation.Pointer != (shared.Point{X: x, Y: y}) {
 			b.Fatalf("after a click at %d,%d the pointer is at %v", x, y, res.Observation.Pointer)
 		}
+		ser.link = append(ser.link, firstFrame(b, ctx, m, s.Screen))
 	}
 	contenders := []func(i int){
 		func(i int) { sample(s.Cmd, &cmd, i) },
@@ -320,6 +325,8 @@ func Run(b *testing.B, ctx context.Context, s Setup) {
 			b.ReportMetric(ms(pct(x.s.click, 50)), "click_p50_ms")
 			b.ReportMetric(ms(pct(x.s.click, 90)), "click_p90_ms")
 			b.ReportMetric(float64(pct(x.s.observe, 50))/float64(sdk50), "x_sdk_p50")
+			b.ReportMetric(ms(pct(x.s.link, 50)), "view_first_frame_p50_ms")
+			b.ReportMetric(ms(pct(x.s.link, 90)), "view_first_frame_p90_ms")
 		})
 	}
 	b.Run("sdk-screenshot", func(b *testing.B) {
@@ -334,6 +341,40 @@ func Run(b *testing.B, ctx context.Context, s Setup) {
 			b.ReportMetric(closedPct, "closed_cpu_pct")
 		})
 	}
+}
+
+// firstFrame is the time from a view link's dial (the link minted before)
+// to its first whole frame: DialVNC, the RFB handshake, and the first
+// update applied (the rfb client asks for the whole screen at once).
+func firstFrame(b *testing.B, ctx context.Context, m *desktop.Machine, screen string) time.Duration {
+	link, err := m.ViewerToken(ctx, screen, "view", "", time.Minute)
+	if err != nil {
+		b.Fatalf("view link: %v", err)
+	}
+	dctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	t0 := time.Now()
+	ws, err := m.DialVNC(dctx, screen, link)
+	if err != nil {
+		b.Fatalf("dial the view link: %v", err)
+	}
+	conn := websocket.NetConn(dctx, ws, websocket.MessageBinary)
+	defer conn.Close()
+	c, err := rfb.Handshake(dctx, conn, rfb.Options{})
+	if err != nil {
+		b.Fatalf("view link handshake: %v", err)
+	}
+	defer c.Close()
+	for c.Frame().Seq == 0 {
+		select {
+		case <-c.Changed():
+		case <-c.Done():
+			b.Fatalf("the view link ended before its first frame: %v", c.Err())
+		case <-dctx.Done():
+			b.Fatalf("no first frame on the view link within a minute")
+		}
+	}
+	return time.Since(t0)
 }
 
 // cpuPct is this process's CPU time (user+sys) as a percentage of one
