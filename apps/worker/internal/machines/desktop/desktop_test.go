@@ -472,14 +472,19 @@ func TestDesktopMachine(t *testing.T) {
 
 // BenchmarkDesktopObserve measures one observation of the desktop machine,
 // side by side on one sandbox: "command" is docker exec of scrot +
-// xdotool, the JPEG back through the exec stream; "held" is the worker's
-// held RFB session (refresh answered, JPEG encoded in the worker). It
-// reports the p50 and p90 in ms.
+// xdotool, the JPEG back through the exec stream; the "held" rows are the
+// worker's held RFB session (below). It reports the p50 and p90 in ms.
 func BenchmarkDesktopObserve(b *testing.B) {
 	cli, id := sandbox(b, 1)
-	for _, mode := range []string{"command", "held"} {
+	// held: a still screen, nothing since the last update (the JPEG is
+	// reused, as botd skips an unchanged frame); held-encode: the same with
+	// the JPEG made anew each time (a changed frame, no refresh needed);
+	// held-refresh: as after an act, a refresh answered first, then the
+	// JPEG made (the worst case).
+	for _, mode := range []string{"command", "held", "held-encode", "held-refresh"} {
 		b.Run(mode, func(b *testing.B) {
-			m, err := New(Options{Backend: NewDockerBackend(cli, id, 1), HeldStream: mode == "held"})
+			isHeld := mode != "command"
+			m, err := New(Options{Backend: NewDockerBackend(cli, id, 1), HeldStream: isHeld})
 			require.NoError(b, err)
 			defer m.Close()
 			ctx := ctxFor(b, 10*time.Minute)
@@ -487,16 +492,23 @@ func BenchmarkDesktopObserve(b *testing.B) {
 			require.NoError(b, err)
 			l, err := m.AcquireLease(ctx, "a", KindAgent, "bench", time.Hour)
 			require.NoError(b, err)
-			if mode == "held" {
+			if isHeld {
 				require.Eventually(b, func() bool { st, _ := m.StreamState("a"); return st == "live" }, time.Minute, 50*time.Millisecond)
 			}
 			// A move, so the held stream knows the pointer.
 			_, err = m.Act(ctx, "a", l.LeaseID, []shared.Action{{Type: shared.ActionMove, X: ip(300), Y: ip(200)}})
 			require.NoError(b, err)
-			held := m.heldFrames.Load()
+			held, refreshes := m.heldFrames.Load(), m.HeldRefreshes()
+			s := m.screens["a"]
 			d := make([]time.Duration, 0, b.N)
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
+				switch mode {
+				case "held-encode":
+					s.held.c = nil
+				case "held-refresh":
+					s.held.c, s.settledAt = nil, time.Now()
+				}
 				start := time.Now()
 				if _, err := m.Observe(ctx, "a", l.LeaseID); err != nil {
 					b.Fatal(err)
@@ -504,8 +516,11 @@ func BenchmarkDesktopObserve(b *testing.B) {
 				d = append(d, time.Since(start))
 			}
 			b.StopTimer()
-			if mode == "held" && m.heldFrames.Load()-held != int64(b.N) {
+			if isHeld && m.heldFrames.Load()-held != int64(b.N) {
 				b.Fatalf("%d of %d observations came from the held stream", m.heldFrames.Load()-held, b.N)
+			}
+			if r := m.HeldRefreshes() - refreshes; mode == "held-refresh" && r != int64(b.N) || mode != "held-refresh" && r > int64(b.N)/10 {
+				b.Fatalf("%s: %d of %d observations waited for a refresh", mode, r, b.N)
 			}
 			sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
 			b.ReportMetric(float64(d[len(d)/2].Microseconds())/1000, "p50_ms")

@@ -442,7 +442,7 @@ if [ $fresh = 1 ] || { [ -f "$dir/xfce.pid" ] && ! alive xfce; }; then
   run xfce startxfce4
 fi
 run vncview x11vnc -display ":$d" -rfbport "$rv" -localhost -viewonly -shared -forever -nopw -noxdamage -quiet
-run vncctl x11vnc -display ":$d" -rfbport "$rc" -localhost -shared -forever -nopw -noxdamage -quiet
+run vncctl x11vnc -display ":$d" -rfbport "$rc" -localhost -shared -forever -nopw -noxdamage -defer 5 -wait 10 -quiet
 web=/usr/share/novnc; [ -d "$web" ] || web=/opt/noVNC
 run wsview websockify --web "$web" "$pv" "localhost:$rv"
 run wsctl websockify --web "$web" "$pc" "localhost:$rc"
