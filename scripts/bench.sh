@@ -150,12 +150,16 @@ BENCHES=(
   # @daytonaio/sdk computerUse.screenshot.takeCompressed(); node and npm
   # from scripts/provision.sh, the SDK npm ci-ed from its lock: missing,
   # the benchmark fails): observe and a click round trip (settle included)
-  # p50/p90 of 20, the SDK screenshot p50/p90, observe p50 over the SDK
+  # p50/p90 of 20, a view link's dial to its first whole frame p50/p90,
+  # the SDK screenshot p50/p90, observe p50 over the SDK
   # screenshot p50 (x_sdk_p50, goal <= 0.1 for the held stream), and the
   # worker CPU per idle held stream (getrusage over 10 s live vs 10 s
   # closed, median of 1 s windows; goal < 1 % of a core).
   "./apps/worker/internal/providers/e2b|^BenchmarkE2BDesktopHeldObserve$|1x"
   "./apps/worker/internal/providers/daytona|^BenchmarkDaytonaDesktopHeldObserve$|1x"
+  # issue 31: the same on one box of the Box emulator, without an SDK
+  # column (Box publishes no screenshot SDK).
+  "./apps/worker/internal/providers/box|^BenchmarkBoxDesktopHeldObserve$|1x"
   # issue 21.5: the same figures on the E2B emulator (in-process, template
   # open-bot: botd in a sandbox container behind the adapter's forwarder and
   # the emulator's port routing) and on docker, one row each per figure:
