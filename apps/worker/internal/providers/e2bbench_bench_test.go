@@ -307,19 +307,23 @@ func BenchmarkDesktopVsBotdObserve(b *testing.B) {
 	require.NoError(b, err)
 	require.Equal(b, ":1", bs.Display, "botd's screen is display :1")
 
-	// The desktop machine runs as root with the screen's cookie (botd's
-	// Wild entry for its slot 0) as its Xauthority; :0 is a bare Xvfb.
+	// The desktop machine runs as botd's desktop user (x11vnc as root
+	// cannot attach its MIT-SHM to that user's X server) with the screen's
+	// cookie (botd's Wild entry for its slot 0) as its Xauthority; :0 is a
+	// bare Xvfb.
 	be := desktop.NewDockerBackend(d.cli, ref, 2)
 	setup := `set -e
-install -m 600 /home/desktop/.Xauthority-0 /root/.Xauthority
+install -o desktop -g desktop -m 600 /home/desktop/.Xauthority-0 /home/desktop/.Xauthority
 setsid Xvfb :0 -ac -screen 0 1280x800x24 -nolisten tcp >/tmp/bench-xvfb0.log 2>&1 </dev/null &
 i=0; while ! xdpyinfo -display :0 >/dev/null 2>&1; do i=$((i+1)); [ $i -gt 100 ] && exit 1; sleep 0.1; done`
 	r, err := be.Exec(ctx, desktop.Cmd{Argv: []string{"sh", "-c", setup}, User: "root"})
 	require.NoError(b, err)
 	require.Equal(b, 0, r.ExitCode, "%s", r.Stderr)
-	dm, err := desktop.New(desktop.Options{Backend: be, User: "root", Home: "/root",
-		// Its x11vnc and websockify stay off botd's ports.
-		RFBPortBase: 15900, ViewPortBase: 16080})
+	dm, err := desktop.New(desktop.Options{Backend: be, User: "desktop", Home: "/home/desktop",
+		// Its x11vnc stays off botd's ports; its websockify takes
+		// published view ports botd's one screen leaves free (6082..6085
+		// of 6080..6087), so the held stream below can reach them.
+		RFBPortBase: 15900, ViewPortBase: containerViewBase + 2})
 	require.NoError(b, err)
 	b.Cleanup(func() { dm.Close() })
 	s0, err := dm.StartScreen(ctx, "pad")
@@ -385,5 +389,91 @@ i=0; while ! xdpyinfo -display :0 >/dev/null 2>&1; do i=$((i+1)); [ $i -gt 100 ]
 		b.ReportMetric(ms(pct(deskD, 90)), "p90_ms")
 		b.ReportMetric(float64(deskBytes)/float64(len(deskD))/1024, "jpeg_kB")
 		b.ReportMetric(float64(pct(deskD, 50))/float64(pct(botdD, 50)), "x-botd-p50")
+	})
+
+	// Then the same desktop machine with its held stream (issue 31), on
+	// the same display, x11vnc and websockify (the command machine's,
+	// still running): observe and a click round trip (its observation
+	// after the settle included) beside botd's, interleaved. A click
+	// moves the pointer through the clicking machine only, so each
+	// machine's observation draws the pointer it knows; the held
+	// observation after botd's click therefore follows the held
+	// machine's own click (a refresh, then the JPEG).
+	require.NoError(b, dm.Close())
+	hm, err := desktop.New(desktop.Options{Backend: be, User: "desktop", Home: "/home/desktop",
+		RFBPortBase: 15900, ViewPortBase: containerViewBase + 2, HeldStream: true})
+	require.NoError(b, err)
+	b.Cleanup(func() { hm.Close() })
+	for _, id := range []string{"pad", "same"} {
+		_, err := hm.StartScreen(ctx, id)
+		require.NoError(b, err)
+	}
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		st, why := hm.StreamState("same")
+		if st == "live" {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("the held stream never went live: %q (%s)", st, why)
+		}
+	}
+	var botdObs2, heldObs, botdClick, heldClick []time.Duration
+	f0, in0 := hm.HeldCounts()
+	for i := 0; i < benchSamples; i++ {
+		require.NoError(b, bm.ReleaseLease(ctx, "bench", bl.LeaseID))
+		bl, err = bm.AcquireLease(ctx, "bench", "agent", fmt.Sprintf("bench-h%d", i), 10*time.Minute)
+		require.NoError(b, err)
+		hl, err := hm.AcquireLease(ctx, "same", desktop.KindAgent, fmt.Sprintf("bench-h%d", i), 10*time.Minute)
+		require.NoError(b, err)
+		x, y := 200+10*(i%40), 300+5*(i%20)
+		click := []shared.Action{{Type: shared.ActionClick, X: &x, Y: &y}}
+		botdRound := func() {
+			t0 := time.Now()
+			o, err := bm.Observe(ctx, "bench", bl.LeaseID)
+			botdObs2 = append(botdObs2, time.Since(t0))
+			require.NoError(b, err)
+			requireJPEG(b, o)
+			t0 = time.Now()
+			_, err = bm.Act(ctx, "bench", bl.LeaseID, click)
+			botdClick = append(botdClick, time.Since(t0))
+			require.NoError(b, err)
+		}
+		heldRound := func() {
+			t0 := time.Now()
+			o, err := hm.Observe(ctx, "same", hl.LeaseID)
+			heldObs = append(heldObs, time.Since(t0))
+			require.NoError(b, err)
+			requireJPEG(b, o)
+			t0 = time.Now()
+			res, err := hm.Act(ctx, "same", hl.LeaseID, click)
+			heldClick = append(heldClick, time.Since(t0))
+			require.NoError(b, err)
+			require.Equal(b, shared.Point{X: x, Y: y}, res.Observation.Pointer)
+		}
+		if i%2 == 0 {
+			botdRound()
+			heldRound()
+		} else {
+			heldRound()
+			botdRound()
+		}
+		require.NoError(b, hm.ReleaseLease(ctx, "same", hl.LeaseID))
+	}
+	f1, in1 := hm.HeldCounts()
+	require.Equal(b, int64(2*benchSamples), f1-f0, "every held observation came from the stream")
+	require.Equal(b, int64(benchSamples), in1-in0, "every held click went through the stream")
+	b.Run("botd-again", func(b *testing.B) {
+		b.ReportMetric(ms(pct(botdObs2, 50)), "observe_p50_ms")
+		b.ReportMetric(ms(pct(botdObs2, 90)), "observe_p90_ms")
+		b.ReportMetric(ms(pct(botdClick, 50)), "click_p50_ms")
+		b.ReportMetric(ms(pct(botdClick, 90)), "click_p90_ms")
+	})
+	b.Run("held-stream", func(b *testing.B) {
+		b.ReportMetric(ms(pct(heldObs, 50)), "observe_p50_ms")
+		b.ReportMetric(ms(pct(heldObs, 90)), "observe_p90_ms")
+		b.ReportMetric(ms(pct(heldClick, 50)), "click_p50_ms")
+		b.ReportMetric(ms(pct(heldClick, 90)), "click_p90_ms")
+		b.ReportMetric(float64(pct(heldObs, 50))/float64(pct(botdObs2, 50)), "x-botd-observe-p50")
+		b.ReportMetric(ms(pct(heldClick, 50)-pct(botdClick, 50)), "click_p50_minus_botd_ms")
 	})
 }
