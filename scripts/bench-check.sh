@@ -32,13 +32,27 @@ GOALS=(
   "pool hand-out, docker: create -> first observe p50 ms|^BenchmarkPool/docker$|pool-p50_ms|<=|100|issue 24.3; docs/benchmarks.md#goals"
   "no pool, local: create -> first observe p50 ms|^BenchmarkPool/local$|cold-p50_ms|-|-|issue 24.3 (beside it, no goal)"
   "no pool, docker: create -> first observe p50 ms|^BenchmarkPool/docker$|cold-p50_ms|-|-|issue 24.3 (beside it, no goal)"
+  "held observe p50 / botd observe p50, docker display|^BenchmarkDesktopVsBotdObserve/held-stream$|x-botd-observe-p50|<=|2|issue 31 (at most 2x botd); docs/benchmarks.md#held-streams-on-desktop-machines"
+  "held click p50 - botd click p50 ms, docker display|^BenchmarkDesktopVsBotdObserve/held-stream$|click_p50_minus_botd_ms|<=|30|issue 31 (botd + 30 ms); docs/benchmarks.md#held-streams-on-desktop-machines"
+  "held observe p50 / vendor SDK screenshot p50, E2B|^BenchmarkE2BDesktopHeldObserve/held-stream$|x_sdk_p50|<=|0.1|issue 31 (1/10 of the SDK); docs/benchmarks.md#held-streams-on-desktop-machines"
+  "held observe p50 / vendor SDK screenshot p50, Daytona|^BenchmarkDaytonaDesktopHeldObserve/held-stream$|x_sdk_p50|<=|0.1|issue 31 (1/10 of the SDK); docs/benchmarks.md#held-streams-on-desktop-machines"
+  "worker CPU per idle held stream, E2B, % of a core|^BenchmarkE2BDesktopHeldObserve/idle-cpu$|idle_cpu_pct_per_stream|<=|1|issue 31 (< 1 %); docs/benchmarks.md#held-streams-on-desktop-machines"
+  "worker CPU per idle held stream, Daytona, % of a core|^BenchmarkDaytonaDesktopHeldObserve/idle-cpu$|idle_cpu_pct_per_stream|<=|1|issue 31 (< 1 %); docs/benchmarks.md#held-streams-on-desktop-machines"
+  "worker CPU per idle held stream, Box, % of a core|^BenchmarkBoxDesktopHeldObserve/idle-cpu$|idle_cpu_pct_per_stream|<=|1|issue 31 (< 1 %); docs/benchmarks.md#held-streams-on-desktop-machines"
+  "held observe p50 ms, E2B emulator|^BenchmarkE2BDesktopHeldObserve/held-stream$|observe_p50_ms|-|-|issue 31 (beside it, no goal)"
+  "view link -> first frame p50 ms, E2B|^BenchmarkE2BDesktopHeldObserve/|view_first_frame_p50_ms|-|-|issue 31 (command and held stream, no goal)"
+  "held observe p50 ms, Daytona emulator|^BenchmarkDaytonaDesktopHeldObserve/held-stream$|observe_p50_ms|-|-|issue 31 (beside it, no goal)"
+  "view link -> first frame p50 ms, Daytona|^BenchmarkDaytonaDesktopHeldObserve/|view_first_frame_p50_ms|-|-|issue 31 (command and held stream, no goal)"
+  "held observe p50 ms, Box emulator|^BenchmarkBoxDesktopHeldObserve/held-stream$|observe_p50_ms|-|-|issue 31 (beside it, no goal)"
+  "view link -> first frame p50 ms, Box|^BenchmarkBoxDesktopHeldObserve/|view_first_frame_p50_ms|-|-|issue 31 (command and held stream, no goal)"
 )
 # The bench.sh lines (BENCHES) that measure them, one bench.sh run each, so
 # that one benchmark failing (or not building) keeps the others' figures.
-ONLY=('\^BenchmarkEgressCurl\$' '\^BenchmarkCaptureVsScrot\$' '\^BenchmarkColdStart\$' '\^BenchmarkSyncRoundRealBrowsers\$' '\^BenchmarkPool\$')
-# Not checked yet: the vendor-stream goals of issue 31 ("vendor desktops at
-# botd's speed") have no benchmark until that issue lands.
-VENDOR_NOTE="vendor-stream goals (issue 31, vendor desktops at botd's speed): not landed, nothing to check yet"
+ONLY=('\^BenchmarkEgressCurl\$' '\^BenchmarkCaptureVsScrot\$' '\^BenchmarkColdStart\$' '\^BenchmarkSyncRoundRealBrowsers\$' '\^BenchmarkPool\$'
+  '\^BenchmarkDesktopVsBotdObserve\$' 'DesktopHeldObserve')
+# Issue 31's goals are checked above: the held stream against botd on one
+# docker display, against the vendor SDKs on their emulators.
+VENDOR_NOTE="vendor-stream goals (issue 31): the held stream vs botd on one docker display and vs the vendor SDKs (E2B, Daytona; Box has none) on their emulators"
 
 if [ -n "${BENCH_CHECK_FROM:-}" ]; then
   out="$BENCH_CHECK_FROM"
