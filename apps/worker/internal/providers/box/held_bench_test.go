@@ -55,17 +55,7 @@ func BenchmarkBoxDesktopHeldObserve(b *testing.B) {
 	s := p.sessions[id]
 	p.mu.Unlock()
 	require.NotNil(b, s)
-	machine := func(held bool) *desktop.Machine {
-		m, err := desktop.New(desktop.Options{Backend: &cmdBackend{s: s, user: desktopUser}, User: desktopUser,
-			Width: 1280, Height: 800, MaxScreens: 1, HeldStream: held})
-		require.NoError(b, err)
-		b.Cleanup(func() { _ = m.Close() })
-		return m
-	}
-	cmdM, heldM := machine(false), machine(true)
-	for _, m := range []*desktop.Machine{cmdM, heldM} {
-		_, err := m.StartScreen(ctx, "a")
-		require.NoError(b, err)
-	}
+	cmdM, heldM := deskbench.Pair(b, ctx, func() desktop.Backend { return &cmdBackend{s: s, user: desktopUser} },
+		desktop.Options{User: desktopUser, Width: 1280, Height: 800, MaxScreens: 1}, "a")
 	deskbench.Run(b, ctx, deskbench.Setup{Cmd: cmdM, Held: heldM, Screen: "a", CmdNoViewLink: true})
 }

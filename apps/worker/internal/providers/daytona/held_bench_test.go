@@ -75,19 +75,9 @@ func BenchmarkDaytonaDesktopHeldObserve(b *testing.B) {
 	}
 	require.NoError(b, sess.tb.call(ctx, "computer-use display info", http.MethodGet, "/computeruse/display/info", nil, &info))
 	require.NotEmpty(b, info.Displays)
-	machine := func(held bool) *desktop.Machine {
-		m, err := desktop.New(desktop.Options{Backend: &toolboxBackend{s: sess, user: sb.User, home: home.Dir, screens: 1},
-			User: sb.User, Home: home.Dir, Width: info.Displays[0].Width, Height: info.Displays[0].Height, MaxScreens: 1,
-			ViewPortBase: desktopViewPortBase, RFBPortBase: desktopRFBPortBase, HeldStream: held})
-		require.NoError(b, err)
-		b.Cleanup(func() { _ = m.Close() })
-		return m
-	}
-	cmdM, heldM := machine(false), machine(true)
-	for _, m := range []*desktop.Machine{cmdM, heldM} {
-		_, err := m.StartScreen(ctx, "a")
-		require.NoError(b, err)
-	}
+	cmdM, heldM := deskbench.Pair(b, ctx, func() desktop.Backend { return &toolboxBackend{s: sess, user: sb.User, home: home.Dir, screens: 1} },
+		desktop.Options{User: sb.User, Home: home.Dir, Width: info.Displays[0].Width, Height: info.Displays[0].Height, MaxScreens: 1,
+			ViewPortBase: desktopViewPortBase, RFBPortBase: desktopRFBPortBase}, "a")
 	sdk := deskbench.StartSDK(b, ctx, "emulator/sdktest", "shotbench.mjs", "@daytonaio/sdk/package.json", []string{
 		"DAYTONA_API_KEY=" + env.APIKey, "DAYTONA_API_URL=" + front, "DAYTONA_TARGET=local",
 		"SHOT_SANDBOX_ID=" + r.SandboxID,

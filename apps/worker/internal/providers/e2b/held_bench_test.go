@@ -63,18 +63,8 @@ func BenchmarkE2BDesktopHeldObserve(b *testing.B) {
 	require.NoError(b, err)
 	sess, err := p.session(sb)
 	require.NoError(b, err)
-	machine := func(held bool) *desktop.Machine {
-		m, err := desktop.New(desktop.Options{Backend: &envdBackend{s: sess, user: desktopUser, screens: 1},
-			User: desktopUser, Width: desktopWidth, Height: desktopHeight, MaxScreens: 1, HeldStream: held})
-		require.NoError(b, err)
-		b.Cleanup(func() { _ = m.Close() })
-		return m
-	}
-	cmdM, heldM := machine(false), machine(true)
-	for _, m := range []*desktop.Machine{cmdM, heldM} {
-		_, err := m.StartScreen(ctx, "a")
-		require.NoError(b, err)
-	}
+	cmdM, heldM := deskbench.Pair(b, ctx, func() desktop.Backend { return &envdBackend{s: sess, user: desktopUser, screens: 1} },
+		desktop.Options{User: desktopUser, Width: desktopWidth, Height: desktopHeight, MaxScreens: 1}, "a")
 	sdk := deskbench.StartSDK(b, ctx, "emulator/sdktest", "shotbench.mjs", "@e2b/desktop/package.json", []string{
 		"E2B_API_KEY=" + srv.APIKey, "E2B_API_URL=" + front, "E2B_SANDBOX_URL=" + front,
 		"E2B_DOMAIN=" + srv.Emulator.Domain(), "SHOT_SANDBOX_ID=" + r.SandboxID,

@@ -186,6 +186,27 @@ func (t *tailBuffer) String() string {
 	return string(t.b)
 }
 
+// Pair makes the two machines Run compares on one sandbox: o as given
+// with HeldStream off (Cmd) and on (Held), each over its own backend from
+// newBackend, closed when the benchmark ends, with screen started.
+func Pair(b *testing.B, ctx context.Context, newBackend func() desktop.Backend, o desktop.Options, screen string) (cmd, held *desktop.Machine) {
+	b.Helper()
+	machine := func(on bool) *desktop.Machine {
+		mo := o
+		mo.Backend, mo.HeldStream = newBackend(), on
+		m, err := desktop.New(mo)
+		if err != nil {
+			b.Fatalf("deskbench: desktop machine: %v", err)
+		}
+		b.Cleanup(func() { _ = m.Close() })
+		if _, err := m.StartScreen(ctx, screen); err != nil {
+			b.Fatalf("deskbench: start screen %s: %v", screen, err)
+		}
+		return m
+	}
+	return machine(false), machine(true)
+}
+
 // Setup is one sandbox's three contenders: Cmd (the command-driven
 // desktop machine) and Held (the same machine with its held stream; its
 // screen Screen live) on the same display, and SDK on that display too
