@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"image"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/coder/websocket"
@@ -63,7 +64,7 @@ func (m *Machine) holdStream(s *screen, slot int) {
 	}
 }
 
-// dropStream ends s's held stream, if any.
+// dropStream ends s's held stream, if any, and frees its JPEG encoder.
 func (m *Machine) dropStream(s *screen) {
 	m.mu.Lock()
 	st := s.stream
@@ -72,6 +73,54 @@ func (m *Machine) dropStream(s *screen) {
 	if st != nil {
 		st.Close()
 	}
+	s.held.close()
+}
+
+// heldJPEG is a screen's JPEG of its held stream: the framebuffer's copy
+// and the libjpeg-turbo encoder, both kept from one observation to the
+// next (an encoder allocates its worst-case output buffer), and the last
+// JPEG made, by session, update and pointer.
+type heldJPEG struct {
+	// mu orders an observation's encode and dropStream's close.
+	mu      sync.Mutex
+	enc     jpegenc.Encoder
+	shot    *image.RGBA
+	c       *rfb.Client
+	seq     uint64
+	pointer image.Point
+	jpeg    []byte
+}
+
+// frame is c's framebuffer with the pointer drawn at p as a quality-72
+// JPEG: the last one made when neither the update nor p changed since.
+func (h *heldJPEG) frame(c *rfb.Client, p image.Point) ([]byte, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.jpeg != nil && h.c == c && h.seq == c.Frame().Seq && h.pointer == p {
+		return h.jpeg, nil
+	}
+	img, fr := c.Snapshot(h.shot)
+	h.shot = img
+	rfb.DrawPointer(img, p)
+	if h.enc == nil {
+		h.enc = jpegenc.New(jpegenc.RGBX)
+	}
+	b, err := h.enc.Encode(img.Pix, img.Rect.Dx(), img.Rect.Dy(), img.Stride, 72)
+	if err != nil {
+		return nil, err
+	}
+	h.c, h.seq, h.pointer, h.jpeg = c, fr.Seq, p, b
+	return b, nil
+}
+
+// close frees the encoder and forgets the frames.
+func (h *heldJPEG) close() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.enc != nil {
+		h.enc.Close()
+	}
+	h.enc, h.shot, h.c, h.jpeg = nil, nil, nil, nil
 }
 
 // streamFrame is s's screen from its held stream, the pointer drawn in,
@@ -115,22 +164,12 @@ func (m *Machine) streamFrame(ctx context.Context, s *screen) (f frame, ok bool)
 		c.SeedPointer(q)
 		p, _ = c.PointerPos()
 	}
-	m.heldFrames.Add(1)
-	ptr := shared.Point{X: p.X, Y: p.Y}
-	if cur := c.Frame(); s.held.c == c && s.held.seq == cur.Seq && s.held.pointer == ptr && s.held.jpeg != nil {
-		return frame{jpeg: s.held.jpeg, pointer: ptr}, true
-	}
-	img, fr := c.Snapshot(s.shot)
-	s.shot = img
-	rfb.DrawPointer(img, p)
-	enc := jpegenc.New(jpegenc.RGBX)
-	b, err := enc.Encode(img.Pix, img.Rect.Dx(), img.Rect.Dy(), img.Stride, 72)
-	enc.Close()
+	b, err := s.held.frame(c, p)
 	if err != nil {
 		return frame{}, false
 	}
-	s.held.c, s.held.seq, s.held.pointer, s.held.jpeg = c, fr.Seq, ptr, b
-	return frame{jpeg: b, pointer: ptr}, true
+	m.heldFrames.Add(1)
+	return frame{jpeg: b, pointer: shared.Point{X: p.X, Y: p.Y}}, true
 }
 
 // StreamState is screen id's held stream state ("" when it has none) and

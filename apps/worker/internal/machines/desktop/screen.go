@@ -33,17 +33,10 @@ type screen struct {
 	// stream is the worker's held RFB session to the screen (guarded by
 	// the machine's mu; nil unless Options.HeldStream).
 	stream *rfb.Stream
-	// shot is the held stream's last frame, reused by the next; held is
-	// the last JPEG made from the stream, by session, update and pointer;
-	// settledAt is when the last act's settle ended (all three touched
-	// only by the lease-holding call q admits).
-	shot *image.RGBA
-	held struct {
-		c       *rfb.Client
-		seq     uint64
-		pointer shared.Point
-		jpeg    []byte
-	}
+	// held makes the held stream's JPEGs (held.go); settledAt is when the
+	// last act's settle ended (touched only by the lease-holding call q
+	// admits).
+	held      heldJPEG
 	settledAt time.Time
 
 	// q runs one lease-holding call at a time, in arrival order.
