@@ -59,6 +59,13 @@ type response struct {
 type pendingCall struct {
 	session target.SessionID
 	ch      chan response // buffered 1: the reader never blocks on it
+
+	// A tap's command (tap.go): its reply goes to the tap under the
+	// client's id and session name.
+	tap           *Tap
+	clientID      int64
+	clientSession target.SessionID
+	method        string
 }
 
 type subKey struct {
@@ -82,7 +89,9 @@ type Conn struct {
 	pending  map[int64]pendingCall
 	subs     map[subKey]map[*subscription]struct{}
 	detached map[target.SessionID]struct{}
-	err      error
+	// taps maps every session an outside client owns to its tap (tap.go).
+	taps map[target.SessionID]*Tap
+	err  error
 
 	done      chan struct{}
 	closeOnce sync.Once
@@ -156,9 +165,19 @@ func (c *Conn) shutdown(err error) {
 		c.pending = map[int64]pendingCall{}
 		subs := c.subs
 		c.subs = map[subKey]map[*subscription]struct{}{}
+		taps := map[*Tap]bool{}
+		for _, t := range c.taps {
+			taps[t] = true
+		}
+		c.taps = nil
 		c.mu.Unlock()
 		for _, p := range pend {
-			p.ch <- response{err: err}
+			if p.tap == nil {
+				p.ch <- response{err: err}
+			}
+		}
+		for t := range taps {
+			t.end(err)
 		}
 		for _, set := range subs {
 			for s := range set {
@@ -202,6 +221,15 @@ func (c *Conn) dispatch(data []byte) {
 		return
 	}
 	if msg.ID != 0 {
+		c.mu.Lock()
+		p, ok := c.pending[msg.ID]
+		if ok && p.tap != nil {
+			delete(c.pending, msg.ID)
+			c.mu.Unlock()
+			c.tapReply(p, &msg)
+			return
+		}
+		c.mu.Unlock()
 		var r response
 		if msg.Error != nil {
 			r.err = msg.Error
@@ -216,6 +244,9 @@ func (c *Conn) dispatch(data []byte) {
 	}
 	if msg.Method == "Target.detachedFromTarget" {
 		c.onDetached(msg.Params)
+	}
+	if msg.SessionID != "" && c.tapEvent(&msg, data) {
+		return
 	}
 	c.mu.Lock()
 	set := c.subs[subKey{msg.SessionID, string(msg.Method)}]
@@ -234,7 +265,11 @@ func (c *Conn) resolve(id int64, r response) {
 	p, ok := c.pending[id]
 	delete(c.pending, id)
 	c.mu.Unlock()
-	if ok {
+	switch {
+	case ok && p.tap != nil:
+		p.tap.donePending()
+		p.tap.ReplyError(p.clientID, p.clientSession, p.method, codeServerError, "the browser's answer did not decode")
+	case ok:
 		p.ch <- r
 	}
 }
@@ -265,6 +300,11 @@ func (c *Conn) onDetached(params jsonv2.Value) {
 	}
 	c.mu.Unlock()
 	for _, p := range fail {
+		if p.tap != nil {
+			p.tap.donePending()
+			p.tap.ReplyError(p.clientID, p.clientSession, p.method, codeSessionNotFound, "Session with given id not found.")
+			continue
+		}
 		p.ch <- response{err: ErrDetached}
 	}
 	for _, s := range ended {
