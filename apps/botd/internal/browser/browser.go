@@ -107,6 +107,8 @@ type Browser struct {
 	elems elemState
 	// secrets remembers the fields that received a secret (secretfields.go).
 	secrets secretFields
+	// cdpg is what CDP clients touched and what secrets sealed (cdpguard.go).
+	cdpg cdpGuard
 
 	// mu guards sessions, crashed, lastFront, lastTabChange, blocked and
 	// state.

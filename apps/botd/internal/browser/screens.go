@@ -85,6 +85,8 @@ type Screens struct {
 	// inUse counts the requests using each screen's browser (use): a
 	// quiesce waits for them to finish before it closes the browser.
 	inUse map[string]int
+	// cdpOpen marks the screens with a CDP session (one at a time).
+	cdpOpen map[string]bool
 	// changed is closed (and replaced) whenever a pause ends or a use
 	// ends: waiters look again.
 	changed chan struct{}
@@ -123,7 +125,7 @@ func NewScreens(o ScreensOptions) *Screens {
 		o.Runner = runner.Exec{}
 	}
 	return &Screens{o: o, log: o.Log.With().Str("component", "browser").Logger(), browsers: map[string]*Browser{}, starting: map[string]*startOp{}, states: map[string]shared.ProcessState{},
-		pausedOne: map[string]int{}, inUse: map[string]int{}, changed: make(chan struct{})}
+		pausedOne: map[string]int{}, inUse: map[string]int{}, cdpOpen: map[string]bool{}, changed: make(chan struct{})}
 }
 
 // Attach connects Screens to the screen manager: the browser stops first
@@ -167,6 +169,7 @@ func (bs *Screens) Attach(sm *screen.Manager, mux *http.ServeMux) {
 		mux.HandleFunc("GET /screens/{id}/browser/page", bs.handlePage)
 		mux.HandleFunc("GET /screens/{id}/browser/pages", bs.handlePages)
 		mux.HandleFunc("POST /screens/{id}/type-secret", bs.handleTypeSecret)
+		mux.HandleFunc("GET /screens/{id}/cdp", bs.handleCDP)
 	}
 }
 
@@ -840,6 +843,8 @@ func (bs *Screens) handleTypeSecret(w http.ResponseWriter, r *http.Request) {
 			return shared.Errorf(http.StatusConflict, shared.CodeSecretFieldRefused, "%s; the secret was not typed", refused.Error())
 		case errors.Is(err, ErrSecretOrigin):
 			return shared.Errorf(http.StatusConflict, shared.CodeConflict, "the page in front is not on %s; the secret was not typed", want)
+		case errors.Is(err, ErrSecretTouched):
+			return shared.Errorf(http.StatusConflict, shared.CodeSecretFieldRefused, "%s; the secret was not typed", err.Error())
 		case errors.Is(err, ErrSecretFrame), errors.Is(err, ErrSecretNoField), errors.Is(err, ErrSecretNoFocus), errors.Is(err, ErrSecretChanged):
 			return shared.Errorf(http.StatusConflict, shared.CodeConflict, "%s; the secret was not typed", err.Error())
 		default:

@@ -123,6 +123,20 @@ func (b *Browser) InsertSecret(ctx context.Context, want, secret string, visible
 	if Origin(t.URL) != want {
 		return ErrSecretOrigin
 	}
+	if b.touchedTab(ctx, t.TargetID) {
+		return ErrSecretTouched
+	}
+	// Sealed before anything is typed: no CDP client sees this tab from
+	// now on (cdpguard.go); undone below when nothing was typed.
+	unseal := b.cdpg.seal(t.TargetID, secret)
+	// keep: the script may have typed (it ran, or its answer was lost);
+	// only a verdict proves nothing was.
+	keep := false
+	defer func() {
+		if !keep {
+			unseal()
+		}
+	}()
 	s, err := b.session(ctx, t.TargetID)
 	if err != nil {
 		return err
@@ -147,6 +161,7 @@ func (b *Browser) InsertSecret(ctx context.Context, want, secret string, visible
 	secretArg, _ := json.Marshal(secret)
 	visibleArg, _ := json.Marshal(visible)
 	yes := true
+	keep = true
 	// Not by value: a typed field comes back as an object, to be named.
 	res, err := cdpapi.Call(ctx, s, runtime.CallFunctionOn, runtime.CallFunctionOnParams{
 		FunctionDeclaration: insertSecretScript,
@@ -181,6 +196,7 @@ func (b *Browser) InsertSecret(ctx context.Context, want, secret string, visible
 	if err := json.Unmarshal(res.Result.Value, &verdict); err != nil {
 		return ErrSecretChanged
 	}
+	keep = false // a verdict: nothing was typed
 	switch verdict {
 	case "origin":
 		return ErrSecretOrigin
