@@ -151,7 +151,7 @@ func (bs *Screens) handleCDP(w http.ResponseWriter, r *http.Request) {
 	ws.SetReadLimit(CDPMaxMessage)
 	rl := &cdpRelay{
 		bs: bs, b: b, sm: sm, screen: id, leaseID: leaseID, tap: tap, ws: ws,
-		log:        bs.log.With().Str("screen", id).Str("component", "cdp").Logger(),
+		log:        bs.log.With().Str("screen", id).Str("relay", "cdp").Logger(),
 		sessTarget: map[target.SessionID]target.ID{}, hidden: map[target.SessionID]bool{},
 		created: map[target.ID]bool{}, attachCmd: map[int64]target.ID{},
 	}

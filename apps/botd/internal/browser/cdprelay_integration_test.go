@@ -48,6 +48,8 @@ type cdpClient struct {
 	ws   *websocket.Conn
 	next int64
 
+	// gate, while held, stops the reader (a client that stops reading).
+	gate sync.Mutex
 	// mu guards replies, events and closed.
 	mu      sync.Mutex
 	replies map[int64]chan cdpMsg
@@ -78,6 +80,8 @@ func dialCDP(t *testing.T, srv *httptest.Server, screenID, leaseID string) (*cdp
 func (c *cdpClient) read() {
 	defer close(c.done)
 	for {
+		c.gate.Lock()
+		c.gate.Unlock() //nolint:staticcheck // a gate: held by pause
 		_, data, err := c.ws.Read(context.Background())
 		if err != nil {
 			c.mu.Lock()
@@ -101,6 +105,10 @@ func (c *cdpClient) read() {
 		c.mu.Unlock()
 	}
 }
+
+// pause stops reading (the relay's writes back up); resume reads again.
+func (c *cdpClient) pause()  { c.gate.Lock() }
+func (c *cdpClient) resume() { c.gate.Unlock() }
 
 // send sends one command and returns its reply (or fails the test on a
 // closed connection or a timeout).
@@ -407,7 +415,30 @@ func TestCDPRelay(t *testing.T) {
 		t.Fatalf("type-secret into a tab a CDP client touched: %d, want 409", code)
 	}
 
-	// Bounds: a message over 4 MiB closes the session.
+	// Bounds: at most 256 commands in flight (the rest answered at once
+	// with an error, nothing sent)...
+	_ = json.Unmarshal(c.ok("", "Target.createTarget", map[string]any{"url": "about:blank"}), &created)
+	var hang string
+	waitFor(t, 10*time.Second, "a blank tab attached", func() bool { hang = c.attached("about:blank"); return hang != "" })
+	var wg sync.WaitGroup
+	var tooMany sync.Map
+	for i := 0; i < 300; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m, err := c.trySend(hang, "Runtime.evaluate", map[string]any{"expression": "new Promise(() => {})", "awaitPromise": true}, 3*time.Second)
+			if err == nil && m.Error != nil && strings.Contains(m.Error.Message, "too many commands in flight") {
+				tooMany.Store(m.ID, true)
+			}
+		}()
+	}
+	wg.Wait()
+	n := 0
+	tooMany.Range(func(any, any) bool { n++; return true })
+	if n != 300-256 {
+		t.Fatalf("%d of 300 never-answered commands were refused as too many in flight, want %d", n, 300-256)
+	}
+	// ... and a message over 4 MiB closes the session.
 	big := strings.Repeat("a", browser.CDPMaxMessage+1)
 	_, _ = c.trySend("", "Runtime.evaluate", map[string]any{"expression": big}, 5*time.Second)
 	if code, reason := c.closeStatus(10 * time.Second); code != websocket.StatusMessageTooBig {
@@ -495,6 +526,30 @@ func TestCDPRelay(t *testing.T) {
 	}
 	c.mu.Unlock()
 
+	// A client that stops reading is closed; the bot's own reads go on
+	// answering meanwhile (the reader loop never waits on a client).
+	c.ok(mine, "Runtime.enable", nil)
+	c.eval(mine, `setInterval(() => { for (let i = 0; i < 5; i++) console.log("x".repeat(20000)); }, 10); 1`)
+	c.pause()
+	var slowest time.Duration
+	reads := 0
+	waitFor(t, 30*time.Second, "the stalled client closed", func() bool {
+		start := time.Now()
+		var page browser.Page
+		if code := call(t, srv, "GET", "/screens/cd1/browser/page", nil, &page); code != 200 {
+			t.Fatalf("the bot's page read while a CDP client stalls: %d", code)
+		}
+		slowest = max(slowest, time.Since(start))
+		reads++
+		return ev.has("cdp_session", `"code":1008`)
+	})
+	t.Logf("%d page reads of the bot's while the client stalled, the slowest %v", reads, slowest)
+	c.resume()
+
+	waitFor(t, 20*time.Second, "a third session", func() bool {
+		c, code = dialCDP(t, srv, "cd1", l.LeaseID)
+		return code == http.StatusSwitchingProtocols
+	})
 	// A person's takeover closes the session with the reason, and its
 	// commands stop.
 	var ul struct {

@@ -40,7 +40,23 @@ type events struct {
 func (e *events) Publish(typ string, data any) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if typ == "cdp_session" {
+		b, _ := json.Marshal(data)
+		typ += " " + string(b)
+	}
 	e.list = append(e.list, typ)
+}
+
+// has reports whether an event of typ whose data contains s was published.
+func (e *events) has(typ, s string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, t := range e.list {
+		if strings.HasPrefix(t, typ+" ") && strings.Contains(t, s) {
+			return true
+		}
+	}
+	return false
 }
 
 func (e *events) count(typ string) int {
@@ -48,7 +64,7 @@ func (e *events) count(typ string) int {
 	defer e.mu.Unlock()
 	n := 0
 	for _, t := range e.list {
-		if t == typ {
+		if t == typ || strings.HasPrefix(t, typ+" ") {
 			n++
 		}
 	}
