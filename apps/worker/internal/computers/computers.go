@@ -174,6 +174,10 @@ type CreateRequest struct {
 	// templates refuse one (400 TEMPLATE_UNAVAILABLE). It is kept with the
 	// computer: a replacement is made from the same template.
 	Template string `json:"template,omitempty"`
+	// Evaluation makes an evaluation computer: it serves OSWorld's guest
+	// API, whose execute runs code that acts on the bot's screen (an act
+	// channel; SECURITY.md says what that gives up). Kept with the computer.
+	Evaluation bool `json:"evaluation,omitempty"`
 	// RestoreKey is the X-Restore-Key header (never in the body): the
 	// restore key of the scope's kept home, which the new computer then
 	// starts from. Without it the new computer starts empty.
@@ -220,12 +224,14 @@ type View struct {
 	// Template is the provider template the computer is made from (e2b
 	// only).
 	Template string `json:"template,omitempty"`
+	// Evaluation: the computer serves OSWorld's guest API.
+	Evaluation bool `json:"evaluation,omitempty"`
 }
 
 // ViewOf renders a stored computer.
 func ViewOf(c store.Computer) View {
 	v := View{ID: c.ID, Kind: c.Kind, Provider: c.Provider, State: c.ObservedState, Desired: c.DesiredState, LastError: c.LastError,
-		Template: c.Template}
+		Template: c.Template, Evaluation: c.Evaluation}
 	switch c.ScopeKind {
 	case store.ScopeSession:
 		v.Scope.Session = c.ScopeID
@@ -309,6 +315,7 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (out Created, e
 		return Created{}, err
 	}
 	c.Template = tpl
+	c.Evaluation = req.Evaluation
 	spec := providers.Spec{ComputerID: c.ID, Template: tpl}
 	if c.Provider == providers.KindAttach {
 		switch {

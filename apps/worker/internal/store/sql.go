@@ -76,15 +76,16 @@ const computerCols = `id, scope_kind, scope_id, kind, provider, provider_ref, bo
  state_deadline, last_error, home_key, home_revision, created_at, updated_at`
 
 // computerSelect is what a read selects: computerCols (the columns of
-// migration 00001) and the template (00009).
-const computerSelect = computerCols + `, template`
+// migration 00001), the template (00009) and evaluation (00012).
+const computerSelect = computerCols + `, template, evaluation`
 
 func scanComputer(sc interface{ Scan(...any) error }) (Computer, error) {
 	var c Computer
-	var deadline, created, updated int64
+	var deadline, created, updated, evaluation int64
 	err := sc.Scan(&c.ID, &c.ScopeKind, &c.ScopeID, &c.Kind, &c.Provider, &c.ProviderRef, &c.BotdToken, &c.DesiredState,
-		&c.ObservedState, &deadline, &c.LastError, &c.HomeKey, &c.HomeRevision, &created, &updated, &c.Template)
+		&c.ObservedState, &deadline, &c.LastError, &c.HomeKey, &c.HomeRevision, &created, &updated, &c.Template, &evaluation)
 	c.StateDeadline, c.CreatedAt, c.UpdatedAt = fromMs(deadline), fromMs(created), fromMs(updated)
+	c.Evaluation = evaluation != 0
 	return c, err
 }
 
@@ -95,9 +96,13 @@ func (s *sqlStore) CreateComputer(ctx context.Context, c Computer) error {
 	}
 	// scope_key carries the one-live-computer-per-scope rule: a unique
 	// index over the computers not destroyed (migration 00003).
-	_, err := s.db.ExecContext(ctx, s.q(`INSERT INTO computers (`+computerCols+`, scope_key, template) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`),
+	evaluation := 0
+	if c.Evaluation {
+		evaluation = 1
+	}
+	_, err := s.db.ExecContext(ctx, s.q(`INSERT INTO computers (`+computerCols+`, scope_key, template, evaluation) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`),
 		c.ID, c.ScopeKind, c.ScopeID, c.Kind, c.Provider, c.ProviderRef, c.BotdToken, c.DesiredState, c.ObservedState,
-		ms(c.StateDeadline), c.LastError, c.HomeKey, c.HomeRevision, ms(c.CreatedAt), ms(now), c.ScopeKind+":"+c.ScopeID, c.Template)
+		ms(c.StateDeadline), c.LastError, c.HomeKey, c.HomeRevision, ms(c.CreatedAt), ms(now), c.ScopeKind+":"+c.ScopeID, c.Template, evaluation)
 	if err = s.wrap(err); errors.Is(err, ErrExists) {
 		if _, gerr := s.GetComputer(ctx, c.ID); errors.Is(gerr, ErrNotFound) {
 			return ErrScopeTaken

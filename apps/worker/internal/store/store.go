@@ -86,6 +86,9 @@ type Computer struct {
 	// open-bot or desktop), kept so a replacement is made from the same
 	// one; "" for providers without templates.
 	Template string
+	// Evaluation: the computer serves OSWorld's guest API (issue 34), set
+	// at create and kept.
+	Evaluation bool
 }
 
 // StateUpdate changes a computer's state fields; nil fields are kept.
