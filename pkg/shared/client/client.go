@@ -296,6 +296,10 @@ type ExecRequest struct {
 	Cwd       string            `json:"cwd,omitempty"`
 	Env       map[string]string `json:"env,omitempty"`
 	TimeoutMs int               `json:"timeoutMs,omitempty"`
+	// ActScreen gives the command an act channel to that screen under
+	// LeaseID (botd's actchan: an evaluation computer's OSWorld execute).
+	ActScreen string `json:"actScreen,omitempty"`
+	LeaseID   string `json:"leaseId,omitempty"`
 }
 
 // ExecResult is POST /exec's reply.

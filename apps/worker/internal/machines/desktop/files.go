@@ -86,6 +86,9 @@ func (m *Machine) Exec(ctx context.Context, req client.ExecRequest) (client.Exec
 	if len(req.Argv) == 0 || req.Argv[0] == "" {
 		return client.ExecResult{}, apiErr(http.StatusBadRequest, shared.CodeBadRequest, "argv is required")
 	}
+	if req.ActScreen != "" {
+		return client.ExecResult{}, apiErr(http.StatusNotImplemented, shared.CodeUnavailable, "an act channel (OSWorld's pyautogui) needs botd; this backend's desktop has none")
+	}
 	timeout := DefaultExecTimeout
 	switch {
 	case req.TimeoutMs < 0:
