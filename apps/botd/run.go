@@ -19,6 +19,7 @@ import (
 	"github.com/open-bot/computer/apps/botd/internal/config"
 	"github.com/open-bot/computer/apps/botd/internal/cookies"
 	"github.com/open-bot/computer/apps/botd/internal/egress"
+	"github.com/open-bot/computer/apps/botd/internal/actchan"
 	"github.com/open-bot/computer/apps/botd/internal/execsvc"
 	"github.com/open-bot/computer/apps/botd/internal/files"
 	"github.com/open-bot/computer/apps/botd/internal/health"
@@ -134,7 +135,17 @@ func run(ctx context.Context, cfg config.Config) error {
 	srv.Mux().Handle("GET /agent", codex.Relay(log.With().Str("component", "agent").Logger()))
 	egressProxy.Register(srv.Mux())
 	files.New(files.Options{Workspace: cfg.Workspace(), Owner: botUser, Log: log.With().Str("component", "files").Logger()}).Register(srv.Mux())
-	execs := execsvc.New(execsvc.Options{User: botUser, Workspace: cfg.Workspace(), Log: log.With().Str("component", "exec").Logger()})
+	// The act channel of evaluation screens' commands (OSWorld's pyautogui):
+	// the Python modules in a root-owned directory, the screens wired below.
+	var screens *screen.Manager
+	pyPath, err := actchan.Install("")
+	if err != nil {
+		log.Warn().Str("component", "exec").Err(err).Msg("act channel: Python modules not installed; evaluation commands get no act channel")
+	} else {
+		defer os.RemoveAll(pyPath)
+	}
+	execs := execsvc.New(execsvc.Options{User: botUser, Workspace: cfg.Workspace(), Log: log.With().Str("component", "exec").Logger(),
+		ActChannel: actChannels(func() *screen.Manager { return screens }, pyPath)})
 	defer execs.Close() // kills commands and terminal sessions left running
 	execs.Register(srv.Mux())
 	browsers := browser.NewScreens(browser.ScreensOptions{
@@ -156,7 +167,7 @@ func run(ctx context.Context, cfg config.Config) error {
 		},
 	}).Register(srv.Mux())
 	listenHost, _, _ := net.SplitHostPort(cfg.Listen)
-	screens := screen.New(screen.Options{
+	screens = screen.New(screen.Options{
 		Home: cfg.Home, DisplayBase: cfg.DisplayBase, ViewPortBase: cfg.ViewPortBase,
 		MaxScreens: cfg.MaxScreens, Idle: cfg.ScreenIdle, Desktop: desktopUser, Supervisor: sup, Log: log,
 		Events: hub, Changed: model.Changed, Blocked: browsers.Blocked, BrowserState: browsers.State,

@@ -48,6 +48,7 @@ package execsvc
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io/fs"
 	"net/http"
@@ -96,6 +97,9 @@ type Options struct {
 	// MaxTerminals caps open terminals (503 beyond).
 	MaxTerminals int
 	Log          zerolog.Logger
+	// ActChannel, when set, serves requests with ActScreen; without it
+	// they are refused.
+	ActChannel ActChannel
 }
 
 // Service implements /exec and /terminal.
@@ -147,7 +151,16 @@ type Request struct {
 	Cwd       string            `json:"cwd"`
 	Env       map[string]string `json:"env"`
 	TimeoutMs int64             `json:"timeoutMs"`
+	// ActScreen gives the command an act channel to that screen under
+	// LeaseID (package actchan): an evaluation screen's OSWorld execute.
+	ActScreen string `json:"actScreen,omitempty"`
+	LeaseID   string `json:"leaseId,omitempty"`
 }
+
+// ActChannel opens a command's act channel to screen under leaseID: child
+// becomes the command's fd 3, env is added to its environment, stop ends
+// the channel once the command is done.
+type ActChannel func(ctx context.Context, screen, leaseID string) (child *os.File, env []string, stop func(), err error)
 
 // Result is the answer of POST /exec.
 type Result struct {
@@ -277,7 +290,23 @@ func (s *Service) exec(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer func() { <-s.slots }()
-	res, err := s.Run(req.Argv, dir, s.env(req.Env), timeout)
+	env := s.env(req.Env)
+	var extra []*os.File
+	if req.ActScreen != "" {
+		if s.o.ActChannel == nil {
+			httpx.WriteError(w, http.StatusConflict, shared.CodeUnavailable, "this machine gives commands no act channel")
+			return
+		}
+		child, more, stop, err := s.o.ActChannel(r.Context(), req.ActScreen, req.LeaseID)
+		if err != nil {
+			s.fail(w, err)
+			return
+		}
+		defer stop()
+		extra = []*os.File{child}
+		env = append(env, more...)
+	}
+	res, err := s.RunWith(req.Argv, dir, env, timeout, extra)
 	if err != nil {
 		s.fail(w, err)
 		return
@@ -297,6 +326,17 @@ func (s *Service) fail(w http.ResponseWriter, err error) {
 // program that cannot be found or executed is an exit code (127 or 126)
 // with a message on stderr, as a shell would report it.
 func (s *Service) Run(argv []string, dir string, env []string, timeout time.Duration) (Result, error) {
+	return s.RunWith(argv, dir, env, timeout, nil)
+}
+
+// RunWith is Run with extra files as the child's fds 3, 4, …; it closes
+// them once the child started (or could not).
+func (s *Service) RunWith(argv []string, dir string, env []string, timeout time.Duration, extra []*os.File) (Result, error) {
+	defer func() {
+		for _, f := range extra {
+			_ = f.Close()
+		}
+	}()
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		return Result{}, err
@@ -309,9 +349,12 @@ func (s *Service) Run(argv []string, dir string, env []string, timeout time.Dura
 	}
 	start := time.Now()
 	u := s.o.User
-	p, err := s.o.Runner.Start(runner.Spec{Argv: argv, User: &u, Env: env, Dir: dir, Stdout: outW, Stderr: errW})
+	p, err := s.o.Runner.Start(runner.Spec{Argv: argv, User: &u, Env: env, Dir: dir, Stdout: outW, Stderr: errW, ExtraFiles: extra})
 	outW.Close()
 	errW.Close()
+	for _, f := range extra {
+		_ = f.Close()
+	}
 	if err != nil {
 		outR.Close()
 		errR.Close()

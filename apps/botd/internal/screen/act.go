@@ -359,6 +359,20 @@ func (s *Screen) Act(ctx context.Context, actions []shared.Action) (*ActResult, 
 // that action with its code, ends the batch, and the observation still
 // comes back.
 func (s *Screen) ActWith(ctx context.Context, actions []shared.Action, o ObserveOptions) (*ActResult, error) {
+	results, err := s.RunActions(ctx, actions)
+	if err != nil {
+		return nil, err
+	}
+	obs, err := s.ObserveWith(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	return &ActResult{Results: results, Observation: obs}, nil
+}
+
+// RunActions is ActWith without the final observation (the act channel of
+// an evaluation screen's commands: one request per pyautogui call).
+func (s *Screen) RunActions(ctx context.Context, actions []shared.Action) ([]ActionResult, error) {
 	drv := s.Driver()
 	if drv == nil {
 		return nil, errUnavailable(s.ID, "is not running")
@@ -399,10 +413,19 @@ func (s *Screen) ActWith(ctx context.Context, actions []shared.Action, o Observe
 			return nil, err
 		}
 	}
-	obs, err := s.ObserveWith(ctx, o)
-	if err != nil {
-		return nil, err
+	return res.Results, nil
+}
+
+// Pointer is where the pointer is now (a capture, encoded only when the
+// screen changed).
+func (s *Screen) Pointer(ctx context.Context) (shared.Point, error) {
+	drv := s.Driver()
+	if drv == nil {
+		return shared.Point{}, errUnavailable(s.ID, "is not running")
 	}
-	res.Observation = obs
-	return res, nil
+	f, _, err := drv.CaptureIfChanged(ctx, 0)
+	if err != nil {
+		return shared.Point{}, s.translate(ctx, err)
+	}
+	return shared.Point{X: f.Pointer.X, Y: f.Pointer.Y}, nil
 }
