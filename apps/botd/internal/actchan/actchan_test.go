@@ -51,7 +51,7 @@ func (r *recScreen) Pointer(context.Context) (shared.Point, error) {
 	defer r.mu.Unlock()
 	return r.pointer, nil
 }
-func (r *recScreen) Size() (int, int)                        { return 1280, 800 }
+func (r *recScreen) Size() (int, int)                          { return 1280, 800 }
 func (r *recScreen) Clipboard(context.Context) (string, error) { return r.clip, nil }
 func (r *recScreen) SetClipboard(_ context.Context, t string) error {
 	r.clip = t
