@@ -23,6 +23,7 @@ import (
 	"github.com/open-bot/computer/apps/worker/internal/homes"
 	"github.com/open-bot/computer/apps/worker/internal/httpapi"
 	"github.com/open-bot/computer/apps/worker/internal/mcp"
+	"github.com/open-bot/computer/apps/worker/internal/osworld"
 	"github.com/open-bot/computer/apps/worker/internal/providers"
 	"github.com/open-bot/computer/apps/worker/internal/runs"
 	"github.com/open-bot/computer/apps/worker/internal/secret"
@@ -406,6 +407,7 @@ func newWorker(ctx context.Context, c serveConfig, log zerolog.Logger) (*worker,
 		Mount: func(mux *http.ServeMux, gate func(http.HandlerFunc) http.HandlerFunc) {
 			apiMux = mux
 			httpapi.MountTakeover(mux, gate, tk)
+			osworld.Mount(mux, gate, osworld.New(osworld.Options{Computers: comps, Log: log.With().Str("sub", "osworld").Logger()}))
 			httpapi.MountCheckpoint(mux, gate, comps)
 			httpapi.MountRecordings(mux, gate, comps)
 			httpapi.MountPool(mux, comps)
