@@ -71,22 +71,25 @@ func (Exec) Start(s Spec) (Process, error) {
 	if strings.Contains(prog, "/") && !filepath.IsAbs(prog) && s.Dir != "" {
 		prog = filepath.Join(s.Dir, prog)
 	}
-	path, err := exec.LookPath(prog)
-	if err != nil {
-		return nil, fmt.Errorf("runner: %w", err)
-	}
-	cmd := &exec.Cmd{Path: path, Args: s.Argv, Dir: s.Dir, Stdin: s.Stdin, Stdout: s.Stdout, Stderr: s.Stderr, ExtraFiles: s.ExtraFiles}
 	u := osuser.Root
 	if s.User != nil {
 		u = *s.User
 	}
+	env := BaseEnv(u, s.Env)
+	// The program is found on the child's PATH, not botd's (root's PATH
+	// may name directories the child cannot use).
+	path, err := lookPath(prog, envValue(env, "PATH"))
+	if err != nil {
+		return nil, fmt.Errorf("runner: %w", err)
+	}
+	cmd := &exec.Cmd{Path: path, Args: s.Argv, Dir: s.Dir, Stdin: s.Stdin, Stdout: s.Stdout, Stderr: s.Stderr, ExtraFiles: s.ExtraFiles}
 	if cmd.Dir == "" {
 		cmd.Dir = u.Home
 		if _, err := os.Stat(cmd.Dir); err != nil {
 			cmd.Dir = "/"
 		}
 	}
-	cmd.Env = BaseEnv(u, s.Env)
+	cmd.Env = env
 	attr := &syscall.SysProcAttr{Setpgid: !s.Setsid, Setsid: s.Setsid, Setctty: s.Setctty, Ctty: s.Ctty}
 	if s.User != nil && s.User.UID != 0 {
 		attr.Credential = &syscall.Credential{Uid: u.UID, Gid: u.GID, Groups: u.Groups}
@@ -99,6 +102,36 @@ func (Exec) Start(s Spec) (Process, error) {
 		return nil, fmt.Errorf("runner: start %s: %w", s.Argv[0], err)
 	}
 	return &proc{cmd: cmd}, nil
+}
+
+// envValue is the last value of name in env ("" when unset).
+func envValue(env []string, name string) string {
+	v := ""
+	for _, kv := range env {
+		if k, val, ok := strings.Cut(kv, "="); ok && k == name {
+			v = val
+		}
+	}
+	return v
+}
+
+// lookPath is exec.LookPath on the given PATH: a name with a slash is used
+// as is; otherwise the first regular, executable file of that name in
+// PATH's directories (empty entries are skipped, never ".").
+func lookPath(prog, path string) (string, error) {
+	if strings.Contains(prog, "/") {
+		return exec.LookPath(prog)
+	}
+	for _, dir := range filepath.SplitList(path) {
+		if dir == "" || !filepath.IsAbs(dir) {
+			continue
+		}
+		p := filepath.Join(dir, prog)
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", &exec.Error{Name: prog, Err: exec.ErrNotFound}
 }
 
 // BaseEnv is the environment of a child running as u: identity variables and
