@@ -615,6 +615,466 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/computers/{id}/bots/{bot}/osworld/screenshot": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The computer's id (c_…). */
+                id: components["parameters"]["ComputerID"];
+                bot: components["parameters"]["BotID"];
+            };
+            cookie?: never;
+        };
+        /**
+         * OSWorld: screenshot
+         * @description The screen with the pointer drawn in, as PNG (PythonController.get_screenshot).
+         */
+        get: operations["osworldScreenshot"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        /**
+         * OSWorld: readiness probe
+         * @description The screenshot's headers only (the docker and remote providers' readiness check).
+         */
+        head: operations["osworldScreenshotProbe"];
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/computers/{id}/bots/{bot}/osworld/accessibility": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The computer's id (c_…). */
+                id: components["parameters"]["ComputerID"];
+                bot: components["parameters"]["BotID"];
+            };
+            cookie?: never;
+        };
+        /**
+         * OSWorld: accessibility tree
+         * @description {AT: xml}: the screen's elements in OSWorld's Ubuntu tree shape.
+         */
+        get: operations["osworldAccessibility"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/computers/{id}/bots/{bot}/osworld/terminal": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The computer's id (c_…). */
+                id: components["parameters"]["ComputerID"];
+                bot: components["parameters"]["BotID"];
+            };
+            cookie?: never;
+        };
+        /**
+         * OSWorld: terminal output
+         * @description {output, status}: a focused terminal's text among the screen's elements, or null.
+         */
+        get: operations["osworldTerminal"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/computers/{id}/bots/{bot}/osworld/platform": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The computer's id (c_…). */
+                id: components["parameters"]["ComputerID"];
+                bot: components["parameters"]["BotID"];
+            };
+            cookie?: never;
+        };
+        /**
+         * OSWorld: platform
+         * @description Linux.
+         */
+        get: operations["osworldPlatform"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/computers/{id}/bots/{bot}/osworld/cursor_position": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The computer's id (c_…). */
+                id: components["parameters"]["ComputerID"];
+                bot: components["parameters"]["BotID"];
+            };
+            cookie?: never;
+        };
+        /**
+         * OSWorld: cursor position
+         * @description [x, y].
+         */
+        get: operations["osworldCursor"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/computers/{id}/bots/{bot}/osworld/screen_size": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The computer's id (c_…). */
+                id: components["parameters"]["ComputerID"];
+                bot: components["parameters"]["BotID"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * OSWorld: screen size
+         * @description {width, height}.
+         */
+        post: operations["osworldScreenSize"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/computers/{id}/bots/{bot}/osworld/window_size": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The computer's id (c_…). */
+                id: components["parameters"]["ComputerID"];
+                bot: components["parameters"]["BotID"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * OSWorld: window size
+         * @description {width, height} of the first window of app_class_name.
+         */
+        post: operations["osworldWindowSize"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/computers/{id}/bots/{bot}/osworld/desktop_path": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The computer's id (c_…). */
+                id: components["parameters"]["ComputerID"];
+                bot: components["parameters"]["BotID"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * OSWorld: desktop path
+         * @description {desktop_path}: the workspace's Desktop.
+         */
+        post: operations["osworldDesktopPath"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/computers/{id}/bots/{bot}/osworld/list_directory": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The computer's id (c_…). */
+                id: components["parameters"]["ComputerID"];
+                bot: components["parameters"]["BotID"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * OSWorld: directory tree
+         * @description {directory_tree} of a workspace directory.
+         */
+        post: operations["osworldListDirectory"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/computers/{id}/bots/{bot}/osworld/execute": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The computer's id (c_…). */
+                id: components["parameters"]["ComputerID"];
+                bot: components["parameters"]["BotID"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * OSWorld: execute
+         * @description Runs the command as the bot with the screen's act channel (pyautogui calls become ordered acts under the screen's lease); python is python3; 120 s.
+         */
+        post: operations["osworldExecute"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/computers/{id}/bots/{bot}/osworld/setup/execute": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The computer's id (c_…). */
+                id: components["parameters"]["ComputerID"];
+                bot: components["parameters"]["BotID"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * OSWorld: setup execute
+         * @description As execute.
+         */
+        post: operations["osworldSetupExecute"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/computers/{id}/bots/{bot}/osworld/run_python": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The computer's id (c_…). */
+                id: components["parameters"]["ComputerID"];
+                bot: components["parameters"]["BotID"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * OSWorld: run Python
+         * @description The code as a python3 program (30 s), with the act channel.
+         */
+        post: operations["osworldRunPython"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/computers/{id}/bots/{bot}/osworld/run_bash_script": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The computer's id (c_…). */
+                id: components["parameters"]["ComputerID"];
+                bot: components["parameters"]["BotID"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * OSWorld: run a bash script
+         * @description stderr merged into output.
+         */
+        post: operations["osworldRunBash"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/computers/{id}/bots/{bot}/osworld/file": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The computer's id (c_…). */
+                id: components["parameters"]["ComputerID"];
+                bot: components["parameters"]["BotID"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * OSWorld: read a file
+         * @description The workspace file's bytes; 404 when absent; 403 outside the workspace.
+         */
+        post: operations["osworldFile"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/computers/{id}/bots/{bot}/osworld/setup/upload": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The computer's id (c_…). */
+                id: components["parameters"]["ComputerID"];
+                bot: components["parameters"]["BotID"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * OSWorld: upload a file
+         * @description multipart file_path + file_data into the workspace (at most 256 MiB).
+         */
+        post: operations["osworldUpload"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/computers/{id}/bots/{bot}/osworld/setup/launch": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The computer's id (c_…). */
+                id: components["parameters"]["ComputerID"];
+                bot: components["parameters"]["BotID"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * OSWorld: launch
+         * @description Chrome or Chromium starts the screen's browser; socat is not needed; anything else is refused (501).
+         */
+        post: operations["osworldLaunch"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/computers/{id}/bots/{bot}/osworld/setup/open_file": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The computer's id (c_…). */
+                id: components["parameters"]["ComputerID"];
+                bot: components["parameters"]["BotID"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * OSWorld: open a file
+         * @description A workspace file or a URL in the screen's browser.
+         */
+        post: operations["osworldOpenFile"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/computers/{id}/bots/{bot}/osworld/setup/activate_window": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The computer's id (c_…). */
+                id: components["parameters"]["ComputerID"];
+                bot: components["parameters"]["BotID"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * OSWorld: activate a window
+         * @description wmctrl's matching on the screen's windows.
+         */
+        post: operations["osworldActivateWindow"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/computers/{id}/bots/{bot}/osworld/setup/close_window": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The computer's id (c_…). */
+                id: components["parameters"]["ComputerID"];
+                bot: components["parameters"]["BotID"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * OSWorld: close a window
+         * @description wmctrl's matching on the screen's windows.
+         */
+        post: operations["osworldCloseWindow"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -667,6 +1127,8 @@ export interface components {
             };
             /** @description The template (the machine's image) of a new computer, for providers that have more than one: e2b and daytona take open-bot (botd inside) or desktop (the vendor's stock desktop, driven through commands); the provider's default when absent. Other providers refuse one with 400 TEMPLATE_UNAVAILABLE. Kept with the computer: every replacement uses it. */
             template?: string;
+            /** @description An evaluation computer: it serves OSWorld's guest API (/v1/computers/{id}/bots/{bot}/osworld/…), whose execute runs code that acts on the bot's screen through an act channel (docs/security.md says what that gives up). Kept with the computer. */
+            evaluation?: boolean;
         };
         /** @description A computer as callers see it: identity and state, never a capability or token. */
         Computer: {
@@ -679,6 +1141,8 @@ export interface components {
             lastError?: string;
             /** @description The computer's template, when its provider has templates (e2b, daytona: open-bot or desktop). */
             template?: string;
+            /** @description The computer serves OSWorld's guest API (created with evaluation: true). */
+            evaluation?: boolean;
         };
         ComputerCreated: {
             computer: components["schemas"]["Computer"];
@@ -735,6 +1199,7 @@ export interface components {
             template?: string;
             /** @description The runtimes a run can use on this computer, its default first; null when this worker lacks the computer's provider. */
             runtimes: components["schemas"]["RunRuntime"][] | null;
+            evaluation?: boolean;
         };
         ComputerDetailAnswer: {
             computer: components["schemas"]["ComputerDetail"];
@@ -2118,6 +2583,840 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             500: components["responses"]["Internal"];
+        };
+    };
+    osworldScreenshot: {
+        parameters: {
+            query?: {
+                /** @description The bot's screen (default: the bot's id); the namespace rule applies. */
+                screen?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The computer's id (c_…). */
+                id: components["parameters"]["ComputerID"];
+                bot: components["parameters"]["BotID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description PNG */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "image/png": string;
+                };
+            };
+            /** @description OSWorld's guest answer, or the worker's error envelope. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": unknown;
+                    "text/plain": string;
+                };
+            };
+        };
+    };
+    osworldScreenshotProbe: {
+        parameters: {
+            query?: {
+                /** @description The bot's screen (default: the bot's id); the namespace rule applies. */
+                screen?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The computer's id (c_…). */
+                id: components["parameters"]["ComputerID"];
+                bot: components["parameters"]["BotID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description PNG headers */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description OSWorld's guest answer, or the worker's error envelope. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": unknown;
+                    "text/plain": string;
+                };
+            };
+        };
+    };
+    osworldAccessibility: {
+        parameters: {
+            query?: {
+                /** @description The bot's screen (default: the bot's id); the namespace rule applies. */
+                screen?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The computer's id (c_…). */
+                id: components["parameters"]["ComputerID"];
+                bot: components["parameters"]["BotID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The tree */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        AT: string;
+                    };
+                };
+            };
+            /** @description OSWorld's guest answer, or the worker's error envelope. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": unknown;
+                    "text/plain": string;
+                };
+            };
+        };
+    };
+    osworldTerminal: {
+        parameters: {
+            query?: {
+                /** @description The bot's screen (default: the bot's id); the namespace rule applies. */
+                screen?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The computer's id (c_…). */
+                id: components["parameters"]["ComputerID"];
+                bot: components["parameters"]["BotID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The output */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": unknown;
+                };
+            };
+            /** @description OSWorld's guest answer, or the worker's error envelope. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": unknown;
+                    "text/plain": string;
+                };
+            };
+        };
+    };
+    osworldPlatform: {
+        parameters: {
+            query?: {
+                /** @description The bot's screen (default: the bot's id); the namespace rule applies. */
+                screen?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The computer's id (c_…). */
+                id: components["parameters"]["ComputerID"];
+                bot: components["parameters"]["BotID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The platform */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/plain": string;
+                };
+            };
+            /** @description OSWorld's guest answer, or the worker's error envelope. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": unknown;
+                    "text/plain": string;
+                };
+            };
+        };
+    };
+    osworldCursor: {
+        parameters: {
+            query?: {
+                /** @description The bot's screen (default: the bot's id); the namespace rule applies. */
+                screen?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The computer's id (c_…). */
+                id: components["parameters"]["ComputerID"];
+                bot: components["parameters"]["BotID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The pointer */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": number[];
+                };
+            };
+            /** @description OSWorld's guest answer, or the worker's error envelope. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": unknown;
+                    "text/plain": string;
+                };
+            };
+        };
+    };
+    osworldScreenSize: {
+        parameters: {
+            query?: {
+                /** @description The bot's screen (default: the bot's id); the namespace rule applies. */
+                screen?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The computer's id (c_…). */
+                id: components["parameters"]["ComputerID"];
+                bot: components["parameters"]["BotID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The size */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": unknown;
+                };
+            };
+            /** @description OSWorld's guest answer, or the worker's error envelope. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": unknown;
+                    "text/plain": string;
+                };
+            };
+        };
+    };
+    osworldWindowSize: {
+        parameters: {
+            query?: {
+                /** @description The bot's screen (default: the bot's id); the namespace rule applies. */
+                screen?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The computer's id (c_…). */
+                id: components["parameters"]["ComputerID"];
+                bot: components["parameters"]["BotID"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/x-www-form-urlencoded": {
+                    app_class_name?: string;
+                };
+            };
+        };
+        responses: {
+            /** @description The size */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": unknown;
+                };
+            };
+            /** @description OSWorld's guest answer, or the worker's error envelope. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": unknown;
+                    "text/plain": string;
+                };
+            };
+        };
+    };
+    osworldDesktopPath: {
+        parameters: {
+            query?: {
+                /** @description The bot's screen (default: the bot's id); the namespace rule applies. */
+                screen?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The computer's id (c_…). */
+                id: components["parameters"]["ComputerID"];
+                bot: components["parameters"]["BotID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The path */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": unknown;
+                };
+            };
+            /** @description OSWorld's guest answer, or the worker's error envelope. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": unknown;
+                    "text/plain": string;
+                };
+            };
+        };
+    };
+    osworldListDirectory: {
+        parameters: {
+            query?: {
+                /** @description The bot's screen (default: the bot's id); the namespace rule applies. */
+                screen?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The computer's id (c_…). */
+                id: components["parameters"]["ComputerID"];
+                bot: components["parameters"]["BotID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": {
+                    path?: string;
+                };
+            };
+        };
+        responses: {
+            /** @description The tree */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": unknown;
+                };
+            };
+            /** @description OSWorld's guest answer, or the worker's error envelope. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": unknown;
+                    "text/plain": string;
+                };
+            };
+        };
+    };
+    osworldExecute: {
+        parameters: {
+            query?: {
+                /** @description The bot's screen (default: the bot's id); the namespace rule applies. */
+                screen?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The computer's id (c_…). */
+                id: components["parameters"]["ComputerID"];
+                bot: components["parameters"]["BotID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": {
+                    command?: string | string[];
+                    shell?: boolean;
+                };
+            };
+        };
+        responses: {
+            /** @description The result */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        status?: string;
+                        output?: string;
+                        error?: string;
+                        returncode?: number;
+                    };
+                };
+            };
+            /** @description OSWorld's guest answer, or the worker's error envelope. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": unknown;
+                    "text/plain": string;
+                };
+            };
+        };
+    };
+    osworldSetupExecute: {
+        parameters: {
+            query?: {
+                /** @description The bot's screen (default: the bot's id); the namespace rule applies. */
+                screen?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The computer's id (c_…). */
+                id: components["parameters"]["ComputerID"];
+                bot: components["parameters"]["BotID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": {
+                    command?: string | string[];
+                    shell?: boolean;
+                };
+            };
+        };
+        responses: {
+            /** @description The result */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        status?: string;
+                        output?: string;
+                        error?: string;
+                        returncode?: number;
+                    };
+                };
+            };
+            /** @description OSWorld's guest answer, or the worker's error envelope. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": unknown;
+                    "text/plain": string;
+                };
+            };
+        };
+    };
+    osworldRunPython: {
+        parameters: {
+            query?: {
+                /** @description The bot's screen (default: the bot's id); the namespace rule applies. */
+                screen?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The computer's id (c_…). */
+                id: components["parameters"]["ComputerID"];
+                bot: components["parameters"]["BotID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": {
+                    code?: string;
+                };
+            };
+        };
+        responses: {
+            /** @description The result */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": unknown;
+                };
+            };
+            /** @description OSWorld's guest answer, or the worker's error envelope. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": unknown;
+                    "text/plain": string;
+                };
+            };
+        };
+    };
+    osworldRunBash: {
+        parameters: {
+            query?: {
+                /** @description The bot's screen (default: the bot's id); the namespace rule applies. */
+                screen?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The computer's id (c_…). */
+                id: components["parameters"]["ComputerID"];
+                bot: components["parameters"]["BotID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": {
+                    script?: string;
+                    timeout?: number;
+                    working_dir?: string | null;
+                };
+            };
+        };
+        responses: {
+            /** @description The result */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": unknown;
+                };
+            };
+            /** @description OSWorld's guest answer, or the worker's error envelope. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": unknown;
+                    "text/plain": string;
+                };
+            };
+        };
+    };
+    osworldFile: {
+        parameters: {
+            query?: {
+                /** @description The bot's screen (default: the bot's id); the namespace rule applies. */
+                screen?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The computer's id (c_…). */
+                id: components["parameters"]["ComputerID"];
+                bot: components["parameters"]["BotID"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/x-www-form-urlencoded": {
+                    file_path: string;
+                };
+            };
+        };
+        responses: {
+            /** @description The file */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/octet-stream": string;
+                    "*/*": string;
+                };
+            };
+            /** @description OSWorld's guest answer, or the worker's error envelope. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": unknown;
+                    "text/plain": string;
+                };
+            };
+        };
+    };
+    osworldUpload: {
+        parameters: {
+            query?: {
+                /** @description The bot's screen (default: the bot's id); the namespace rule applies. */
+                screen?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The computer's id (c_…). */
+                id: components["parameters"]["ComputerID"];
+                bot: components["parameters"]["BotID"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "multipart/form-data": {
+                    file_path?: string;
+                    /** Format: binary */
+                    file_data?: string;
+                };
+            };
+        };
+        responses: {
+            /** @description File Uploaded: N bytes */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/plain": string;
+                };
+            };
+            /** @description OSWorld's guest answer, or the worker's error envelope. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": unknown;
+                    "text/plain": string;
+                };
+            };
+        };
+    };
+    osworldLaunch: {
+        parameters: {
+            query?: {
+                /** @description The bot's screen (default: the bot's id); the namespace rule applies. */
+                screen?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The computer's id (c_…). */
+                id: components["parameters"]["ComputerID"];
+                bot: components["parameters"]["BotID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": {
+                    command?: string | string[];
+                    shell?: boolean;
+                };
+            };
+        };
+        responses: {
+            /** @description Launched */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/plain": string;
+                };
+            };
+            /** @description OSWorld's guest answer, or the worker's error envelope. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": unknown;
+                    "text/plain": string;
+                };
+            };
+        };
+    };
+    osworldOpenFile: {
+        parameters: {
+            query?: {
+                /** @description The bot's screen (default: the bot's id); the namespace rule applies. */
+                screen?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The computer's id (c_…). */
+                id: components["parameters"]["ComputerID"];
+                bot: components["parameters"]["BotID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": {
+                    path?: string;
+                };
+            };
+        };
+        responses: {
+            /** @description Opened */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/plain": string;
+                };
+            };
+            /** @description OSWorld's guest answer, or the worker's error envelope. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": unknown;
+                    "text/plain": string;
+                };
+            };
+        };
+    };
+    osworldActivateWindow: {
+        parameters: {
+            query?: {
+                /** @description The bot's screen (default: the bot's id); the namespace rule applies. */
+                screen?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The computer's id (c_…). */
+                id: components["parameters"]["ComputerID"];
+                bot: components["parameters"]["BotID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": {
+                    window_name?: string;
+                    strict?: boolean;
+                    by_class?: boolean;
+                };
+            };
+        };
+        responses: {
+            /** @description Done */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/plain": string;
+                };
+            };
+            /** @description OSWorld's guest answer, or the worker's error envelope. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": unknown;
+                    "text/plain": string;
+                };
+            };
+        };
+    };
+    osworldCloseWindow: {
+        parameters: {
+            query?: {
+                /** @description The bot's screen (default: the bot's id); the namespace rule applies. */
+                screen?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The computer's id (c_…). */
+                id: components["parameters"]["ComputerID"];
+                bot: components["parameters"]["BotID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": {
+                    window_name?: string;
+                    strict?: boolean;
+                    by_class?: boolean;
+                };
+            };
+        };
+        responses: {
+            /** @description Done */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/plain": string;
+                };
+            };
+            /** @description OSWorld's guest answer, or the worker's error envelope. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": unknown;
+                    "text/plain": string;
+                };
+            };
         };
     };
 }
