@@ -154,3 +154,24 @@ func TestChannelBounds(t *testing.T) {
 }
 
 func js(v any) string { b, _ := json.Marshal(v); return string(b) }
+
+// TestPythonModules runs the modules' own unit tests (python/test_shim.py:
+// the exact requests each pyautogui call sends, against a fake channel).
+func TestPythonModules(t *testing.T) {
+	testenv.RequireTools(t, "python3")
+	cmd := exec.Command("python3", "-m", "unittest", "-v", "test_shim")
+	cmd.Dir = "python"
+	cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.Contains(t, string(out), "OK")
+	t.Logf("%s", lastLines(string(out), 3))
+}
+
+func lastLines(s string, n int) string {
+	l := strings.Split(strings.TrimSpace(s), "\n")
+	if len(l) > n {
+		l = l[len(l)-n:]
+	}
+	return strings.Join(l, "\n")
+}
