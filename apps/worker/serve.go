@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/open-bot/computer/apps/worker/internal/capability"
+	cdpsession "github.com/open-bot/computer/apps/worker/internal/cdp"
 	"github.com/open-bot/computer/apps/worker/internal/computers"
 	"github.com/open-bot/computer/apps/worker/internal/homes"
 	"github.com/open-bot/computer/apps/worker/internal/httpapi"
@@ -408,6 +409,7 @@ func newWorker(ctx context.Context, c serveConfig, log zerolog.Logger) (*worker,
 			apiMux = mux
 			httpapi.MountTakeover(mux, gate, tk)
 			osworld.Mount(mux, gate, osworld.New(osworld.Options{Computers: comps, Log: log.With().Str("sub", "osworld").Logger()}))
+			httpapi.MountCDP(mux, gate, cdpsession.New(cdpsession.Options{Computers: comps, Log: log.With().Str("sub", "cdp").Logger()}))
 			httpapi.MountCheckpoint(mux, gate, comps)
 			httpapi.MountRecordings(mux, gate, comps)
 			httpapi.MountPool(mux, comps)

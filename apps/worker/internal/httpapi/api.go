@@ -3,10 +3,12 @@
 // tools callable directly. Every /v1 route needs the worker's bearer token;
 // every per-computer route also needs the computer's capability, and a
 // capability that does not match answers 404, as if the computer did not
-// exist. Operator actions (adopt, dashboard sign-in links, attach) need the
-// operator's credential instead: a request that came over the operator
-// socket (AsOperator) or the bearer WORKER_OPERATOR_TOKEN; the caller's
-// token never suffices.
+// exist. The one exception is the CDP websocket with a ticket (cdp.go):
+// the single-use ticket, minted with both, stands for them. Operator
+// actions (adopt, dashboard sign-in links, attach) need the operator's
+// credential instead: a request that came over the operator socket
+// (AsOperator) or the bearer WORKER_OPERATOR_TOKEN; the caller's token
+// never suffices.
 package httpapi
 
 import (
@@ -170,6 +172,10 @@ func (a *api) auth(next http.Handler) http.Handler {
 		}
 		if IsOperator(r) { // the operator socket: its peer was checked
 			next.ServeHTTP(w, r)
+			return
+		}
+		if cdpTicketed(r) { // the ticket is the credential (MountCDP redeems it)
+			next.ServeHTTP(w, withTicket(r))
 			return
 		}
 		tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")

@@ -3,6 +3,7 @@ package machines
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -174,6 +175,47 @@ func (b *Botd) DialVNC(ctx context.Context, id string, link client.ViewerLink) (
 		return nil, err
 	}
 	return c, nil
+}
+
+// DialCDP implements Machine: botd's /screens/{id}/cdp websocket under
+// the bearer token, the lease in X-Lease-Id. botd's JSON refusal before
+// the upgrade (no such screen, lease required, a person in control,
+// another CDP session, the screen not running) comes back as a
+// *client.Error with its status and code; anything else (botd did not
+// answer the upgrade) is an error without one.
+func (b *Botd) DialCDP(ctx context.Context, screenID, leaseID string) (*websocket.Conn, error) {
+	h := b.bearer()
+	h.Set(client.HeaderLeaseID, leaseID)
+	c, resp, err := websocket.Dial(ctx, b.wsURL("/screens/"+url.PathEscape(screenID)+"/cdp"),
+		&websocket.DialOptions{HTTPHeader: h, HTTPClient: b.wsClient()})
+	if err != nil {
+		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols {
+			return nil, refusal(resp)
+		}
+		return nil, fmt.Errorf("dial botd's cdp: %w", err)
+	}
+	return c, nil
+}
+
+// refusal is botd's answer to a websocket dial it refused: its error
+// envelope (coder/websocket keeps the first KiB of the body), else the
+// status alone.
+func refusal(resp *http.Response) error {
+	var env shared.ErrorEnvelope
+	if resp.Body != nil {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<10))
+		if json.Unmarshal(b, &env) == nil && env.Error.Code != "" {
+			return &client.Error{Status: resp.StatusCode, Code: env.Error.Code, Message: env.Error.Message}
+		}
+	}
+	code := shared.CodeInternal
+	switch resp.StatusCode {
+	case http.StatusNotFound:
+		code = shared.CodeNotFound
+	case http.StatusConflict:
+		code = shared.CodeConflict
+	}
+	return &client.Error{Status: resp.StatusCode, Code: code, Message: fmt.Sprintf("botd refused the CDP session (HTTP %d)", resp.StatusCode)}
 }
 
 // ExportWorkspace implements Machine (client.ExportWorkspaceMax: the

@@ -80,6 +80,16 @@ type Machine interface {
 	// link's token travels in a header, never a URL).
 	ViewerToken(ctx context.Context, id, mode, holder string, ttl time.Duration) (client.ViewerLink, error)
 	DialVNC(ctx context.Context, id string, link client.ViewerLink) (*websocket.Conn, error)
+	// DialCDP opens a Chrome DevTools Protocol session on the screen's
+	// managed browser under the agent lease leaseID (botd's
+	// /screens/{id}/cdp: CDP JSON in text messages both ways, the root
+	// session the browser target). botd keeps the lease while the session
+	// is open and closes it with a code that says why (4001 a person took
+	// over, 4002 the lease was lost, 1012 the browser restarted, 1008 a
+	// bound). A refusal before the upgrade is a *client.Error with botd's
+	// status and code; a machine without a managed browser answers 501
+	// shared.CodeUnavailable.
+	DialCDP(ctx context.Context, screenID, leaseID string) (*websocket.Conn, error)
 
 	// The portable workspace as a tar stream (maxBytes ≤ 0: no limit).
 	ExportWorkspace(ctx context.Context, maxBytes int64) (io.ReadCloser, error)

@@ -445,6 +445,10 @@ func TestDesktopMachine(t *testing.T) {
 		requireCode(t, m.TypeSecret(ctx, "a", "", "https://example.com", "s3cret", false), shared.CodeUnavailable)
 		_, err = m.BrowserPages(ctx, "a")
 		requireCode(t, err, shared.CodeUnavailable)
+		// No managed browser, so no CDP session (issue 34).
+		_, err = m.DialCDP(ctx, "a", "")
+		requireCode(t, err, shared.CodeUnavailable)
+		require.Contains(t, err.Error(), "CDP needs botd's managed browser")
 	})
 
 	t.Run("open a URL", func(t *testing.T) {

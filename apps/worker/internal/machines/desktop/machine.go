@@ -38,6 +38,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/coder/websocket"
 	"github.com/rs/zerolog"
 
 	"github.com/open-bot/computer/pkg/shared"
@@ -511,6 +512,14 @@ func (m *Machine) ReadPage(ctx context.Context, id string) (client.Page, error) 
 // BrowserPages is unavailable (no DevTools to list tabs).
 func (m *Machine) BrowserPages(ctx context.Context, id string) ([]string, error) {
 	return nil, unavailable("listing the browser's pages", "observe the screen instead")
+}
+
+// DialCDP is unavailable: the browser here is a plain Chromium the
+// machine starts through commands, with no DevTools endpoint the worker
+// keeps (and no policy between a CDP client and the vault's sealed tabs).
+func (m *Machine) DialCDP(ctx context.Context, screenID, leaseID string) (*websocket.Conn, error) {
+	return nil, apiErr(http.StatusNotImplemented, shared.CodeUnavailable,
+		"CDP needs botd's managed browser (a computer on template open-bot); this backend's desktop has none: drive it with computer_act and computer_observe instead")
 }
 
 // launchers is the allow-list of desktop applications (botd's).

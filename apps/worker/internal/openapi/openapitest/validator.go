@@ -85,6 +85,10 @@ func requireCredential(_ context.Context, in *openapi3filter.AuthenticationInput
 		if req.Header.Get(s.Name) == "" {
 			return fmt.Errorf("no %s header", s.Name)
 		}
+	case s.Type == "apiKey" && s.In == "query":
+		if req.URL.Query().Get(s.Name) == "" {
+			return fmt.Errorf("no %s parameter", s.Name)
+		}
 	case s.Type == "http" && strings.EqualFold(s.Scheme, "bearer"):
 		if !strings.HasPrefix(req.Header.Get("Authorization"), "Bearer ") {
 			return fmt.Errorf("no bearer token")

@@ -291,6 +291,54 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/computers/{id}/bots/{bot}/cdp": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The computer's id (c_…). */
+                id: components["parameters"]["ComputerID"];
+                bot: components["parameters"]["BotID"];
+            };
+            cookie?: never;
+        };
+        /**
+         * A Chrome DevTools Protocol session on a bot's browser (websocket)
+         * @description A websocket upgrade: Playwright's chromium.connectOverCDP(url, {headers}) and Puppeteer's connect({browserWSEndpoint, headers}) connect here. Text messages carry CDP JSON both ways, as on Chromium's own DevTools websocket (the root session is the browser target). The worker starts the screen, takes its agent lease (holder cdp-<bot>; another agent's lease or a person's control is 409 before the upgrade; one CDP session per screen) and relays to the computer's botd, which applies the browser's security policy. The session ends with botd's close code and reason, carried to the client unchanged: 4001 a person took over the screen, 4002 the lease was lost or expired, 1012 the browser closed or restarted, 1008 a bound exceeded (a message over 4 MiB from the client, 64 MiB from the browser, too slow, too many events), 1001 going away. The lease is released when the session ends. Credentials: the worker token and the computer's capability in headers, or ?ticket= alone (a single-use ticket from POST …/cdp/tickets, for clients that cannot set headers).
+         */
+        get: operations["connectCDP"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/computers/{id}/bots/{bot}/cdp/tickets": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The computer's id (c_…). */
+                id: components["parameters"]["ComputerID"];
+                bot: components["parameters"]["BotID"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A single-use ticket for the CDP websocket
+         * @description For a client that cannot set headers: a ticket bound to this computer, bot and screen, valid for 60 seconds and for one connection (spent on its first use, even one that fails). The answer's url connects without the token and the capability. Only the ticket's hash is kept, in the worker's memory (at most 1024 live tickets: 503 beyond).
+         */
+        post: operations["mintCDPTicket"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/computers/{id}/bots/{bot}/recordings": {
         parameters: {
             query?: never;
@@ -1448,6 +1496,18 @@ export interface components {
          * @enum {string}
          */
         RunRuntime: "worker" | "machine";
+        CDPTicketRequest: {
+            /** @description The screen the ticket is for (default: the bot's own). */
+            screen?: string;
+        };
+        CDPTicket: {
+            /** @description The ticket (a credential: keep it out of logs). */
+            ticket: string;
+            /** @description The websocket URL to connect to: ws(s)://<worker>/v1/computers/{id}/bots/{bot}/cdp?screen=…&ticket=…. */
+            url: string;
+            /** Format: date-time */
+            expiresAt: string;
+        };
     };
     responses: {
         /** @description The computer. */
@@ -2063,6 +2123,76 @@ export interface operations {
             409: components["responses"]["Conflict"];
             500: components["responses"]["Internal"];
             502: components["responses"]["BadGateway"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    connectCDP: {
+        parameters: {
+            query?: {
+                /** @description The screen: the bot's own (its id, the default) or one of <bot>-<suffix>; another bot's is 403. */
+                screen?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The computer's id (c_…). */
+                id: components["parameters"]["ComputerID"];
+                bot: components["parameters"]["BotID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Switching Protocols: the CDP websocket. */
+            101: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            500: components["responses"]["Internal"];
+            501: components["responses"]["NotImplemented"];
+            502: components["responses"]["BadGateway"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    mintCDPTicket: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The computer's id (c_…). */
+                id: components["parameters"]["ComputerID"];
+                bot: components["parameters"]["BotID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["CDPTicketRequest"];
+            };
+        };
+        responses: {
+            /** @description The ticket (Cache-Control: no-store). */
+            200: {
+                headers: {
+                    "Cache-Control"?: "no-store";
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CDPTicket"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["TooLarge"];
+            500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
         };
     };

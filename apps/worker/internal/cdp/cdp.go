@@ -1,0 +1,176 @@
+// Package cdp relays a Chrome DevTools Protocol session between a caller's
+// client (Playwright's connectOverCDP, Puppeteer's connect) and a bot's
+// Chromium on its computer (issue 34).
+//
+// The worker holds the screen's agent lease for the session ("cdp-<bot>"),
+// so a run's tools and a CDP client never drive one screen at once, and a
+// person's takeover ends the session. botd serves the session
+// (/screens/{id}/cdp) and applies the browser's security policy there
+// (refused methods, tabs sealed after a vault secret, the apply guard): the
+// worker only authenticates, leases and relays, carrying botd's close code
+// and reason to the client unchanged (4001 a person took over, 4002 the
+// lease was lost, 1012 the browser restarted, 1008 a bound exceeded, 1001
+// going away). Tickets (tickets.go) let a client without headers in.
+package cdp
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/rs/zerolog"
+
+	"github.com/open-bot/computer/apps/worker/internal/computers"
+	"github.com/open-bot/computer/apps/worker/internal/machines"
+	"github.com/open-bot/computer/apps/worker/internal/tools"
+	"github.com/open-bot/computer/apps/worker/internal/wsrelay"
+	"github.com/open-bot/computer/pkg/shared"
+	"github.com/open-bot/computer/pkg/shared/client"
+)
+
+// LeaseTTL is the agent lease a session takes; botd renews it while the
+// session is open.
+const LeaseTTL = 120 * time.Second
+
+// Read limits of the relay's two sides. The machine's answers carry
+// screenshots as base64 (a full-page capture is tens of MiB); a client's
+// commands are small, and its limit bounds what one caller makes the
+// worker read.
+const (
+	MachineReadLimit = 64 << 20
+	ClientReadLimit  = 4 << 20
+)
+
+// ErrOutsideNamespace is the answer for a screen that is not the bot's.
+var ErrOutsideNamespace = shared.Errorf(http.StatusForbidden, shared.CodeForbidden,
+	"that screen is not this bot's: a bot's screens are <bot> and <bot>-<suffix>")
+
+// Options configures the service.
+type Options struct {
+	Computers *computers.Service
+	// Tickets is where tickets are kept (a new set when nil).
+	Tickets *Tickets
+	Log     zerolog.Logger
+}
+
+// Service opens and relays CDP sessions.
+type Service struct {
+	o Options
+}
+
+// New returns the service.
+func New(o Options) *Service {
+	if o.Tickets == nil {
+		o.Tickets = &Tickets{}
+	}
+	return &Service{o: o}
+}
+
+// Tickets is the service's ticket set.
+func (s *Service) Tickets() *Tickets { return s.o.Tickets }
+
+// Check answers whether bot may open screen on computer: the screen is in
+// the bot's namespace (else 403) and the bot is on the computer (else
+// 404).
+func (s *Service) Check(ctx context.Context, computer, bot, screen string) error {
+	if !tools.InNamespace(bot, screen) {
+		return ErrOutsideNamespace
+	}
+	_, err := s.o.Computers.HasBot(ctx, computer, bot)
+	return err
+}
+
+// Session is an open CDP session on a screen: the agent lease and botd's
+// side of the relay, until Serve ends.
+type Session struct {
+	s                     *Service
+	m                     machines.Machine
+	computer, bot, screen string
+	leaseID               string
+	up                    *websocket.Conn
+}
+
+// Open checks the bot and screen, starts the screen, takes its agent
+// lease and dials botd's CDP endpoint. Every refusal comes before any
+// upgrade of the caller's connection, with the machine's code (409
+// lease_required or user_has_control while another agent or a person holds
+// the screen, 501 on a machine without a managed browser).
+func (s *Service) Open(ctx context.Context, computer, bot, screen string) (*Session, error) {
+	if err := s.Check(ctx, computer, bot, screen); err != nil {
+		return nil, err
+	}
+	m, err := s.o.Computers.Machine(ctx, computer)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.CheckScreen(ctx, screen); err != nil {
+		return nil, upstream(err)
+	}
+	if _, err := m.StartScreen(ctx, screen); err != nil {
+		return nil, upstream(err)
+	}
+	l, err := m.AcquireLease(ctx, screen, "agent", "cdp-"+bot, LeaseTTL)
+	if err != nil {
+		return nil, upstream(err)
+	}
+	sess := &Session{s: s, m: m, computer: computer, bot: bot, screen: screen, leaseID: l.LeaseID}
+	up, err := m.DialCDP(ctx, screen, l.LeaseID)
+	if err != nil {
+		sess.release()
+		return nil, upstream(err)
+	}
+	sess.up = up
+	return sess, nil
+}
+
+// Serve accepts the caller's websocket and relays until either side ends,
+// then closes the other side the same way and releases the lease.
+func (x *Session) Serve(w http.ResponseWriter, r *http.Request) {
+	defer x.release()
+	down, err := websocket.Accept(w, r, nil)
+	if err != nil {
+		_ = x.up.Close(websocket.StatusGoingAway, "the client's upgrade failed")
+		return
+	}
+	x.up.SetReadLimit(MachineReadLimit)
+	down.SetReadLimit(ClientReadLimit)
+	start := time.Now()
+	log := x.s.o.Log.With().Str("computer", x.computer).Str("bot", x.bot).Str("screen", x.screen).Logger()
+	log.Info().Msg("cdp session opened")
+	// The session outlives nothing but its two ends: the request's context
+	// is the hijacked connection's, and ends with the relay anyway.
+	end := wsrelay.Relay(context.WithoutCancel(r.Context()), down, x.up)
+	by := "client"
+	if end.From == x.up {
+		by = "machine"
+	}
+	log.Info().Str("closed_by", by).Int("code", int(end.Status)).Str("reason", end.Reason).
+		Int64("elapsed_ms", time.Since(start).Milliseconds()).Msg("cdp session ended")
+}
+
+// release gives the screen's agent lease back; one botd already dropped
+// (lost, taken over) is not an error.
+func (x *Session) release() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := x.m.ReleaseLease(ctx, x.screen, x.leaseID)
+	if err != nil && client.CodeOf(err) != shared.CodeLeaseRequired && client.CodeOf(err) != shared.CodeNotFound {
+		x.s.o.Log.Warn().Err(err).Str("computer", x.computer).Str("screen", x.screen).Msg("release the cdp session's lease")
+	}
+}
+
+// upstream keeps the machine's answer when it is an API error (its code
+// and message are meant for callers) and hides anything else.
+func upstream(err error) error {
+	var be *client.Error
+	if errors.As(err, &be) {
+		return shared.Errorf(be.Status, be.Code, "%s", be.Message)
+	}
+	var ae *shared.APIError
+	if errors.As(err, &ae) {
+		return ae
+	}
+	return shared.Errorf(http.StatusBadGateway, shared.CodeUnavailable, "the computer did not answer")
+}
