@@ -215,7 +215,7 @@ class ShimTest(unittest.TestCase):
 
     def test_drag_to_and_rel(self):
         pyautogui.moveTo(10, 20)
-        pyautogui.dragTo(500, 600, duration=1.0, button="left", mouseDownUp=True)
+        pyautogui.dragTo(500, 600, duration=1.0, button="left", mouseDownUp=True)  # computer_13's DRAG_TO
         pyautogui.dragRel(-100, 0)
         pyautogui.drag(0, 10)
         path = lambda *ps: {"type": "drag", "path": [{"x": x, "y": y} for x, y in ps]}  # noqa: E731
@@ -310,11 +310,12 @@ class ShimTest(unittest.TestCase):
         pyautogui.press("a", presses=2, interval=0.5)
         pyautogui.press("A")
         pyautogui.press(["num5", "ctrlright", "winleft", "esc", "del", "f12", " ", "<"])
+        pyautogui.press(["Page_Down", "ArrowUp"], logScreenshot=False)
         self.assertSent(act(keys("enter")), act(keys("enter")), act(keys("left"), keys("left"), keys("enter")),
                         act(keys("pagedown"), keys("pagedown"), keys("pagedown")),
                         act(keys("a"), {"type": "wait", "ms": 500}, keys("a")), act(keys("A")),
                         act(keys("5"), keys("ctrl"), keys("win"), keys("escape"), keys("delete"), keys("f12"),
-                            keys("space"), keys("<")))
+                            keys("space"), keys("<")), act(keys("pagedown"), keys("up")))
 
     def test_many_presses_take_more_than_one_request(self):
         pyautogui.press("backspace", presses=60)
@@ -407,6 +408,24 @@ class ShimTest(unittest.TestCase):
             f(0.5)
         pyautogui.sleep(0)
         self.assertSent()
+
+    def test_computer_13_lines(self):
+        """The code PythonController.execute_action writes for computer_13."""
+        self.botd.pointer = (50, 60)
+        for line in ("pyautogui.moveTo(100, 200, 0.73, pyautogui.easeInElastic)",
+                     "pyautogui.click(button='right', x=10, y=20, clicks=1)",
+                     "pyautogui.click(x=10, y=20, clicks=2)",
+                     "pyautogui.dragTo(300, 400, duration=1.0, button='left', mouseDownUp=True)",
+                     "pyautogui.hscroll(-2)", "pyautogui.vscroll(3)",
+                     "pyautogui.typewrite(\"'hi'\")", "pyautogui.press('enter')",
+                     "pyautogui.hotkey('ctrl', 'c')"):
+            exec(line, {"pyautogui": pyautogui})
+        sc = lambda sx, sy: {"type": "scroll", "x": 300, "y": 400, "scroll_x": sx, "scroll_y": sy}  # noqa: E731
+        self.assertSent(SIZE, act({"type": "move", "x": 100, "y": 200}), act(click(10, 20, "right")),
+                        act({"type": "double_click", "x": 10, "y": 20}),
+                        act({"type": "drag", "path": [{"x": 10, "y": 20}, {"x": 300, "y": 400}]}),
+                        act(sc(-240, 0)), act(sc(0, -360)), act({"type": "type", "text": "'hi'"}),
+                        act(keys("enter")), act(keys("ctrl", "c")))
 
     # --- refusals ---
 

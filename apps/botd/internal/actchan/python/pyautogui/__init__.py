@@ -214,7 +214,6 @@ def _act(actions):
 def _api(fn):
     def wrapper(*args, **kwargs):
         pause = kwargs.pop("_pause", True)
-        kwargs.pop("logScreenshot", None)
         _channel()  # without one, every call says so, even those that send nothing yet
         _failsafe_check()
         out = fn(*args, **kwargs)
@@ -409,7 +408,7 @@ def _send_click(p, button, clicks, interval):
 
 
 @_api
-def click(x=None, y=None, clicks=1, interval=0.0, button=PRIMARY, duration=0.0, tween=None):
+def click(x=None, y=None, clicks=1, interval=0.0, button=PRIMARY, duration=0.0, tween=None, logScreenshot=None):
     """Clicks at (x, y) (the pointer when not given)."""
     b = _button(button, "click")
     _no_held_keys("click")
@@ -419,37 +418,37 @@ def click(x=None, y=None, clicks=1, interval=0.0, button=PRIMARY, duration=0.0, 
 
 
 @_api
-def leftClick(x=None, y=None, interval=0.0, duration=0.0, tween=None):
+def leftClick(x=None, y=None, interval=0.0, duration=0.0, tween=None, logScreenshot=None):
     """A left click."""
     click(x, y, 1, interval, LEFT, _pause=False)
 
 
 @_api
-def rightClick(x=None, y=None, duration=0.0, tween=None):
+def rightClick(x=None, y=None, duration=0.0, tween=None, logScreenshot=None):
     """A right click."""
     click(x, y, 1, 0.0, RIGHT, _pause=False)
 
 
 @_api
-def middleClick(x=None, y=None, duration=0.0, tween=None):
+def middleClick(x=None, y=None, duration=0.0, tween=None, logScreenshot=None):
     """A middle click."""
     click(x, y, 1, 0.0, MIDDLE, _pause=False)
 
 
 @_api
-def doubleClick(x=None, y=None, interval=0.0, button=LEFT, duration=0.0, tween=None):
+def doubleClick(x=None, y=None, interval=0.0, button=LEFT, duration=0.0, tween=None, logScreenshot=None):
     """A double click (two single clicks for right and middle)."""
     click(x, y, 2, interval, button, _pause=False)
 
 
 @_api
-def tripleClick(x=None, y=None, interval=0.0, button=LEFT, duration=0.0, tween=None):
+def tripleClick(x=None, y=None, interval=0.0, button=LEFT, duration=0.0, tween=None, logScreenshot=None):
     """Three clicks: raises for the left button (see the module's doc)."""
     click(x, y, 3, interval, button, _pause=False)
 
 
 @_api
-def moveTo(x=None, y=None, duration=0.0, tween=None):
+def moveTo(x=None, y=None, duration=0.0, tween=None, logScreenshot=False):
     """Moves the pointer to (x, y); between mouseDown and mouseUp, a point of the drag."""
     p = _xy(x, y, "moveTo")
     if _st.drag is not None:
@@ -460,7 +459,7 @@ def moveTo(x=None, y=None, duration=0.0, tween=None):
 
 
 @_api
-def moveRel(xOffset=None, yOffset=None, duration=0.0, tween=None):
+def moveRel(xOffset=None, yOffset=None, duration=0.0, tween=None, logScreenshot=False):
     """Moves the pointer by (xOffset, yOffset)."""
     p = _offset(xOffset, yOffset, "moveRel")
     moveTo(p.x, p.y, _pause=False)
@@ -470,7 +469,7 @@ move = moveRel
 
 
 @_api
-def mouseDown(x=None, y=None, button=PRIMARY, duration=0.0, tween=None):
+def mouseDown(x=None, y=None, button=PRIMARY, duration=0.0, tween=None, logScreenshot=None):
     """Presses the button at (x, y): sent with the mouseUp() as one drag (or a click)."""
     b = _button(button, "mouseDown")
     _no_held_keys("mouseDown")
@@ -480,7 +479,7 @@ def mouseDown(x=None, y=None, button=PRIMARY, duration=0.0, tween=None):
 
 
 @_api
-def mouseUp(x=None, y=None, button=PRIMARY, duration=0.0, tween=None):
+def mouseUp(x=None, y=None, button=PRIMARY, duration=0.0, tween=None, logScreenshot=None):
     """Releases the button (at (x, y) when given): sends the drag or click since mouseDown()."""
     _button(button, "mouseUp")
     if _st.drag is None:
@@ -495,7 +494,7 @@ def mouseUp(x=None, y=None, button=PRIMARY, duration=0.0, tween=None):
 
 
 @_api
-def dragTo(x=None, y=None, duration=0.0, tween=None, button=PRIMARY, mouseDownUp=True):
+def dragTo(x=None, y=None, duration=0.0, tween=None, button=PRIMARY, logScreenshot=None, mouseDownUp=True):
     """Drags from the pointer to (x, y) with the left button."""
     b = _button(button, "dragTo")
     p = _xy(x, y, "dragTo")
@@ -510,7 +509,7 @@ def dragTo(x=None, y=None, duration=0.0, tween=None, button=PRIMARY, mouseDownUp
 
 
 @_api
-def dragRel(xOffset=0, yOffset=0, duration=0.0, tween=None, button=PRIMARY, mouseDownUp=True):
+def dragRel(xOffset=0, yOffset=0, duration=0.0, tween=None, button=PRIMARY, logScreenshot=None, mouseDownUp=True):
     """Drags from the pointer by (xOffset, yOffset)."""
     p = _offset(xOffset, yOffset, "dragRel")
     dragTo(p.x, p.y, button=button, mouseDownUp=mouseDownUp, _pause=False)
@@ -545,19 +544,19 @@ def _scroll(clicks, x, y, axis, what):
 
 
 @_api
-def scroll(clicks, x=None, y=None):
+def scroll(clicks, x=None, y=None, logScreenshot=None):
     """Scrolls clicks wheel clicks, up when positive, at (x, y) or the pointer."""
     _scroll(clicks, x, y, "y", "scroll")
 
 
 @_api
-def vscroll(clicks, x=None, y=None):
+def vscroll(clicks, x=None, y=None, logScreenshot=None):
     """scroll()."""
     _scroll(clicks, x, y, "y", "vscroll")
 
 
 @_api
-def hscroll(clicks, x=None, y=None):
+def hscroll(clicks, x=None, y=None, logScreenshot=None):
     """Scrolls horizontally, right when positive."""
     _scroll(clicks, x, y, "x", "hscroll")
 
@@ -602,6 +601,9 @@ _KEY_MAP = {
     "option": "option", "optionleft": "option", "optionright": "option",
     "win": "win", "winleft": "win", "winright": "win", "super": "super", "meta": "meta",
     "command": "command", "cmd": "command",
+    # Not pyautogui's, but names agents write (and botd takes).
+    "page_down": "pagedown", "page_up": "pageup",
+    "arrowup": "up", "arrowdown": "down", "arrowleft": "left", "arrowright": "right",
     "add": "+", "subtract": "-", "multiply": "*", "divide": "/", "decimal": ".",
 }
 _KEY_MAP.update({"f%d" % i: "f%d" % i for i in range(1, 13)})
@@ -654,7 +656,7 @@ def _combo(keys):
 
 
 @_api
-def press(keys, presses=1, interval=0.0):
+def press(keys, presses=1, interval=0.0, logScreenshot=None):
     """Presses keys (a name or a list of names, one after another), presses times."""
     names = [keys] if isinstance(keys, str) else list(keys)
     mapped = [_key(k) for k in names]
@@ -685,7 +687,7 @@ shortcut = hotkey
 
 
 @_api
-def typewrite(message, interval=0.0):
+def typewrite(message, interval=0.0, logScreenshot=None):
     """Types message (a str), or presses each key name of a list in turn."""
     _release()
     if isinstance(message, str):
@@ -712,7 +714,7 @@ write = typewrite
 
 
 @_api
-def keyDown(key):
+def keyDown(key, logScreenshot=None):
     """Holds key for the calls that follow, until keyUp(key) (sends nothing)."""
     k = _key(key)
     if all(h[0] != k for h in _st.held):
@@ -720,7 +722,7 @@ def keyDown(key):
 
 
 @_api
-def keyUp(key):
+def keyUp(key, logScreenshot=None):
     """Lets key go; a key nothing used is pressed now, with the keys held with it."""
     k = _key(key)
     for i, h in enumerate(_st.held):
