@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import unittest
 from unittest import mock
 
@@ -384,11 +385,22 @@ class ShimTest(unittest.TestCase):
         self.assertEqual(DEFAULT_PAUSE, 0.1)
         pyautogui.PAUSE = 0.1
         with mock.patch.object(pyautogui.time, "sleep") as sleep:
-            pyautogui.click(1, 1)
+            pyautogui.click(1, 1)  # an act that took no time: nearly all of PAUSE
             pyautogui.press("a", _pause=False)
-            pyautogui.keyDown("shift")
-            pyautogui.position()
-        self.assertEqual(sleep.call_args_list, [mock.call(0.1), mock.call(0.1)])
+            pyautogui.keyDown("shift")  # sent nothing: all of PAUSE
+            pyautogui.position()  # not a pausing call, as in pyautogui
+        self.assertEqual(len(sleep.call_args_list), 2)
+        self.assertTrue(0.09 < sleep.call_args_list[0].args[0] < 0.1, sleep.call_args_list)
+        self.assertEqual(sleep.call_args_list[1], mock.call(0.1))
+
+    def test_pause_counts_the_time_botd_took(self):
+        pyautogui.PAUSE = 0.1
+        pyautogui.size()
+        answer, real_sleep = self.botd._answer, time.sleep
+        self.botd._answer = lambda req: (real_sleep(0.15), answer(req))[1]  # botd settling
+        with mock.patch.object(pyautogui.time, "sleep") as sleep:
+            pyautogui.press("a")
+        self.assertEqual(sleep.call_args_list, [])
 
     def test_failsafe(self):
         self.assertTrue(DEFAULT_FAILSAFE)

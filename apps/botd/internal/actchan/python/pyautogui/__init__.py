@@ -38,7 +38,11 @@ Where this differs from pyautogui, and why:
 - Coordinates are truncated to ints like pyautogui's, and must be on the
   screen (0 <= x < width, 0 <= y < height): pyautogui's X backend would let
   the server clamp them; here they raise PyAutoGUIException.
-- PAUSE (0.1 s, as in pyautogui) is slept in this process after each call.
+- PAUSE (0.1 s, as in pyautogui) is the least time from a call's input to
+  the next call, slept in this process: botd answers an act after the
+  screen settled (450 ms after a click, key or typing), so after most acts
+  nothing is left to sleep; after a move (no settle) or a call that sent
+  nothing (keyDown) the rest of PAUSE is.
   FAILSAFE is checked against the pointer this process last knew (where it
   last moved it, or last asked), not with an extra request.
 - Key names are pyautogui's, mapped onto open-bot's (pgdn is pagedown,
@@ -164,6 +168,7 @@ class _State:
         self.drag = None  # {"button", "path": [Point]} between mouseDown and mouseUp
         self.held = []  # [[key, used]] in keyDown order
         self.broken = False  # a request failed: send nothing more at exit
+        self.last_act = None  # time.monotonic() when the last act was sent
 
 
 _st = _State()
@@ -202,6 +207,7 @@ def _request(obj):
 def _act(actions):
     """Sends actions as few acts as the bounds allow (one, nearly always)."""
     for i in range(0, len(actions), _MAX_ACTIONS):
+        _st.last_act = time.monotonic()
         rep = _request({"act": actions[i:i + _MAX_ACTIONS]})
         p = rep.get("pointer")
         if isinstance(p, dict) and isinstance(p.get("x"), int) and isinstance(p.get("y"), int):
@@ -216,9 +222,16 @@ def _api(fn):
         pause = kwargs.pop("_pause", True)
         _channel()  # without one, every call says so, even those that send nothing yet
         _failsafe_check()
+        start = time.monotonic()
         out = fn(*args, **kwargs)
         if pause and PAUSE:
-            time.sleep(PAUSE)
+            # PAUSE from this call's last input (its last act's start), or
+            # from its end when it sent none.
+            rest = PAUSE
+            if _st.last_act is not None and _st.last_act >= start:
+                rest -= time.monotonic() - _st.last_act
+            if rest > 0:
+                time.sleep(rest)
         return out
 
     wrapper.__name__ = fn.__name__
