@@ -7,11 +7,16 @@ import http.client
 import http.server
 import json
 import os
+import shutil
 import socket
+import ssl
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 import unittest
+from unittest import mock
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -27,14 +32,18 @@ class FakeWorker(http.server.ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self):
+    def __init__(self, tls=None):
         self.requests = []
         super().__init__(("127.0.0.1", 0), Handler)
+        self.scheme = "http"
+        if tls is not None:
+            self.socket = tls.wrap_socket(self.socket, server_side=True)
+            self.scheme = "https"
         threading.Thread(target=self.serve_forever, daemon=True).start()
 
     @property
     def url(self):
-        return "http://127.0.0.1:%d" % self.server_address[1]
+        return "%s://127.0.0.1:%d" % (self.scheme, self.server_address[1])
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -109,8 +118,10 @@ def raw_request(port, data, read_all=True):
 
 
 class RelayTest(unittest.TestCase):
+    tls = None  # the fake worker's server context (TLSRelayTest)
+
     def setUp(self):
-        self.worker = FakeWorker()
+        self.worker = FakeWorker(self.tls)
         self.relay = Relay(self.worker.url, "c_123", "osworld", TOKEN, CAP).start()
         self.addCleanup(self.worker.server_close)
         self.addCleanup(self.worker.shutdown)
@@ -273,6 +284,36 @@ class RelayTest(unittest.TestCase):
         s.close()
         with self.assertRaises(ConnectionRefusedError):
             socket.create_connection(("127.0.0.1", self.relay.server_port), timeout=2)
+
+
+@unittest.skipUnless(shutil.which("openssl"), "needs the openssl command")
+class TLSRelayTest(RelayTest):
+    """The same, with the worker behind TLS (a certificate for 127.0.0.1
+    that SSL_CERT_FILE makes trusted): one thread reads and writes each
+    TLS socket."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp()
+        cert, key = os.path.join(cls.dir, "cert.pem"), os.path.join(cls.dir, "key.pem")
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+                        "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", key, "-out", cert],
+                       check=True, capture_output=True)
+        cls.tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        cls.tls.load_cert_chain(cert, key)
+        cls.env = mock.patch.dict(os.environ, {"SSL_CERT_FILE": cert})
+        cls.env.start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.env.stop()
+        shutil.rmtree(cls.dir)
+
+    def test_a_screen_is_added_to_the_query(self):
+        pass  # the path rewrite is the same as over plain TCP
+
+    def test_a_worker_that_does_not_answer_is_502_json(self):
+        pass  # likewise
 
 
 if __name__ == "__main__":

@@ -10,8 +10,8 @@ Relay listens on two 127.0.0.1 ports and adds them:
   ``{worker}/v1/computers/{id}/bots/{bot}/osworld{path}``: the request line
   and Host rewritten, the two credentials added (any the client sent are
   dropped), ``Connection: close``; then the body and the answer are copied
-  byte for byte, so the answer's own ``Connection: close`` ends the
-  client's connection too;
+  byte for byte (``Connection: close`` added to the answer's head when the
+  worker left it out), one request per connection;
 - the chromium port answers ``GET /json/version`` itself (a
   webSocketDebuggerUrl on this port, which is what Playwright dials next)
   and relays a websocket upgrade on any path to
@@ -25,9 +25,14 @@ request and websocket does; OSWorld's requests and Playwright do not) or a
 Host other than a loopback name is refused 403, so a web page open on the
 harness's host cannot use them (nor reach them by DNS rebinding).
 The token and capability are never logged or put in an error.
+
+Each connection is copied both ways by one thread (a selector over the
+client's socket and the worker's): an https worker's ssl.SSLSocket must not
+be read by one thread while another writes it.
 """
 
 import json
+import selectors
 import socket
 import ssl
 import threading
@@ -112,46 +117,102 @@ def _answer(sock, status, reason, body, ctype="application/json"):
         pass
 
 
-def _answer_head_closing(upstream, conn):
-    """Copies the answer's heads (any 1xx, then the final one), adding
-    Connection: close to the final one when the worker left it out: the
-    relay closes after one answer, and a keep-alive client must know."""
-    buf = b""
-    while True:
-        while b"\r\n\r\n" not in buf:
-            chunk = upstream.recv(65536)
-            if not chunk:
-                conn.sendall(buf)
+class _ClosingHeads:
+    """Passes an answer through, adding Connection: close to its final head
+    (after any 1xx) when the worker left it out: the relay closes after one
+    answer, and a keep-alive client must know."""
+
+    def __init__(self):
+        self.buf = b""
+        self.done = False
+
+    def feed(self, data):
+        if self.done:
+            return data
+        self.buf += data
+        out = b""
+        while b"\r\n\r\n" in self.buf:
+            head, self.buf = self.buf.split(b"\r\n\r\n", 1)
+            status = head.split(b" ", 2)[1:2]
+            if status and status[0].startswith(b"1") and status[0] != b"101":
+                out += head + b"\r\n\r\n"
+                continue
+            if not any(line.lower().startswith(b"connection:") for line in head.split(b"\r\n")[1:]):
+                head += b"\r\nConnection: close"
+            out += head + b"\r\n\r\n" + self.buf
+            self.buf, self.done = b"", True
+            return out
+        if len(self.buf) > MAX_HEAD:  # not HTTP as we know it: let it through
+            out, self.buf, self.done = out + self.buf, b"", True
+        return out
+
+    def rest(self):
+        return self.buf
+
+
+def _pipe(conn, upstream, heads=None):
+    """Copies bytes both ways in this one thread (an ssl.SSLSocket must not
+    be read in one thread while written in another) until the worker's side
+    ends; heads filters what the worker sends."""
+    peer = {conn: upstream, upstream: conn}
+    reading = [conn, upstream]
+    with selectors.DefaultSelector() as sel:  # not select(): no FD_SETSIZE limit
+        for s in reading:
+            sel.register(s, selectors.EVENT_READ)
+        while reading:
+            ready = [s for s in reading if isinstance(s, ssl.SSLSocket) and s.pending()]
+            if not ready:
+                ready = [key.fileobj for key, _ in sel.select(1.0)]
+                if not ready and any(s.fileno() == -1 for s in reading):
+                    return  # closed under us (Relay.stop)
+            if not _copy_ready(ready, reading, sel, peer, upstream, heads):
                 return
-            buf += chunk
-            if len(buf) > MAX_HEAD:
-                conn.sendall(buf)
-                return
-        head, buf = buf.split(b"\r\n\r\n", 1)
-        status = head.split(b" ", 2)[1:2]
-        if status and status[0].startswith(b"1") and status[0] != b"101":
-            conn.sendall(head + b"\r\n\r\n")
+
+
+def _recv(s):
+    """What s has now: bytes, b"" at its end, or None when a TLS socket's
+    readable bytes held no data (a TLS 1.3 session ticket, say), which a
+    blocking read would wait on while the other way stalls."""
+    if not isinstance(s, ssl.SSLSocket):
+        return s.recv(65536)
+    s.settimeout(0)
+    try:
+        return s.recv(65536)
+    except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+        return None
+    finally:
+        s.settimeout(None)
+
+
+def _copy_ready(ready, reading, sel, peer, upstream, heads):
+    """One round of _pipe; False when the worker's side ended."""
+    for s in ready:
+        try:
+            data = _recv(s)
+        except OSError:
+            data = b""
+        if data is None:
             continue
-        if not any(line.lower().startswith(b"connection:") for line in head.split(b"\r\n")[1:]):
-            head += b"\r\nConnection: close"
-        conn.sendall(head + b"\r\n\r\n" + buf)
-        return
-
-
-def _pump(src, dst):
-    """Copies src to dst until src ends, then ends dst's writing."""
-    try:
-        while True:
-            data = src.recv(65536)
-            if not data:
-                break
+        dst = peer[s]
+        if not data:
+            if s is upstream:
+                if heads is not None and heads.rest():
+                    dst.sendall(heads.rest())
+                return False
+            reading.remove(s)
+            sel.unregister(s)
+            if isinstance(dst, ssl.SSLSocket):
+                return False  # a TLS side cannot be half-closed and still read
+            try:
+                dst.shutdown(socket.SHUT_WR)
+            except OSError:
+                return False
+            continue
+        if s is upstream and heads is not None:
+            data = heads.feed(data)
+        if data:
             dst.sendall(data)
-    except OSError:
-        pass
-    try:
-        dst.shutdown(socket.SHUT_WR)
-    except OSError:
-        pass
+    return True
 
 
 class Relay:
@@ -303,10 +364,10 @@ class Relay:
     def _relay(self, socks, head, rest, close=False):
         conn, upstream = socks[0], socks[-1]
         upstream.sendall(head + rest)
-        threading.Thread(target=_pump, args=(conn, upstream), daemon=True).start()
-        if close:
-            _answer_head_closing(upstream, conn)
-        _pump(upstream, conn)
+        try:
+            _pipe(conn, upstream, _ClosingHeads() if close else None)
+        except OSError:
+            pass
 
     def _serve_guest(self, socks, method, path, version, headers, rest):
         if _header(headers, "Upgrade") is not None:
