@@ -143,6 +143,9 @@ func (b *cdpBotd) snapshot() (dials, holders, released []string) {
 // Private computers on the stand-in botd, each with bot alice.
 type cdpFixture struct {
 	*fixture
+	// refusals is a checked client for upgrades that must be refused (one
+	// that is not comes back as 101 with its connection dropped).
+	refusals   *http.Client
 	bd         *cdpBotd
 	clock      *ticketClock
 	id1, cap1  string
@@ -184,9 +187,10 @@ func newCDPFixture(t *testing.T) *cdpFixture {
 	srv := httptest.NewServer(Handler(Options{Token: token, OperatorToken: opToken, Computers: comps, Runs: runs.NewManager(runs.Options{Store: st, Computers: comps, Log: log}), Log: log,
 		Mount: func(mux *http.ServeMux, gate func(http.HandlerFunc) http.HandlerFunc) { MountCDP(mux, gate, svc) }}))
 	t.Cleanup(srv.Close)
-	client, checker := openapitest.Client(t)
+	client, _ := openapitest.Client(t)
+	refusals, checker := openapitest.Client(t)
 	checker.Base = noUpgrade{http.DefaultTransport}
-	f := &cdpFixture{fixture: &fixture{url: srv.URL, st: st, logs: logs, dir: dir, client: client}, bd: newCDPBotd(t), clock: clock}
+	f := &cdpFixture{fixture: &fixture{url: srv.URL, st: st, logs: logs, dir: dir, client: client}, refusals: refusals, bd: newCDPBotd(t), clock: clock}
 	attach := map[string]any{"url": f.bd.srv.URL, "token": botdTok}
 	for _, c := range []*[2]*string{{&f.id1, &f.cap1}, {&f.id2, &f.cap2}} {
 		st, id, capa := f.create(t, map[string]any{"scope": map[string]any{}, "kind": "private", "attach": attach})
@@ -231,7 +235,7 @@ func (f *cdpFixture) dial(t *testing.T, id, bot, query, capa string) (*websocket
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	c, resp, err := websocket.Dial(ctx, f.wsURL(id, bot, query), &websocket.DialOptions{HTTPHeader: h})
+	c, resp, err := websocket.Dial(ctx, f.wsURL(id, bot, query), &websocket.DialOptions{HTTPHeader: h, HTTPClient: f.client})
 	if err == nil {
 		t.Cleanup(func() { c.CloseNow() })
 		return c, http.StatusSwitchingProtocols, ""
@@ -260,7 +264,7 @@ func (f *cdpFixture) refused(t *testing.T, id, bot, query, capa string) (int, st
 		req.Header.Set("Authorization", "Bearer "+token)
 		req.Header.Set(capability.Header, capa)
 	}
-	resp, err := f.client.Do(req)
+	resp, err := f.refusals.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	require.NotEqual(t, http.StatusSwitchingProtocols, resp.StatusCode, "upgraded")

@@ -136,6 +136,13 @@ func (c *Checker) RoundTrip(req *http.Request) (*http.Response, error) {
 		return resp, err
 	}
 	c.note(req, resp.StatusCode)
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		// An upgraded connection (the CDP websocket): its body is the
+		// connection itself, never read here; status and headers are
+		// checked.
+		c.checkAnswer(checked, body, reqErr, resp, nil, true)
+		return resp, nil
+	}
 	if sse(resp) {
 		c.checkAnswer(checked, body, reqErr, resp, nil, true)
 		resp.Body = &eventChecker{rc: resp.Body, c: c, req: req}
