@@ -111,7 +111,6 @@ class OpenBotProvider(Provider):
         c = registry.get(path_to_vm)
         w = self._worker()
         scope, latest = registry.snapshot(snapshot_name)
-        self._stop_relay(path_to_vm)
         if scope is not None and snapshot_name != INIT_STATE:
             if scope != c["scope"]:
                 raise RuntimeError("open-bot: snapshot %r was saved on another computer's scope, which a revert "
@@ -119,6 +118,7 @@ class OpenBotProvider(Provider):
             if not latest:
                 raise RuntimeError("open-bot: snapshot %r is not this computer's latest save_state: a revert "
                                    "restores the latest checkpoint only" % snapshot_name)
+            self._stop_relay(path_to_vm)
             key = w.destroy(path_to_vm, c["capability"], keep_home=True)
             registry.drop(path_to_vm)
             if not key:
@@ -129,6 +129,7 @@ class OpenBotProvider(Provider):
             w.checkpoint(new, registry.get(new)["capability"])
             logger.info("open-bot: %s reverted to %r as %s", path_to_vm, snapshot_name, new)
             return new
+        self._stop_relay(path_to_vm)
         registry.forget_scope(c["scope"])
         w.destroy(path_to_vm, c["capability"])
         registry.drop(path_to_vm)
