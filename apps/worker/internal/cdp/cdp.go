@@ -17,6 +17,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/coder/websocket"
@@ -55,9 +56,21 @@ type Options struct {
 	Log     zerolog.Logger
 }
 
+// ErrBusy is the answer for a screen that already has a session here.
+var ErrBusy = shared.Errorf(http.StatusConflict, shared.CodeConflict, "this screen already has a CDP session; one at a time")
+
 // Service opens and relays CDP sessions.
 type Service struct {
 	o Options
+
+	// mu guards open.
+	mu sync.Mutex
+	// open holds the screens ("computer/screen") with a session opening
+	// or open. Every session's lease has the same holder, cdp-<bot>, and
+	// botd hands a holder its current lease again: a second session would
+	// get the first one's lease, and its refusal's release would end the
+	// first. So a second is refused here, before the lease.
+	open map[string]bool
 }
 
 // New returns the service.
@@ -65,7 +78,25 @@ func New(o Options) *Service {
 	if o.Tickets == nil {
 		o.Tickets = &Tickets{}
 	}
-	return &Service{o: o}
+	return &Service{o: o, open: map[string]bool{}}
+}
+
+// claim marks computer's screen as having a session; false when it has one.
+func (s *Service) claim(computer, screen string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := computer + "/" + screen
+	if s.open[k] {
+		return false
+	}
+	s.open[k] = true
+	return true
+}
+
+func (s *Service) unclaim(computer, screen string) {
+	s.mu.Lock()
+	delete(s.open, computer+"/"+screen)
+	s.mu.Unlock()
 }
 
 // Tickets is the service's ticket set.
@@ -96,11 +127,24 @@ type Session struct {
 // lease and dials botd's CDP endpoint. Every refusal comes before any
 // upgrade of the caller's connection, with the machine's code (409
 // lease_required or user_has_control while another agent or a person holds
-// the screen, 501 on a machine without a managed browser).
+// the screen, 409 conflict while it has a CDP session already, 501 on a
+// machine without a managed browser).
 func (s *Service) Open(ctx context.Context, computer, bot, screen string) (*Session, error) {
 	if err := s.Check(ctx, computer, bot, screen); err != nil {
 		return nil, err
 	}
+	if !s.claim(computer, screen) {
+		return nil, ErrBusy
+	}
+	sess, err := s.open1(ctx, computer, bot, screen)
+	if err != nil {
+		s.unclaim(computer, screen)
+		return nil, err
+	}
+	return sess, nil
+}
+
+func (s *Service) open1(ctx context.Context, computer, bot, screen string) (*Session, error) {
 	m, err := s.o.Computers.Machine(ctx, computer)
 	if err != nil {
 		return nil, err
@@ -128,6 +172,7 @@ func (s *Service) Open(ctx context.Context, computer, bot, screen string) (*Sess
 // Serve accepts the caller's websocket and relays until either side ends,
 // then closes the other side the same way and releases the lease.
 func (x *Session) Serve(w http.ResponseWriter, r *http.Request) {
+	defer x.s.unclaim(x.computer, x.screen)
 	defer x.release()
 	down, err := websocket.Accept(w, r, nil)
 	if err != nil {

@@ -42,6 +42,8 @@ type cdpBotd struct {
 	mu       sync.Mutex
 	n        int
 	leases   map[string]string // screen → lease id
+	holder   map[string]string // screen → its lease's holder
+	sessions map[string]bool   // screens with a CDP session
 	holders  []string
 	released []string
 	dials    []string // screens whose CDP upgrade botd was asked for
@@ -49,7 +51,7 @@ type cdpBotd struct {
 }
 
 func newCDPBotd(t *testing.T) *cdpBotd {
-	b := &cdpBotd{leases: map[string]string{}, person: map[string]bool{}}
+	b := &cdpBotd{leases: map[string]string{}, holder: map[string]string{}, sessions: map[string]bool{}, person: map[string]bool{}}
 	mux := http.NewServeMux()
 	j := func(w http.ResponseWriter, status int, v any) {
 		w.Header().Set("Content-Type", "application/json")
@@ -83,10 +85,19 @@ func newCDPBotd(t *testing.T) *cdpBotd {
 			j(w, 409, map[string]any{"error": map[string]string{"code": "user_has_control", "message": "a person has control of this screen"}})
 			return
 		}
-		b.n++
-		id := fmt.Sprintf("lease-%d", b.n)
-		b.leases[r.PathValue("id")] = id
 		b.holders = append(b.holders, req.Kind+"/"+req.Holder)
+		screen := r.PathValue("id")
+		id := b.leases[screen]
+		switch {
+		case id != "" && b.holder[screen] == req.Holder: // botd renews the holder's lease and hands it back
+		case id != "":
+			j(w, 409, map[string]any{"error": map[string]string{"code": "conflict", "message": "held by another agent"}})
+			return
+		default:
+			b.n++
+			id = fmt.Sprintf("lease-%d", b.n)
+			b.leases[screen], b.holder[screen] = id, req.Holder
+		}
 		j(w, 200, map[string]any{"leaseId": id, "kind": req.Kind, "holder": req.Holder, "expiresAt": time.Now().Add(time.Duration(req.TTLSeconds) * time.Second)})
 	}))
 	mux.HandleFunc("DELETE /screens/{id}/lease/{lease}", authed(func(w http.ResponseWriter, r *http.Request) {
@@ -94,6 +105,7 @@ func newCDPBotd(t *testing.T) *cdpBotd {
 		b.released = append(b.released, r.PathValue("lease"))
 		if b.leases[r.PathValue("id")] == r.PathValue("lease") {
 			delete(b.leases, r.PathValue("id"))
+			delete(b.holder, r.PathValue("id"))
 		}
 		b.mu.Unlock()
 		j(w, 200, map[string]bool{"released": true})
@@ -103,11 +115,24 @@ func newCDPBotd(t *testing.T) *cdpBotd {
 		b.mu.Lock()
 		b.dials = append(b.dials, screen)
 		ok := b.leases[screen] != "" && b.leases[screen] == r.Header.Get("X-Lease-Id")
+		busy := b.sessions[screen]
+		if ok && !busy {
+			b.sessions[screen] = true
+		}
 		b.mu.Unlock()
 		if !ok {
 			j(w, 409, map[string]any{"error": map[string]string{"code": "lease_required", "message": "X-Lease-Id is not this screen's lease"}})
 			return
 		}
+		if busy {
+			j(w, 409, map[string]any{"error": map[string]string{"code": "conflict", "message": "this screen already has a CDP session"}})
+			return
+		}
+		defer func() {
+			b.mu.Lock()
+			delete(b.sessions, screen)
+			b.mu.Unlock()
+		}()
 		c, err := websocket.Accept(w, r, nil)
 		if err != nil {
 			return
@@ -317,6 +342,16 @@ func TestCDPSession(t *testing.T) {
 	require.Equal(t, []string{"alice"}, dials)
 	require.Equal(t, []string{"agent/cdp-alice"}, holders)
 
+	// A second session on the screen is refused, and the first keeps its
+	// lease: both would have the holder cdp-alice, to which botd hands
+	// the same lease again.
+	st, body = f.refused(t, f.id1, "alice", "", f.cap1)
+	require.Equal(t, http.StatusConflict, st, body)
+	require.Contains(t, body, "already has a CDP session")
+	_, _, released := f.bd.snapshot()
+	require.Empty(t, released, "the refused session released the open one's lease")
+	echo(t, c)
+
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	require.NoError(t, c.Write(ctx, websocket.MessageText, []byte("take over")))
@@ -437,6 +472,11 @@ func TestRedteamCDPTickets(t *testing.T) {
 	t.Run("another computer", func(t *testing.T) {
 		_, tk := f.mint(t, f.id1, "alice", f.cap1, nil)
 		code, body := f.refused(t, f.id2, "alice", "ticket="+tk.Ticket, "")
+		require.Equal(t, http.StatusUnauthorized, code, body)
+	})
+	t.Run("another bot", func(t *testing.T) {
+		_, tk := f.mint(t, f.id1, "alice", f.cap1, nil)
+		code, body := f.refused(t, f.id1, "bob", "screen=alice&ticket="+tk.Ticket, "")
 		require.Equal(t, http.StatusUnauthorized, code, body)
 	})
 	t.Run("a ticket for another screen, minted", func(t *testing.T) {
