@@ -26,6 +26,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/stretchr/testify/require"
 
+	cdpsession "github.com/open-bot/computer/apps/worker/internal/cdp"
 	"github.com/open-bot/computer/apps/worker/internal/providers"
 )
 
@@ -216,6 +217,32 @@ func TestCDPClientsDocker(t *testing.T) {
 		require.Contains(t, ce.Reason, "took over")
 		require.Equal(t, http.StatusOK, e.do(t, "DELETE", "/bots/"+bot+"/takeover", nil, nil))
 		toolsWork("a takeover")
+	})
+
+	t.Run("no idle suspension under a session", func(t *testing.T) {
+		every := cdpsession.TouchEvery
+		cdpsession.TouchEvery = 100 * time.Millisecond
+		defer func() { cdpsession.TouchEvery = every }()
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+		defer cancel()
+		h := http.Header{"Authorization": {"Bearer " + e.token}, "X-Computer-Capability": {e.capa}}
+		ws, _, err := websocket.Dial(ctx, cdpURL, &websocket.DialOptions{HTTPHeader: h})
+		require.NoError(t, err)
+		defer ws.CloseNow()
+		// For 2 s, a computer idle for 500 ms would be suspended: the
+		// session keeps it in use.
+		for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+			require.NoError(t, e.w.Computers.SuspendIdle(ctx, 500*time.Millisecond))
+		}
+		got, err := e.w.Store.GetComputer(ctx, e.computer)
+		require.NoError(t, err)
+		require.Equal(t, "running", got.ObservedState, "the computer was suspended under an open CDP session")
+		require.NoError(t, ws.Write(ctx, websocket.MessageText, []byte(`{"id":1,"method":"Browser.getVersion"}`)))
+		_, msg, err := ws.Read(ctx)
+		require.NoError(t, err)
+		require.Contains(t, string(msg), `"protocolVersion"`)
+		require.NoError(t, ws.Close(websocket.StatusNormalClosure, ""))
+		toolsWork("an idle check")
 	})
 
 	t.Run("puppeteer with a ticket", func(t *testing.T) {

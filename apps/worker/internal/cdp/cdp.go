@@ -44,6 +44,11 @@ const (
 	ClientReadLimit  = 4 << 20
 )
 
+// TouchEvery is how often an open session marks its computer used, so
+// idle suspension (COMPUTER_IDLE_MINUTES) never stops a machine a client
+// is driving. A variable for tests.
+var TouchEvery = 30 * time.Second
+
 // ErrOutsideNamespace is the answer for a screen that is not the bot's.
 var ErrOutsideNamespace = shared.Errorf(http.StatusForbidden, shared.CodeForbidden,
 	"that screen is not this bot's: a bot's screens are <bot> and <bot>-<suffix>")
@@ -184,9 +189,25 @@ func (x *Session) Serve(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	log := x.s.o.Log.With().Str("computer", x.computer).Str("bot", x.bot).Str("screen", x.screen).Logger()
 	log.Info().Msg("cdp session opened")
+	// Used while open: no idle suspension under a client.
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(TouchEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				x.s.o.Computers.Touch(x.computer)
+			}
+		}
+	}()
+	defer close(done)
 	// The session outlives nothing but its two ends: the request's context
 	// is the hijacked connection's, and ends with the relay anyway.
 	end := wsrelay.Relay(context.WithoutCancel(r.Context()), down, x.up)
+	x.s.o.Computers.Touch(x.computer) // idle from the session's end
 	by := "client"
 	if end.From == x.up {
 		by = "machine"

@@ -585,6 +585,17 @@ func (s *Service) Machine(ctx context.Context, id string) (providers.Machine, er
 	return m, nil
 }
 
+// Touch marks computer id used now (when its machine is connected), for a
+// connection that uses the machine without calling through the service
+// (a CDP session): idle suspension leaves a computer in use running.
+func (s *Service) Touch(id string) {
+	s.mu.Lock()
+	if s.machines[id] != nil {
+		s.lastUsed[id] = time.Now()
+	}
+	s.mu.Unlock()
+}
+
 // Adopt mints a new capability for computer id; the old one stops working.
 func (s *Service) Adopt(ctx context.Context, id string) (string, error) {
 	if _, err := s.Get(ctx, id); err != nil {
