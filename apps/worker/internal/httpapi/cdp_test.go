@@ -253,7 +253,16 @@ func (f *cdpFixture) wsURL(id, bot, query string) string {
 // neither); it returns the connection or the refusal's status and body.
 func (f *cdpFixture) dial(t *testing.T, id, bot, query, capa string) (*websocket.Conn, int, string) {
 	t.Helper()
+	return f.dialFrom(t, "", id, bot, query, capa)
+}
+
+// dialFrom is dial with an Origin header ("" none).
+func (f *cdpFixture) dialFrom(t *testing.T, origin, id, bot, query, capa string) (*websocket.Conn, int, string) {
+	t.Helper()
 	h := http.Header{}
+	if origin != "" {
+		h.Set("Origin", origin)
+	}
 	if capa != "" {
 		h.Set("Authorization", "Bearer "+token)
 		h.Set(capability.Header, capa)
@@ -443,8 +452,9 @@ func TestRedteamCDPTickets(t *testing.T) {
 	require.Equal(t, tk.Ticket, u.Query().Get("ticket"))
 	first := tk.Ticket
 
-	// The URL alone (no token, no capability) opens the session.
-	c, code, body := f.dial(t, f.id1, "alice", u.RawQuery, "")
+	// The URL alone (no token, no capability) opens the session, from a
+	// page of any origin (a browser client).
+	c, code, body := f.dialFrom(t, "https://elsewhere.example", f.id1, "alice", u.RawQuery, "")
 	require.Equal(t, http.StatusSwitchingProtocols, code, body)
 	echo(t, c)
 	require.NoError(t, c.Close(websocket.StatusNormalClosure, ""))
