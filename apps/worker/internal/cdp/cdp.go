@@ -131,7 +131,7 @@ type Session struct {
 // Open checks the bot and screen, starts the screen, takes its agent
 // lease and dials botd's CDP endpoint. Every refusal comes before any
 // upgrade of the caller's connection, with the machine's code (409
-// lease_required or user_has_control while another agent or a person holds
+// conflict or user_has_control while another agent or a person holds
 // the screen, 409 conflict while it has a CDP session already, 501 on a
 // machine without a managed browser).
 func (s *Service) Open(ctx context.Context, computer, bot, screen string) (*Session, error) {

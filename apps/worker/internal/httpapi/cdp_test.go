@@ -384,6 +384,17 @@ func TestCDPSession(t *testing.T) {
 		return len(released) == 2
 	})
 
+	// A client message over 4 MiB: 1009, and the session ends.
+	c, st, body = f.dial(t, f.id1, "alice", "", f.cap1)
+	require.Equal(t, http.StatusSwitchingProtocols, st, body)
+	require.NoError(t, c.Write(ctx, websocket.MessageText, []byte(strings.Repeat("x", cdp.ClientReadLimit+1))))
+	_, _, err = c.Read(ctx)
+	require.Equal(t, websocket.StatusMessageTooBig, websocket.CloseStatus(err), "%v", err)
+	waitFor(t, "the third lease released", func() bool {
+		_, _, released := f.bd.snapshot()
+		return len(released) == 3
+	})
+
 	// A person holds the screen: botd's 409, before any upgrade.
 	f.bd.mu.Lock()
 	f.bd.person["alice"] = true

@@ -118,3 +118,55 @@ func TestRelayCarriesClose(t *testing.T) {
 		})
 	}
 }
+
+// TestRelayTooBig: a message over one side's read limit closes that side
+// 1009 (the websocket library's answer) and the other side 1001, cleanly,
+// and Relay says which side ended it.
+func TestRelayTooBig(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	machineGot := make(chan error, 1)
+	machine := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		c, err := websocket.Accept(w, req, nil)
+		if err != nil {
+			return
+		}
+		defer c.CloseNow()
+		c.SetReadLimit(-1)
+		for {
+			if _, _, err := c.Read(ctx); err != nil {
+				machineGot <- err
+				return
+			}
+		}
+	}))
+	defer machine.Close()
+	ends := make(chan End, 1)
+	var down *websocket.Conn
+	relay := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		up, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(machine.URL, "http"), nil)
+		if err != nil {
+			return
+		}
+		d, err := websocket.Accept(w, req, nil)
+		if err != nil {
+			return
+		}
+		down = d
+		d.SetReadLimit(1 << 10)
+		ends <- Relay(context.WithoutCancel(req.Context()), d, up)
+	}))
+	defer relay.Close()
+
+	client, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(relay.URL, "http"), nil)
+	require.NoError(t, err)
+	defer client.CloseNow()
+	require.NoError(t, client.Write(ctx, websocket.MessageText, []byte(strings.Repeat("x", 64<<10))))
+	_, _, err = client.Read(ctx)
+	require.Equal(t, websocket.StatusMessageTooBig, websocket.CloseStatus(err), "the client's close: %v", err)
+	err = <-machineGot
+	require.Equal(t, websocket.StatusGoingAway, websocket.CloseStatus(err), "the machine's close: %v", err)
+	e := <-ends
+	require.Same(t, down, e.From, "the client's side ended it")
+	require.Equal(t, websocket.StatusCode(-1), e.Status)
+}

@@ -62,26 +62,37 @@ func pipe(ctx context.Context, a, b *websocket.Conn, carry bool) End {
 	)
 	cp := func(dst, src *websocket.Conn) {
 		buf := make([]byte, copyBuf)
+		// ended is src's read ending: the first to end says how.
+		ended := func(err error) {
+			e := End{From: src, Status: websocket.CloseStatus(err)}
+			var ce websocket.CloseError
+			if errors.As(err, &ce) {
+				e.Reason = ce.Reason
+			}
+			if ctx.Err() != nil {
+				e = End{Status: -1}
+			}
+			first := false
+			once.Do(func() { end, first = e, true })
+			if first && carry && e.From != nil {
+				closeLike(dst, e)
+			}
+			cancel()
+		}
 		for {
 			typ, r, err := src.Reader(ctx)
 			if err != nil {
-				e := End{From: src, Status: websocket.CloseStatus(err)}
-				var ce websocket.CloseError
-				if errors.As(err, &ce) {
-					e.Reason = ce.Reason
-				}
-				if ctx.Err() != nil {
-					e = End{Status: -1}
-				}
-				first := false
-				once.Do(func() { end, first = e, true })
-				if first && carry && e.From != nil {
-					closeLike(dst, e)
-				}
-				cancel()
+				ended(err)
 				return
 			}
-			if err := write(ctx, dst, typ, r, buf, carry); err != nil {
+			rd := &readErr{r: r}
+			if err := write(ctx, dst, typ, rd, buf, carry); err != nil {
+				if rd.err != nil && rd.err != io.EOF {
+					// src failed mid-message (e.g. over its read limit,
+					// which closed it with 1009).
+					ended(rd.err)
+					return
+				}
 				if carry {
 					// dst is gone or too slow: its own read (the other
 					// copy) reports how it ended.
@@ -124,6 +135,20 @@ func write(ctx context.Context, dst *websocket.Conn, typ websocket.MessageType, 
 		return err
 	}
 	return w.Close()
+}
+
+// readErr remembers the error its reader returned.
+type readErr struct {
+	r   io.Reader
+	err error
+}
+
+func (e *readErr) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if err != nil {
+		e.err = err
+	}
+	return n, err
 }
 
 // closeLike closes c the way e's side closed: its status and reason
