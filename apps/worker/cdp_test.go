@@ -14,6 +14,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"image/png"
 	"net/http"
 	"os"
@@ -190,9 +191,7 @@ func TestCDPClientsDocker(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 		defer cancel()
 		h := http.Header{"Authorization": {"Bearer " + e.token}, "X-Computer-Capability": {e.capa}}
-		ws, _, err := websocket.Dial(ctx, cdpURL, &websocket.DialOptions{HTTPHeader: h})
-		require.NoError(t, err)
-		defer ws.CloseNow()
+		ws := dialCDP(t, ctx, cdpURL, h)
 		ws.SetReadLimit(64 << 20)
 		require.NoError(t, ws.Write(ctx, websocket.MessageText, []byte(`{"id":1,"method":"Browser.getVersion"}`)))
 		_, msg, err := ws.Read(ctx)
@@ -205,6 +204,12 @@ func TestCDPClientsDocker(t *testing.T) {
 
 		var link struct{ ControlURL string }
 		require.Equal(t, http.StatusOK, e.do(t, "POST", "/bots/"+bot+"/takeover", nil, &link))
+		released := false
+		defer func() {
+			if !released { // a failure below leaves no person holding the screen
+				e.do(t, "DELETE", "/bots/"+bot+"/takeover", nil, nil)
+			}
+		}()
 		for {
 			_, _, err = ws.Read(ctx)
 			if err != nil {
@@ -216,6 +221,7 @@ func TestCDPClientsDocker(t *testing.T) {
 		require.ErrorAs(t, err, &ce)
 		require.Contains(t, ce.Reason, "took over")
 		require.Equal(t, http.StatusOK, e.do(t, "DELETE", "/bots/"+bot+"/takeover", nil, nil))
+		released = true
 		toolsWork("a takeover")
 	})
 
@@ -226,9 +232,7 @@ func TestCDPClientsDocker(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 		defer cancel()
 		h := http.Header{"Authorization": {"Bearer " + e.token}, "X-Computer-Capability": {e.capa}}
-		ws, _, err := websocket.Dial(ctx, cdpURL, &websocket.DialOptions{HTTPHeader: h})
-		require.NoError(t, err)
-		defer ws.CloseNow()
+		ws := dialCDP(t, ctx, cdpURL, h)
 		// For 2 s, a computer idle for 500 ms would be suspended: the
 		// session keeps it in use.
 		for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
@@ -263,6 +267,24 @@ func TestCDPClientsDocker(t *testing.T) {
 		require.Error(t, err, "a spent ticket connected: %s", out)
 		require.Contains(t, string(out), "401")
 	})
+}
+
+// dialCDP opens the CDP websocket with headers h; a refusal fails t with
+// the worker's answer.
+func dialCDP(t *testing.T, ctx context.Context, url string, h http.Header) *websocket.Conn {
+	t.Helper()
+	ws, resp, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPHeader: h})
+	if err != nil {
+		msg := err.Error()
+		if resp != nil && resp.Body != nil {
+			b := make([]byte, 1024)
+			n, _ := resp.Body.Read(b)
+			msg = fmt.Sprintf("%d %s", resp.StatusCode, b[:n])
+		}
+		t.Fatalf("the CDP websocket: %s", msg)
+	}
+	t.Cleanup(func() { ws.CloseNow() })
+	return ws
 }
 
 // runCDPClient runs a client script with env and returns its steps (the
