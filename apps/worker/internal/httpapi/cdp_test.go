@@ -138,6 +138,7 @@ func newCDPBotd(t *testing.T) *cdpBotd {
 			return
 		}
 		defer c.CloseNow()
+		c.SetReadLimit(8 << 20) // above the worker's bound, which is the one tested
 		ctx := context.WithoutCancel(r.Context())
 		for {
 			typ, msg, err := c.Read(ctx)
@@ -390,6 +391,7 @@ func TestCDPSession(t *testing.T) {
 	require.NoError(t, c.Write(ctx, websocket.MessageText, []byte(strings.Repeat("x", cdp.ClientReadLimit+1))))
 	_, _, err = c.Read(ctx)
 	require.Equal(t, websocket.StatusMessageTooBig, websocket.CloseStatus(err), "%v", err)
+	require.ErrorContains(t, err, fmt.Sprint(cdp.ClientReadLimit+1), "the worker's bound")
 	waitFor(t, "the third lease released", func() bool {
 		_, _, released := f.bd.snapshot()
 		return len(released) == 3

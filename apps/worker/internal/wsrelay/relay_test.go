@@ -170,3 +170,48 @@ func TestRelayTooBig(t *testing.T) {
 	require.Same(t, down, e.From, "the client's side ended it")
 	require.Equal(t, websocket.StatusCode(-1), e.Status)
 }
+
+// TestRelayCloseWhileWriting: a side that closes while the relay is
+// writing a message to it (here over its own read limit: 1009) is still
+// carried through with its code, not taken for a side that dropped
+// (1001). 20 rounds: which of the relay's two copies notices first is a
+// race.
+func TestRelayCloseWhileWriting(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	machine := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		c, err := websocket.Accept(w, req, nil)
+		if err != nil {
+			return
+		}
+		defer c.CloseNow()
+		c.SetReadLimit(1 << 10)
+		for {
+			if _, _, err := c.Read(ctx); err != nil {
+				return
+			}
+		}
+	}))
+	defer machine.Close()
+	relay := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		up, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(machine.URL, "http"), nil)
+		if err != nil {
+			return
+		}
+		down, err := websocket.Accept(w, req, nil)
+		if err != nil {
+			return
+		}
+		down.SetReadLimit(-1)
+		Relay(context.WithoutCancel(req.Context()), down, up)
+	}))
+	defer relay.Close()
+	for i := range 20 {
+		client, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(relay.URL, "http"), nil)
+		require.NoError(t, err)
+		_ = client.Write(ctx, websocket.MessageText, []byte(strings.Repeat("x", 1<<20)))
+		_, _, err = client.Read(ctx)
+		require.Equal(t, websocket.StatusMessageTooBig, websocket.CloseStatus(err), "round %d: %v", i, err)
+		client.CloseNow()
+	}
+}

@@ -21,6 +21,10 @@ const copyBuf = 32 << 10
 // goes unread.
 const WriteTimeout = time.Minute
 
+// closeWait is how long Relay waits, after a side failed to take a
+// message, for that side's read to say how it ended before dropping it.
+const closeWait = 5 * time.Second
+
 // End is how a relay ended.
 type End struct {
 	// From is the connection whose read ended first (a or b); nil when
@@ -95,8 +99,12 @@ func pipe(ctx context.Context, a, b *websocket.Conn, carry bool) End {
 				}
 				if carry {
 					// dst is gone or too slow: its own read (the other
-					// copy) reports how it ended.
-					_ = dst.CloseNow()
+					// copy) reports how it ended, its close frame too
+					// when its peer sent one; dropped if it has not
+					// within closeWait.
+					drop := time.AfterFunc(closeWait, func() { _ = dst.CloseNow() })
+					<-ctx.Done()
+					drop.Stop()
 					return
 				}
 				cancel()
