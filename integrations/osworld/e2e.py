@@ -6,7 +6,8 @@ running worker, and prints one JSON line per step (exit 1 when one failed).
     [OPENBOT_PROVIDER=docker] [OPENBOT_BOT=osworld] python3 e2e.py
 
 manager.get_vm_path → provider.start_emulator → get_ip_address → the guest
-checks of check_guest.py and a pyautogui click → upload ~/before.txt →
+checks of check_guest.py, a pyautogui click, and pyautogui calls each right
+after a CDP session → upload ~/before.txt →
 save_state("s1") → upload ~/after.txt → revert_to_snapshot("s1") (and the
 manager calls DesktopEnv makes after a revert) → start_emulator(new) →
 before.txt is there, after.txt is 404 → stop_emulator. Stdlib only; it
@@ -45,6 +46,19 @@ def check(step, ok, **kw):
         raise AssertionError(step)
 
 
+def execute_right_after_cdp(g, rounds=3):
+    """OSWorld's setup runs chrome_open_tabs over CDP and then its next step
+    at once: a pyautogui call right after a CDP session closed must work."""
+    fails = []
+    for i in range(rounds):
+        g.cdp_version()
+        status, out = g.execute_python_command("pyautogui.moveTo(600, 400)")
+        if status != 200 or not isinstance(out, dict) or out.get("returncode") != 0:
+            err = (out.get("error") or "").strip().splitlines()[-1:] if isinstance(out, dict) else [str(out)[:200]]
+            fails.append({"round": i, "status": status, "error": err})
+    return emit("execute_right_after_cdp", not fails, rounds=rounds, failed=fails)
+
+
 def main():
     manager, provider = OpenBotVMManager(), OpenBotProvider(None)
     path = None
@@ -59,11 +73,13 @@ def main():
         g = Guest(ip)
 
         ok = check_guest.run_checks(g) and ok
+        time.sleep(2)  # the CDP step's session ends with a lease release: execute_right_after_cdp checks that race
         ok = check_guest.click(g, 640, 400) and ok
         status, out = g.execute_python_command("print(tuple(pyautogui.position()))")
         check("pyautogui_position", status == 200 and out.get("output", "").strip() == "(640, 400)",
               status=status, output=out.get("output") if isinstance(out, dict) else str(out)[:300],
               error=(out.get("error") or "")[:300] if isinstance(out, dict) else None)
+        ok = execute_right_after_cdp(g) and ok
 
         before = b"before the snapshot\n"
         status, _, body = g.upload_file("~/before.txt", before)
