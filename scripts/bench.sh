@@ -138,6 +138,12 @@ BENCHES=(
   # issue 15: takeover request -> worker control link -> first full frame
   # through the worker's relay (p50, max).
   "./apps/worker|^BenchmarkTakeoverFirstFrame$|1x"
+  # issue 34: CDP through the worker (worker -> botd -> the screen's
+  # Chromium over its pipe) vs a bare headless Chromium's own DevTools
+  # websocket on this machine: connect -> first Page.navigate answered (p50
+  # of 5) and a Runtime.evaluate round trip (p50 of 50), with the ratios;
+  # OSWorld's guest screenshot (PNG) and accessibility tree (p50 of 20).
+  "./apps/worker|^BenchmarkAgentProtocols$|1x"
   # issue 21: the command-driven desktop machine's observe (docker exec of
   # xdotool + `scrot -p -q 72`, the JPEG back through the exec stream) on
   # the e2b-desktop stand-in, p50/p90 of 50; issue 31: beside it the same

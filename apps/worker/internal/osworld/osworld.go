@@ -219,7 +219,11 @@ func (s *Service) lease(c *call, fresh bool) (string, error) {
 	if _, err := c.m.StartScreen(c.ctx, c.screen); err != nil {
 		return "", err
 	}
-	l, err := c.m.AcquireLease(c.ctx, c.screen, "agent", "osworld-"+c.bot, leaseTTL)
+	// The CDP endpoint's holder: OSWorld's harness uses both (its chrome
+	// setup steps over CDP, then the guest's screenshots), and they must
+	// not refuse each other. A CDP session that ends releases it; the next
+	// guest call takes a new one.
+	l, err := c.m.AcquireLease(c.ctx, c.screen, "agent", "cdp-"+c.bot, leaseTTL)
 	if err != nil {
 		return "", err
 	}
