@@ -125,7 +125,10 @@ type Session struct {
 	m                     machines.Machine
 	computer, bot, screen string
 	leaseID               string
-	up                    *websocket.Conn
+	// keepLease: the lease was held before the session (by the same
+	// holder), so it is left as it is when the session ends.
+	keepLease bool
+	up        *websocket.Conn
 }
 
 // Open checks the bot and screen, starts the screen, takes its agent
@@ -157,14 +160,21 @@ func (s *Service) open1(ctx context.Context, computer, bot, screen string) (*Ses
 	if err := m.CheckScreen(ctx, screen); err != nil {
 		return nil, upstream(err)
 	}
-	if _, err := m.StartScreen(ctx, screen); err != nil {
-		return nil, upstream(err)
-	}
-	l, err := m.AcquireLease(ctx, screen, "agent", "cdp-"+bot, LeaseTTL)
+	sc, err := m.StartScreen(ctx, screen)
 	if err != nil {
 		return nil, upstream(err)
 	}
-	sess := &Session{s: s, m: m, computer: computer, bot: bot, screen: screen, leaseID: l.LeaseID}
+	holder := "cdp-" + bot
+	// The holder may hold the screen already: the OSWorld guest API takes
+	// the same one, so its harness's CDP steps and guest calls do not
+	// refuse each other. botd then hands this session that lease, which
+	// is not the session's to release when it ends.
+	held := sc.Lease != nil && sc.Lease.Kind == "agent" && sc.Lease.Holder == holder && time.Now().Before(sc.Lease.ExpiresAt)
+	l, err := m.AcquireLease(ctx, screen, "agent", holder, LeaseTTL)
+	if err != nil {
+		return nil, upstream(err)
+	}
+	sess := &Session{s: s, m: m, computer: computer, bot: bot, screen: screen, leaseID: l.LeaseID, keepLease: held}
 	up, err := m.DialCDP(ctx, screen, l.LeaseID)
 	if err != nil {
 		sess.release()
@@ -220,9 +230,12 @@ func (x *Session) Serve(w http.ResponseWriter, r *http.Request) {
 		Int64("elapsed_ms", time.Since(start).Milliseconds()).Msg("cdp session ended")
 }
 
-// release gives the screen's agent lease back; one botd already dropped
-// (lost, taken over) is not an error.
+// release gives the screen's agent lease back, unless it was held before
+// the session; one botd already dropped (lost, taken over) is not an error.
 func (x *Session) release() {
+	if x.keepLease {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	err := x.m.ReleaseLease(ctx, x.screen, x.leaseID)

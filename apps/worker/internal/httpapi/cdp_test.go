@@ -71,7 +71,14 @@ func newCDPBotd(t *testing.T) *cdpBotd {
 		j(w, 200, map[string]any{"ok": true})
 	}))
 	mux.HandleFunc("POST /screens/{id}/start", authed(func(w http.ResponseWriter, r *http.Request) {
-		j(w, 200, map[string]any{"id": r.PathValue("id")})
+		screen := r.PathValue("id")
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		out := map[string]any{"id": screen}
+		if b.leases[screen] != "" {
+			out["lease"] = map[string]any{"kind": "agent", "holder": b.holder[screen], "expiresAt": time.Now().Add(time.Minute)}
+		}
+		j(w, 200, out)
 	}))
 	mux.HandleFunc("POST /screens/{id}/lease", authed(func(w http.ResponseWriter, r *http.Request) {
 		var req struct {
@@ -157,6 +164,15 @@ func newCDPBotd(t *testing.T) *cdpBotd {
 	b.srv = httptest.NewServer(mux)
 	t.Cleanup(b.srv.Close)
 	return b
+}
+
+// grant gives holder an agent lease on screen, as another user of the
+// worker (the OSWorld guest API) takes one.
+func (b *cdpBotd) grant(screen, holder string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.n++
+	b.leases[screen], b.holder[screen] = fmt.Sprintf("lease-%d", b.n), holder
 }
 
 func (b *cdpBotd) snapshot() (dials, holders, released []string) {
@@ -396,6 +412,32 @@ func TestCDPSession(t *testing.T) {
 		_, _, released := f.bd.snapshot()
 		return len(released) == 3
 	})
+
+	// The holder held the screen before the session (the OSWorld guest
+	// API takes the same one): the session shares that lease and leaves
+	// it held when it ends.
+	f.bd.grant("alice", "cdp-alice")
+	_, _, before := f.bd.snapshot()
+	c, st, body = f.dial(t, f.id1, "alice", "", f.cap1)
+	require.Equal(t, http.StatusSwitchingProtocols, st, body)
+	echo(t, c)
+	require.NoError(t, c.Close(websocket.StatusNormalClosure, ""))
+	// A new session opens once the first one's end (its release, or
+	// none) is done.
+	waitFor(t, "the session's end (a new one opens)", func() bool {
+		c, st, _ := f.dial(t, f.id1, "alice", "", f.cap1)
+		if st != http.StatusSwitchingProtocols {
+			return false
+		}
+		_ = c.Close(websocket.StatusNormalClosure, "")
+		return true
+	})
+	_, _, after := f.bd.snapshot()
+	require.Equal(t, before, after, "a lease held before the session was released")
+	f.bd.mu.Lock()
+	require.NotEmpty(t, f.bd.leases["alice"], "the shared lease is still held")
+	delete(f.bd.leases, "alice")
+	f.bd.mu.Unlock()
 
 	// A person holds the screen: botd's 409, before any upgrade.
 	f.bd.mu.Lock()
