@@ -18,6 +18,7 @@ import (
 	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
 
+	"github.com/open-bot/computer/apps/worker/internal/agentlease"
 	"github.com/open-bot/computer/apps/worker/internal/capability"
 	cdpsession "github.com/open-bot/computer/apps/worker/internal/cdp"
 	"github.com/open-bot/computer/apps/worker/internal/computers"
@@ -408,8 +409,11 @@ func newWorker(ctx context.Context, c serveConfig, log zerolog.Logger) (*worker,
 		Mount: func(mux *http.ServeMux, gate func(http.HandlerFunc) http.HandlerFunc) {
 			apiMux = mux
 			httpapi.MountTakeover(mux, gate, tk)
-			osworld.Mount(mux, gate, osworld.New(osworld.Options{Computers: comps, Log: log.With().Str("sub", "osworld").Logger()}))
-			httpapi.MountCDP(mux, gate, cdpsession.New(cdpsession.Options{Computers: comps, Log: log.With().Str("sub", "cdp").Logger()}))
+			// The bot's outside agents (CDP sessions, OSWorld's guest API)
+			// share one lease registry: one holder, released by the last.
+			outside := agentlease.New()
+			osworld.Mount(mux, gate, osworld.New(osworld.Options{Computers: comps, Leases: outside, Log: log.With().Str("sub", "osworld").Logger()}))
+			httpapi.MountCDP(mux, gate, cdpsession.New(cdpsession.Options{Computers: comps, Leases: outside, Log: log.With().Str("sub", "cdp").Logger()}))
 			httpapi.MountCheckpoint(mux, gate, comps)
 			httpapi.MountRecordings(mux, gate, comps)
 			httpapi.MountPool(mux, comps)

@@ -23,6 +23,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/rs/zerolog"
 
+	"github.com/open-bot/computer/apps/worker/internal/agentlease"
 	"github.com/open-bot/computer/apps/worker/internal/computers"
 	"github.com/open-bot/computer/apps/worker/internal/machines"
 	"github.com/open-bot/computer/apps/worker/internal/tools"
@@ -58,7 +59,11 @@ type Options struct {
 	Computers *computers.Service
 	// Tickets is where tickets are kept (a new set when nil).
 	Tickets *Tickets
-	Log     zerolog.Logger
+	// Leases is shared with the OSWorld guest API (nil: the service's
+	// own): the bot's outside agents hold the screen under one holder, and
+	// the lease goes back only when the last of them lets go.
+	Leases *agentlease.Registry
+	Log    zerolog.Logger
 }
 
 // ErrBusy is the answer for a screen that already has a session here.
@@ -82,6 +87,9 @@ type Service struct {
 func New(o Options) *Service {
 	if o.Tickets == nil {
 		o.Tickets = &Tickets{}
+	}
+	if o.Leases == nil {
+		o.Leases = agentlease.New()
 	}
 	return &Service{o: o, open: map[string]bool{}}
 }
@@ -125,10 +133,11 @@ type Session struct {
 	m                     machines.Machine
 	computer, bot, screen string
 	leaseID               string
-	// keepLease: the lease was held before the session (by the same
-	// holder), so it is left as it is when the session ends.
-	keepLease bool
-	up        *websocket.Conn
+	// letGo gives the session's hold of the lease back (agentlease: the
+	// lease itself goes back with the last hold, unless it was held
+	// before any).
+	letGo func()
+	up    *websocket.Conn
 }
 
 // Open checks the bot and screen, starts the screen, takes its agent
@@ -164,18 +173,18 @@ func (s *Service) open1(ctx context.Context, computer, bot, screen string) (*Ses
 	if err != nil {
 		return nil, upstream(err)
 	}
-	holder := "cdp-" + bot
+	holder := agentlease.Holder(bot)
 	// The holder may hold the screen already: the OSWorld guest API takes
-	// the same one, so its harness's CDP steps and guest calls do not
-	// refuse each other. botd then hands this session that lease, which
-	// is not the session's to release when it ends.
+	// the same one (through the shared registry), so its harness's CDP
+	// steps and guest calls do not refuse each other; a lease the screen
+	// shows held outside the registry is not the session's to release.
 	held := sc.Lease != nil && sc.Lease.Kind == "agent" && sc.Lease.Holder == holder && time.Now().Before(sc.Lease.ExpiresAt)
-	l, err := m.AcquireLease(ctx, screen, "agent", holder, LeaseTTL)
+	id, letGo, err := s.o.Leases.Hold(ctx, m, computer, screen, holder, LeaseTTL, false, held)
 	if err != nil {
 		return nil, upstream(err)
 	}
-	sess := &Session{s: s, m: m, computer: computer, bot: bot, screen: screen, leaseID: l.LeaseID, keepLease: held}
-	up, err := m.DialCDP(ctx, screen, l.LeaseID)
+	sess := &Session{s: s, m: m, computer: computer, bot: bot, screen: screen, leaseID: id, letGo: letGo}
+	up, err := m.DialCDP(ctx, screen, id)
 	if err != nil {
 		sess.release()
 		return nil, upstream(err)
@@ -230,19 +239,10 @@ func (x *Session) Serve(w http.ResponseWriter, r *http.Request) {
 		Int64("elapsed_ms", time.Since(start).Milliseconds()).Msg("cdp session ended")
 }
 
-// release gives the screen's agent lease back, unless it was held before
-// the session; one botd already dropped (lost, taken over) is not an error.
-func (x *Session) release() {
-	if x.keepLease {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	err := x.m.ReleaseLease(ctx, x.screen, x.leaseID)
-	if err != nil && client.CodeOf(err) != shared.CodeLeaseRequired && client.CodeOf(err) != shared.CodeNotFound {
-		x.s.o.Log.Warn().Err(err).Str("computer", x.computer).Str("screen", x.screen).Msg("release the cdp session's lease")
-	}
-}
+// release gives the session's hold of the screen's agent lease back
+// (agentlease: the last hold gives the lease back, unless it was held
+// before any); one botd already dropped (lost, taken over) is no matter.
+func (x *Session) release() { x.letGo() }
 
 // upstream keeps the machine's answer when it is an API error (its code
 // and message are meant for callers) and hides anything else.

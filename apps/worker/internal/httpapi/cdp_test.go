@@ -443,7 +443,12 @@ func TestCDPSession(t *testing.T) {
 	f.bd.mu.Lock()
 	f.bd.person["alice"] = true
 	f.bd.mu.Unlock()
-	st, body = f.refused(t, f.id1, "alice", "", f.cap1)
+	// (The last session above may still be ending: its screen is busy
+	// until then.)
+	waitFor(t, "the person's 409", func() bool {
+		st, body = f.refused(t, f.id1, "alice", "", f.cap1)
+		return !strings.Contains(body, "already has a CDP session")
+	})
 	require.Equal(t, http.StatusConflict, st, body)
 	require.Contains(t, body, "user_has_control")
 

@@ -41,6 +41,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/open-bot/computer/apps/worker/internal/agentlease"
 	"github.com/open-bot/computer/apps/worker/internal/computers"
 	"github.com/open-bot/computer/apps/worker/internal/machines"
 	"github.com/open-bot/computer/apps/worker/internal/tools"
@@ -63,23 +64,28 @@ const (
 // Options configures the service.
 type Options struct {
 	Computers *computers.Service
-	Log       zerolog.Logger
+	// Leases is shared with the CDP endpoint (nil: the service's own).
+	Leases *agentlease.Registry
+	Log    zerolog.Logger
 }
 
 // Service is the guest API.
 type Service struct {
 	o Options
 
-	// mu guards leases, shots and homes.
-	mu     sync.Mutex
-	leases map[string]string // computer/screen → lease id
-	shots  map[string][]byte // computer/screen → the last PNG
-	homes  map[string]string // computer → the workspace's absolute path
+	// mu guards started, shots and homes.
+	mu      sync.Mutex
+	started map[string]bool   // computer/screen → started by this service
+	shots   map[string][]byte // computer/screen → the last PNG
+	homes   map[string]string // computer → the workspace's absolute path
 }
 
 // New returns the service.
 func New(o Options) *Service {
-	return &Service{o: o, leases: map[string]string{}, shots: map[string][]byte{}, homes: map[string]string{}}
+	if o.Leases == nil {
+		o.Leases = agentlease.New()
+	}
+	return &Service{o: o, started: map[string]bool{}, shots: map[string][]byte{}, homes: map[string]string{}}
 }
 
 // Prefix is where the routes live; the OSWorld route follows it.
@@ -206,46 +212,42 @@ func writeErr(w http.ResponseWriter, err error) {
 	_ = json.NewEncoder(w).Encode(shared.ErrorEnvelope{Error: shared.ErrorBody{Code: code, Message: msg}})
 }
 
-// lease returns the guest's agent lease on the call's screen (the screen
-// started on first use), renewing botd's on every use.
-func (s *Service) lease(c *call, fresh bool) (string, error) {
+// withLease runs fn under the screen's agent lease, shared with the
+// bot's CDP sessions (package agentlease: holder cdp-<bot>) and held only
+// for the call; once more with a new lease when botd says it is gone. The
+// screen is started on a computer's first call.
+func (s *Service) withLease(c *call, fn func(lease string) error) error {
 	key := c.computer + "/" + c.screen
 	s.mu.Lock()
-	id := s.leases[key]
+	started := s.started[key]
 	s.mu.Unlock()
-	if id != "" && !fresh {
-		return id, nil
+	if !started {
+		if _, err := c.m.StartScreen(c.ctx, c.screen); err != nil {
+			return err
+		}
+		s.mu.Lock()
+		s.started[key] = true
+		s.mu.Unlock()
 	}
-	if _, err := c.m.StartScreen(c.ctx, c.screen); err != nil {
-		return "", err
-	}
-	// The CDP endpoint's holder: OSWorld's harness uses both (its chrome
-	// setup steps over CDP, then the guest's screenshots), and they must
-	// not refuse each other. A CDP session that ends releases it; the next
-	// guest call takes a new one.
-	l, err := c.m.AcquireLease(c.ctx, c.screen, "agent", "cdp-"+c.bot, leaseTTL)
-	if err != nil {
-		return "", err
-	}
-	s.mu.Lock()
-	s.leases[key] = l.LeaseID
-	s.mu.Unlock()
-	return l.LeaseID, nil
-}
-
-// withLease runs fn under the lease, once more with a new one when botd
-// says the lease is gone.
-func (s *Service) withLease(c *call, fn func(lease string) error) error {
-	id, err := s.lease(c, false)
+	holder := agentlease.Holder(c.bot)
+	id, release, err := s.o.Leases.Hold(c.ctx, c.m, c.computer, c.screen, holder, leaseTTL, false, false)
 	if err != nil {
 		return err
 	}
+	defer release()
 	err = fn(id)
-	if client.CodeOf(err) == shared.CodeLeaseRequired {
-		if id, err = s.lease(c, true); err != nil {
-			return err
+	switch client.CodeOf(err) {
+	case shared.CodeLeaseRequired:
+		id, again, herr := s.o.Leases.Hold(c.ctx, c.m, c.computer, c.screen, holder, leaseTTL, true, false)
+		if herr != nil {
+			return herr
 		}
+		defer again()
 		err = fn(id)
+	case shared.CodeScreenUnavailable, shared.CodeNotFound:
+		s.mu.Lock()
+		delete(s.started, key)
+		s.mu.Unlock()
 	}
 	return err
 }
@@ -270,26 +272,33 @@ func (s *Service) observe(c *call, elements bool) (client.Observation, error) {
 }
 
 // screenshot is GET /screenshot: the screen (pointer drawn in) as PNG.
+// An observation that comes back unchanged (a lease this service already
+// observed through, shared with a CDP session) is answered with the PNG
+// kept from the last one; with none kept (a worker restart), the lease is
+// given back and a new one sees the whole frame.
 func (s *Service) screenshot(c *call) error {
-	obs, err := s.observe(c, false)
-	if err != nil {
-		return err
-	}
 	key := c.computer + "/" + c.screen
 	var pngb []byte
-	if obs.Unchanged || obs.Image == "" {
+	var obs client.Observation
+	err := s.withLease(c, func(lease string) error {
+		var err error
+		if obs, err = c.m.Observe(c.ctx, c.screen, lease); err != nil {
+			return err
+		}
+		if !obs.Unchanged && obs.Image != "" {
+			return nil
+		}
 		s.mu.Lock()
 		pngb = s.shots[key]
 		s.mu.Unlock()
-		if pngb == nil {
-			// Nothing kept (a worker restart): a new lease sees the whole frame.
-			if _, err := s.lease(c, true); err != nil {
-				return err
-			}
-			if obs, err = s.observe(c, false); err != nil {
-				return err
-			}
+		if pngb != nil {
+			return nil
 		}
+		_ = c.m.ReleaseLease(c.ctx, c.screen, lease)
+		return shared.Errorf(http.StatusConflict, shared.CodeLeaseRequired, "observe again under a new lease")
+	})
+	if err != nil {
+		return err
 	}
 	if pngb == nil {
 		raw, err := base64.StdEncoding.DecodeString(obs.Image)
