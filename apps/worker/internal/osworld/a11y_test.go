@@ -62,18 +62,3 @@ func TestTreeXML(t *testing.T) {
 	require.Equal(t, v, strings.TrimSpace(entries[0].Text))
 	require.Equal(t, "true", attr(entries[0], nsSt, "editable"))
 }
-
-// TestSplitWords: shlex.split's POSIX rules for OSWorld's string commands.
-func TestSplitWords(t *testing.T) {
-	for in, want := range map[string][]string{
-		`python -c "print('a b')"`: {"python", "-c", "print('a b')"},
-		`ls  -la '/tmp/x y'`:       {"ls", "-la", "/tmp/x y"},
-		`echo a\ b "c\"d" ''`:      {"echo", "a b", `c"d`, ""},
-	} {
-		got, err := splitWords(in)
-		require.NoError(t, err, in)
-		require.Equal(t, want, got, in)
-	}
-	_, err := splitWords(`echo "open`)
-	require.Error(t, err)
-}

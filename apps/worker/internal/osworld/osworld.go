@@ -508,7 +508,7 @@ func (s *Service) commandArgv(c *call, command json.RawMessage, shell bool) ([]s
 			argv = []string{"/bin/sh", "-c", str}
 		} else {
 			var err error
-			if argv, err = splitWords(str); err != nil {
+			if argv, err = shared.SplitWords(str); err != nil {
 				return nil, gerr(http.StatusBadRequest, err.Error())
 			}
 		}
@@ -872,53 +872,4 @@ func hasState(e shared.Element, st string) bool {
 // shellQuote quotes s for /bin/sh.
 func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-}
-
-// splitWords splits s like Python's shlex.split (POSIX mode).
-func splitWords(s string) ([]string, error) {
-	var out []string
-	var cur strings.Builder
-	in := false
-	for i := 0; i < len(s); i++ {
-		ch := s[i]
-		switch {
-		case ch == '\\' && i+1 < len(s):
-			i++
-			cur.WriteByte(s[i])
-			in = true
-		case ch == '\'':
-			j := strings.IndexByte(s[i+1:], '\'')
-			if j < 0 {
-				return nil, errors.New("command: no closing quotation")
-			}
-			cur.WriteString(s[i+1 : i+1+j])
-			i += j + 1
-			in = true
-		case ch == '"':
-			i++
-			for ; i < len(s) && s[i] != '"'; i++ {
-				if s[i] == '\\' && i+1 < len(s) && strings.IndexByte(`"\$`+"`\n", s[i+1]) >= 0 {
-					i++
-				}
-				cur.WriteByte(s[i])
-			}
-			if i >= len(s) {
-				return nil, errors.New("command: no closing quotation")
-			}
-			in = true
-		case ch == ' ' || ch == '\t' || ch == '\n':
-			if in {
-				out = append(out, cur.String())
-				cur.Reset()
-				in = false
-			}
-		default:
-			cur.WriteByte(ch)
-			in = true
-		}
-	}
-	if in {
-		out = append(out, cur.String())
-	}
-	return out, nil
 }

@@ -24,6 +24,8 @@ import (
 	"github.com/moby/moby/api/pkg/stdcopy"
 	dockerclient "github.com/moby/moby/client"
 	"github.com/open-bot/computer/apps/worker/internal/providers/vendorkit/emukit"
+
+	"github.com/open-bot/computer/pkg/shared"
 )
 
 type boxKey struct{}
@@ -187,7 +189,7 @@ func (e *Emulator) execute(w http.ResponseWriter, r *http.Request) {
 	}
 	// The daemon splits the command as a shell would, but runs no shell:
 	// pipes and redirections need `sh -c '…'`.
-	argv, err := splitCommand(req.Command)
+	argv, err := shared.SplitWords(req.Command)
 	if err != nil || len(argv) == 0 {
 		writeError(w, r, http.StatusBadRequest, "invalid command: %q", req.Command)
 		return
@@ -213,56 +215,6 @@ func (e *Emulator) execute(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	emukit.WriteJSON(w, http.StatusOK, map[string]any{"exitCode": code, "result": out.String()})
-}
-
-// splitCommand splits a command line as a POSIX shell would split words
-// (quotes and backslashes), with no expansions.
-func splitCommand(s string) ([]string, error) {
-	var out []string
-	var cur strings.Builder
-	inWord := false
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c == '\'':
-			j := strings.IndexByte(s[i+1:], '\'')
-			if j < 0 {
-				return nil, errors.New("unterminated quote")
-			}
-			cur.WriteString(s[i+1 : i+1+j])
-			i += j + 1
-			inWord = true
-		case c == '"':
-			i++
-			for ; i < len(s) && s[i] != '"'; i++ {
-				if s[i] == '\\' && i+1 < len(s) && strings.IndexByte("\"\\$`\n", s[i+1]) >= 0 {
-					i++
-				}
-				cur.WriteByte(s[i])
-			}
-			if i >= len(s) {
-				return nil, errors.New("unterminated quote")
-			}
-			inWord = true
-		case c == '\\' && i+1 < len(s):
-			i++
-			cur.WriteByte(s[i])
-			inWord = true
-		case c == ' ' || c == '\t' || c == '\n':
-			if inWord {
-				out = append(out, cur.String())
-				cur.Reset()
-				inWord = false
-			}
-		default:
-			cur.WriteByte(c)
-			inWord = true
-		}
-	}
-	if inWord {
-		out = append(out, cur.String())
-	}
-	return out, nil
 }
 
 // ---- files ----
