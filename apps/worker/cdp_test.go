@@ -42,17 +42,7 @@ const cdpSite = "http://127.0.0.1:18091"
 // (the session's lease was released) and its browser is the same one.
 func TestCDPClientsDocker(t *testing.T) {
 	requireIntegration(t, "node", "npm")
-	image := os.Getenv("WORKER_IMAGE")
-	if image == "" {
-		image = providers.DefaultImage
-	}
-	if out, err := exec.Command("docker", "image", "inspect", "--format", "{{.Id}}", image).CombinedOutput(); err != nil {
-		msg := "no Docker engine with image " + image + " (make image): " + strings.TrimSpace(string(out))
-		if os.Getenv("CI") == "true" {
-			t.Fatal("CI=true but " + msg)
-		}
-		t.Skip(msg)
-	}
+	image := dockerImage(t)
 	clients, err := filepath.Abs("internal/cdp/clients")
 	require.NoError(t, err)
 	for _, pkg := range []string{"playwright-core", "puppeteer-core"} {

@@ -44,17 +44,7 @@ func TestOSWorldRelayUnit(t *testing.T) {
 // from before there, stop_emulator). Every step's line must say ok.
 func TestOSWorldProviderDocker(t *testing.T) {
 	requireIntegration(t, "python3")
-	image := os.Getenv("WORKER_IMAGE")
-	if image == "" {
-		image = providers.DefaultImage
-	}
-	if out, err := exec.Command("docker", "image", "inspect", "--format", "{{.Id}}", image).CombinedOutput(); err != nil {
-		msg := "no Docker engine with image " + image + " (make image): " + strings.TrimSpace(string(out))
-		if os.Getenv("CI") == "true" {
-			t.Fatal("CI=true but " + msg)
-		}
-		t.Skip(msg)
-	}
+	image := dockerImage(t)
 	dir := openDir(t, "osworld-")
 	e := serveOnProvider(t, t.TempDir(), filepath.Join(dir, "machines"), "scripted-model", map[string]string{
 		"WORKER_PROVIDER": providers.KindDocker, "WORKER_IMAGE": image,

@@ -168,6 +168,25 @@ func loseDocker(t testing.TB, ref, home string) {
 
 // openDir makes a directory others can traverse (botd's users must reach
 // the homes under it), removed at the end.
+// dockerImage is the computer image the docker tests use (WORKER_IMAGE,
+// default providers.DefaultImage); without an engine that has it the test
+// skips, and fails under CI=true.
+func dockerImage(t testing.TB) string {
+	t.Helper()
+	image := os.Getenv("WORKER_IMAGE")
+	if image == "" {
+		image = providers.DefaultImage
+	}
+	if out, err := exec.Command("docker", "image", "inspect", "--format", "{{.Id}}", image).CombinedOutput(); err != nil {
+		msg := fmt.Sprintf("no Docker engine with image %s (make image): %s", image, strings.TrimSpace(string(out)))
+		if os.Getenv("CI") == "true" {
+			t.Fatal("CI=true but " + msg)
+		}
+		t.Skip(msg)
+	}
+	return image
+}
+
 func openDir(t testing.TB, prefix string) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("", prefix)
@@ -607,17 +626,7 @@ func TestAcceptanceReplaceDocker(t *testing.T) {
 	if os.Geteuid() != 0 {
 		requireIntegration(t) // root: the engine's socket and the root-only token files
 	}
-	image := envMap(nil)("WORKER_IMAGE")
-	if image == "" {
-		image = providers.DefaultImage
-	}
-	if out, err := exec.Command("docker", "image", "inspect", "--format", "{{.Id}}", image).CombinedOutput(); err != nil {
-		msg := fmt.Sprintf("no Docker engine with image %s (make image): %s", image, strings.TrimSpace(string(out)))
-		if os.Getenv("CI") == "true" {
-			t.Fatal("CI=true but " + msg)
-		}
-		t.Skip(msg)
-	}
+	image := dockerImage(t)
 	dir := openDir(t, "wire-docker-")
 	ms := filepath.Join(dir, "mockserve")
 	require.NoError(t, os.Mkdir(ms, 0o755))
@@ -735,17 +744,7 @@ func (w testWriter) Write(p []byte) (int, error) {
 // from the old machine just before; the old machine is destroyed.
 func TestMoveLocalToDocker(t *testing.T) {
 	requireIntegration(t, "codex", "Xvfb", "chromium", "x11vnc", "xfwm4")
-	image := os.Getenv("WORKER_IMAGE")
-	if image == "" {
-		image = providers.DefaultImage
-	}
-	if out, err := exec.Command("docker", "image", "inspect", "--format", "{{.Id}}", image).CombinedOutput(); err != nil {
-		msg := fmt.Sprintf("no Docker engine with image %s (make image): %s", image, strings.TrimSpace(string(out)))
-		if os.Getenv("CI") == "true" {
-			t.Fatal("CI=true but " + msg)
-		}
-		t.Skip(msg)
-	}
+	image := dockerImage(t)
 	dir := openDir(t, "wire-move-")
 	env := map[string]string{
 		"WORKER_PROVIDER": providers.KindLocal, "WORKER_BOTD_BIN": buildBotd(t, dir), "WORKER_IMAGE": image,

@@ -24,7 +24,6 @@ import (
 	"github.com/moby/moby/api/pkg/stdcopy"
 	dockerclient "github.com/moby/moby/client"
 	"github.com/open-bot/computer/apps/worker/internal/providers/vendorkit/emukit"
-
 	"github.com/open-bot/computer/pkg/shared"
 )
 
