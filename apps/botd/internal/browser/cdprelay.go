@@ -88,11 +88,9 @@ func (bs *Screens) handleCDP(w http.ResponseWriter, r *http.Request) {
 		bs.fail(w, r, err)
 		return
 	}
-	bs.mu.Lock()
-	sm := bs.sm
-	bs.mu.Unlock()
-	if sm == nil {
-		bs.fail(w, r, errNotAttached)
+	sm, err := bs.attached()
+	if err != nil {
+		bs.fail(w, r, err)
 		return
 	}
 	if sm.Get(id) == nil {

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -17,13 +15,9 @@ import (
 	cdpapi "github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/target"
 	"github.com/coder/websocket"
-	"github.com/rs/zerolog"
 
 	"github.com/open-bot/computer/apps/botd/internal/browser"
 	"github.com/open-bot/computer/apps/botd/internal/browser/browsertest"
-	"github.com/open-bot/computer/apps/botd/internal/cookies"
-	"github.com/open-bot/computer/apps/botd/internal/osuser"
-	"github.com/open-bot/computer/apps/botd/internal/screen"
 	"github.com/open-bot/computer/apps/botd/internal/testenv"
 	"github.com/open-bot/computer/pkg/shared/client"
 )
@@ -251,18 +245,6 @@ func (c *cdpClient) closeStatus(wait time.Duration) (websocket.StatusCode, strin
 func TestCDPRelay(t *testing.T) {
 	u := browsertest.Require(t)
 	testenv.RequireTools(t, "xfwm4", "xfce4-panel", "xfdesktop", "dbus-daemon", "x11vnc")
-	bot, err := osuser.Lookup("bot")
-	if err != nil {
-		testenv.Unavailable(t, "bot user: %v", err)
-	}
-	home, err := os.MkdirTemp("", "browser-cdp-it-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(home) })
-	if err := osuser.PrepareDirs(osuser.Layout(home, u, bot)); err != nil {
-		t.Fatal(err)
-	}
 	const secret = `s3cr<t&"pw"-42`
 	var smu sync.Mutex
 	var posted string
@@ -287,31 +269,8 @@ func TestCDPRelay(t *testing.T) {
 			fmt.Fprintf(w, `<title>%s</title><body>hello from %s</body>`, r.URL.Path, r.Host)
 		}
 	}))
-	socks := browsertest.StartSocks(t, site.addr())
-	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
-	ev := &events{}
-	jar, err := cookies.Load(cookies.Options{Path: filepath.Join(home, ".botd", "cookies.json")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	bs := browser.NewScreens(browser.ScreensOptions{
-		SocksAddr: socks.Addr, Desktop: u, Workspace: filepath.Join(home, "bot"), Cookies: jar, Events: ev, Log: log,
-	})
-	sm := screen.New(screen.Options{
-		Home: home, DisplayBase: 235, ViewPortBase: 28325, MaxScreens: 1, Desktop: u, Log: log,
-		Events: ev, Blocked: bs.Blocked, BrowserState: bs.State,
-	})
-	mux := http.NewServeMux()
-	sm.Routes(mux)
-	bs.Attach(sm, mux)
-	srv := httptest.NewServer(mux)
-	t.Cleanup(srv.Close)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		defer cancel()
-		sm.Close(ctx)
-		bs.Close(ctx)
-	})
+	rg := newScreensRig(t, u, "browser-cdp-it-", site.addr(), 235, 28325, 1)
+	srv, bs, ev := rg.srv, rg.bs, rg.ev
 	var l struct {
 		LeaseID string `json:"leaseId"`
 	}

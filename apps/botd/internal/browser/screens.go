@@ -625,6 +625,16 @@ func (bs *Screens) fail(w http.ResponseWriter, r *http.Request, err error) {
 	httpx.WriteErr(w, mapped)
 }
 
+// attached is the screen manager Attach gave (errNotAttached before).
+func (bs *Screens) attached() (*screen.Manager, error) {
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	if bs.sm == nil {
+		return nil, errNotAttached
+	}
+	return bs.sm, nil
+}
+
 // running returns the running browser of a running screen for a read,
 // starting the browser if the screen runs without one.
 // The caller releases it (use).
@@ -696,15 +706,13 @@ func (bs *Screens) handleOpen(w http.ResponseWriter, r *http.Request) {
 		bs.fail(w, r, shared.Errorf(http.StatusBadRequest, shared.CodeBadRequest, "target is required"))
 		return
 	}
-	bs.mu.Lock()
-	sm := bs.sm
-	bs.mu.Unlock()
-	if sm == nil {
-		bs.fail(w, r, errNotAttached)
+	sm, err := bs.attached()
+	if err != nil {
+		bs.fail(w, r, err)
 		return
 	}
 	var out any
-	err := sm.WithLease(r.Context(), id, req.LeaseID, func(ctx context.Context, s *screen.Screen) error {
+	err = sm.WithLease(r.Context(), id, req.LeaseID, func(ctx context.Context, s *screen.Screen) error {
 		if rel, ok, err := bs.workspacePath(req.Target); err != nil {
 			return err
 		} else if ok {
@@ -821,14 +829,12 @@ func (bs *Screens) handleTypeSecret(w http.ResponseWriter, r *http.Request) {
 		bs.fail(w, r, shared.Errorf(http.StatusBadRequest, shared.CodeBadRequest, "secret is required"))
 		return
 	}
-	bs.mu.Lock()
-	sm := bs.sm
-	bs.mu.Unlock()
-	if sm == nil {
-		bs.fail(w, r, errNotAttached)
+	sm, err := bs.attached()
+	if err != nil {
+		bs.fail(w, r, err)
 		return
 	}
-	err := sm.WithLease(r.Context(), id, req.LeaseID, func(ctx context.Context, s *screen.Screen) error {
+	err = sm.WithLease(r.Context(), id, req.LeaseID, func(ctx context.Context, s *screen.Screen) error {
 		b, release, err := bs.use(ctx, id)
 		if err != nil {
 			return err

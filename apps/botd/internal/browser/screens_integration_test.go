@@ -96,18 +96,25 @@ func call(t *testing.T, srv *httptest.Server, method, path string, body any, out
 	return resp.StatusCode
 }
 
-// TestScreensRoutes drives the browser routes on a real screen (Xvfb, XFCE)
-// through the screen manager: open, read, pages, the apply guard reported
-// in observe, type-secret's origin check, and tabs coming back after the
-// screen stops (browser first) and starts again.
-func TestScreensRoutes(t *testing.T) {
-	u := browsertest.Require(t)
-	testenv.RequireTools(t, "xfwm4", "xfce4-panel", "xfdesktop", "dbus-daemon", "x11vnc")
+// screensRig is a Screens attached to a screen manager on a mux served by
+// a test server, with a fresh home (the bot's and desktop's directories),
+// a SOCKS proxy sending every name to site, and what was published.
+type screensRig struct {
+	home  string
+	socks string // the proxy's address
+	srv   *httptest.Server
+	bs    *browser.Screens
+	sm    *screen.Manager
+	ev    *events
+}
+
+func newScreensRig(t *testing.T, u osuser.User, prefix, site string, displayBase, viewPortBase, maxScreens int) *screensRig {
+	t.Helper()
 	bot, err := osuser.Lookup("bot")
 	if err != nil {
 		testenv.Unavailable(t, "bot user: %v", err)
 	}
-	home, err := os.MkdirTemp("", "browser-screens-it-")
+	home, err := os.MkdirTemp("", prefix)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,16 +122,7 @@ func TestScreensRoutes(t *testing.T) {
 	if err := osuser.PrepareDirs(osuser.Layout(home, u, bot)); err != nil {
 		t.Fatal(err)
 	}
-	site := newSite(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		if r.URL.Path == "/login" {
-			fmt.Fprint(w, `<title>login</title><input id=pw type=password autofocus>`)
-			return
-		}
-		fmt.Fprintf(w, `<title>%s</title><body>hello from %s</body>`, r.URL.Path, r.Host)
-	}))
-	socks := browsertest.StartSocks(t, site.addr())
-
+	socks := browsertest.StartSocks(t, site)
 	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
 	ev := &events{}
 	jar, err := cookies.Load(cookies.Options{Path: filepath.Join(home, ".botd", "cookies.json")})
@@ -135,7 +133,7 @@ func TestScreensRoutes(t *testing.T) {
 		SocksAddr: socks.Addr, Desktop: u, Workspace: filepath.Join(home, "bot"), Cookies: jar, Events: ev, Log: log,
 	})
 	sm := screen.New(screen.Options{
-		Home: home, DisplayBase: 225, ViewPortBase: 28125, MaxScreens: 2, Desktop: u, Log: log,
+		Home: home, DisplayBase: displayBase, ViewPortBase: viewPortBase, MaxScreens: maxScreens, Desktop: u, Log: log,
 		Events: ev, Blocked: bs.Blocked, BrowserState: bs.State,
 	})
 	mux := http.NewServeMux()
@@ -149,6 +147,27 @@ func TestScreensRoutes(t *testing.T) {
 		sm.Close(ctx)
 		bs.Close(ctx)
 	})
+	return &screensRig{home: home, socks: socks.Addr, srv: srv, bs: bs, sm: sm, ev: ev}
+}
+
+// TestScreensRoutes drives the browser routes on a real screen (Xvfb, XFCE)
+// through the screen manager: open, read, pages, the apply guard reported
+// in observe, type-secret's origin check, and tabs coming back after the
+// screen stops (browser first) and starts again.
+func TestScreensRoutes(t *testing.T) {
+	u := browsertest.Require(t)
+	testenv.RequireTools(t, "xfwm4", "xfce4-panel", "xfdesktop", "dbus-daemon", "x11vnc")
+	site := newSite(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		if r.URL.Path == "/login" {
+			fmt.Fprint(w, `<title>login</title><input id=pw type=password autofocus>`)
+			return
+		}
+		fmt.Fprintf(w, `<title>%s</title><body>hello from %s</body>`, r.URL.Path, r.Host)
+	}))
+	rg := newScreensRig(t, u, "browser-screens-it-", site.addr(), 225, 28125, 2)
+	srv, bs, sm, ev := rg.srv, rg.bs, rg.sm, rg.ev
+	_ = ev
 	ctx := browsertest.Ctx(t, 4*time.Minute)
 
 	var l struct {
@@ -330,7 +349,7 @@ func TestScreensRoutes(t *testing.T) {
 		}
 	}
 	args, err := os.ReadFile(filepath.Join(rt, browser.ArgsFile))
-	if err != nil || !strings.Contains(string(args), "'--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1'") || !strings.Contains(string(args), "--proxy-server=socks5://"+socks.Addr) {
+	if err != nil || !strings.Contains(string(args), "'--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1'") || !strings.Contains(string(args), "--proxy-server=socks5://"+rg.socks) {
 		t.Fatalf("args file %q %v", args, err)
 	}
 	if err := b2.Close(ctx); err != nil {
