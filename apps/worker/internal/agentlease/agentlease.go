@@ -35,6 +35,10 @@ type key struct{ computer, screen, holder string }
 type entry struct {
 	id   string
 	refs int
+	// releasing, while set, is closed once the machine has the lease back:
+	// a hold meanwhile waits for it, or botd would answer it the lease
+	// being given back (same holder) and the release would land under it.
+	releasing chan struct{}
 	// keep: the lease was there before any hold here (taken outside this
 	// registry), so it is not ours to give back.
 	keep bool
@@ -53,6 +57,17 @@ func (r *Registry) Hold(ctx context.Context, m Machine, computer, screen, holder
 	k := key{computer, screen, holder}
 	r.mu.Lock()
 	e := r.m[k]
+	for e != nil && e.releasing != nil {
+		ch := e.releasing
+		r.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return "", nil, ctx.Err()
+		}
+		r.mu.Lock()
+		e = r.m[k]
+	}
 	if e != nil && !fresh {
 		e.refs++
 		id := e.id
@@ -84,17 +99,27 @@ func (r *Registry) releaser(m Machine, k key, e *entry) func() {
 			r.mu.Lock()
 			e.refs--
 			last := e.refs <= 0 && r.m[k] == e
-			if last {
+			if last && e.keep {
 				delete(r.m, k)
 			}
-			id := e.id
-			r.mu.Unlock()
 			if !last || e.keep {
+				r.mu.Unlock()
 				return
 			}
+			// The entry stays, releasing, until botd has the lease back.
+			ch := make(chan struct{})
+			e.releasing = ch
+			id := e.id
+			r.mu.Unlock()
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
 			_ = m.ReleaseLease(ctx, k.screen, id) // one botd already dropped is no matter
+			cancel()
+			r.mu.Lock()
+			if r.m[k] == e {
+				delete(r.m, k)
+			}
+			close(ch)
+			r.mu.Unlock()
 		})
 	}
 }

@@ -67,3 +67,48 @@ func TestSharedUntilTheLast(t *testing.T) {
 	_, err = m.t.Check("bob", pre.ID)
 	require.NoError(t, err, "a lease held before is left held")
 }
+
+// slowRelease holds every ReleaseLease until gate closes.
+type slowRelease struct {
+	*tableMachine
+	gate chan struct{}
+	in   chan struct{}
+}
+
+func (m *slowRelease) ReleaseLease(ctx context.Context, id, leaseID string) error {
+	m.in <- struct{}{}
+	<-m.gate
+	return m.tableMachine.ReleaseLease(ctx, id, leaseID)
+}
+
+// TestHoldWaitsForARelease: a hold that comes while the last hold's
+// release is on its way to the machine waits for it and gets a new lease;
+// it does not share the one being given back (which would be gone under
+// it: the race integrations/osworld's execute_right_after_cdp found).
+func TestHoldWaitsForARelease(t *testing.T) {
+	m := &slowRelease{tableMachine: &tableMachine{t: lease.New(lease.Options{})}, gate: make(chan struct{}), in: make(chan struct{}, 1)}
+	r := New()
+	ctx := t.Context()
+	old, rel, err := r.Hold(ctx, m, "c1", "alice", Holder("alice"), time.Minute, false, false)
+	require.NoError(t, err)
+	go rel()
+	<-m.in // the release is at the machine
+	got := make(chan string, 1)
+	go func() {
+		id, _, err := r.Hold(ctx, m, "c1", "alice", Holder("alice"), time.Minute, false, false)
+		if err != nil {
+			id = "error: " + err.Error()
+		}
+		got <- id
+	}()
+	select {
+	case id := <-got:
+		t.Fatalf("the hold did not wait for the release on its way: %s", id)
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(m.gate)
+	id := <-got
+	require.NotEqual(t, old, id, "the new hold must not share the lease being given back")
+	_, err = m.t.Check("alice", id)
+	require.NoError(t, err, "the new hold's lease is held")
+}
