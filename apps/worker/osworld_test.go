@@ -184,6 +184,20 @@ func TestOSWorldGuestAPI(t *testing.T) {
 	require.Equal(t, http.StatusOK, st)
 	require.JSONEq(t, `{"width":1280,"height":800}`, string(out))
 
+	// start_recording and end_recording, as run_single_example calls them
+	// around every task: an MP4 comes back.
+	st, out = g.jsonPost("/start_recording", nil)
+	require.Equal(t, http.StatusOK, st, "%s", out)
+	st, _ = g.jsonPost("/start_recording", nil)
+	require.Equal(t, http.StatusBadRequest, st, "a second recording")
+	time.Sleep(2 * time.Second)
+	st, video, _ := g.do("POST", "/end_recording", nil, "")
+	require.Equal(t, http.StatusOK, st, "%.200s", video)
+	require.Greater(t, len(video), 1000)
+	require.Equal(t, "ftyp", string(video[4:8]), "an MP4")
+	st, _ = g.jsonPost("/end_recording", nil)
+	require.Equal(t, http.StatusBadRequest, st, "nothing to stop")
+
 	// The download step's upload (multipart file_path, file_data), then
 	// get_file (form file_path) gives the same bytes; a missing file 404s.
 	payload := []byte("osworld round trip \x00\x01\xff")

@@ -73,8 +73,9 @@ type Options struct {
 type Service struct {
 	o Options
 
-	// mu guards started, shots and homes.
+	// mu guards started, shots, homes and recs.
 	mu      sync.Mutex
+	recs    map[string]string // computer/screen → the recording in progress
 	started map[string]bool   // computer/screen → started by this service
 	shots   map[string][]byte // computer/screen → the last PNG
 	homes   map[string]string // computer → the workspace's absolute path
@@ -85,7 +86,7 @@ func New(o Options) *Service {
 	if o.Leases == nil {
 		o.Leases = agentlease.New()
 	}
-	return &Service{o: o, started: map[string]bool{}, shots: map[string][]byte{}, homes: map[string]string{}}
+	return &Service{o: o, started: map[string]bool{}, shots: map[string][]byte{}, homes: map[string]string{}, recs: map[string]string{}}
 }
 
 // Prefix is where the routes live; the OSWorld route follows it.
@@ -116,6 +117,8 @@ func Mount(mux *http.ServeMux, gate func(http.HandlerFunc) http.HandlerFunc, s *
 	route("POST", "setup/open_file", s.openFile)
 	route("POST", "setup/activate_window", s.window(shared.ActionFocusWindow))
 	route("POST", "setup/close_window", s.window(shared.ActionCloseWindow))
+	route("POST", "start_recording", s.startRecording)
+	route("POST", "end_recording", s.endRecording)
 }
 
 // call is one request's context: the computer's machine, the bot's screen.
@@ -867,6 +870,61 @@ func hasState(e shared.Element, st string) bool {
 		}
 	}
 	return false
+}
+
+// startRecording is POST /start_recording: a recording of the screen
+// (botd's, H.264 MP4; at most an hour), 400 when one is in progress.
+func (s *Service) startRecording(c *call) error {
+	rec := machines.RecorderOf(c.m)
+	if rec == nil {
+		return gerr(http.StatusNotImplemented, "this machine does not record its screens")
+	}
+	key := c.computer + "/" + c.screen
+	s.mu.Lock()
+	busy := s.recs[key] != ""
+	s.mu.Unlock()
+	if busy {
+		return gerr(http.StatusBadRequest, "Recording is already in progress.")
+	}
+	var r shared.Recording
+	err := s.withLease(c, func(lease string) error {
+		var err error
+		r, err = rec.StartRecording(c.ctx, c.screen, shared.RecordingStart{LeaseID: lease})
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.recs[key] = r.ID
+	s.mu.Unlock()
+	return c.json(http.StatusOK, map[string]string{"status": "success", "message": "Started recording."})
+}
+
+// endRecording is POST /end_recording: stops the recording and answers
+// its MP4 (the machine's bytes, the worker's headers); 400 when none is in
+// progress.
+func (s *Service) endRecording(c *call) error {
+	rec := machines.RecorderOf(c.m)
+	if rec == nil {
+		return gerr(http.StatusNotImplemented, "this machine does not record its screens")
+	}
+	key := c.computer + "/" + c.screen
+	s.mu.Lock()
+	id := s.recs[key]
+	delete(s.recs, key)
+	s.mu.Unlock()
+	if id == "" {
+		return gerr(http.StatusBadRequest, "No recording in progress to stop.")
+	}
+	r, err := rec.StopRecording(c.ctx, c.screen, id)
+	if err != nil && client.CodeOf(err) != shared.CodeRecordingEnded {
+		return err
+	}
+	if err == nil && r.Bytes == 0 {
+		return gerr(http.StatusInternalServerError, "Recording failed. The output file is missing or empty.")
+	}
+	return machines.ServeRecordingVideo(c.w, c.r, rec, c.screen, id)
 }
 
 // shellQuote quotes s for /bin/sh.

@@ -1123,6 +1123,54 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/computers/{id}/bots/{bot}/osworld/start_recording": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The computer's id (c_…). */
+                id: components["parameters"]["ComputerID"];
+                bot: components["parameters"]["BotID"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * OSWorld: start recording
+         * @description A recording of the screen (botd's, H.264 MP4); 400 while one is in progress.
+         */
+        post: operations["osworldStartRecording"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/computers/{id}/bots/{bot}/osworld/end_recording": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The computer's id (c_…). */
+                id: components["parameters"]["ComputerID"];
+                bot: components["parameters"]["BotID"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * OSWorld: end recording
+         * @description Stops the recording and answers its MP4; 400 when none is in progress.
+         */
+        post: operations["osworldEndRecording"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -3535,6 +3583,80 @@ export interface operations {
                 };
                 content: {
                     "text/plain": string;
+                };
+            };
+            /** @description OSWorld's guest answer, or the worker's error envelope. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": unknown;
+                    "text/plain": string;
+                };
+            };
+        };
+    };
+    osworldStartRecording: {
+        parameters: {
+            query?: {
+                /** @description The bot's screen (default: the bot's id); the namespace rule applies. */
+                screen?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The computer's id (c_…). */
+                id: components["parameters"]["ComputerID"];
+                bot: components["parameters"]["BotID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Started */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": unknown;
+                };
+            };
+            /** @description OSWorld's guest answer, or the worker's error envelope. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": unknown;
+                    "text/plain": string;
+                };
+            };
+        };
+    };
+    osworldEndRecording: {
+        parameters: {
+            query?: {
+                /** @description The bot's screen (default: the bot's id); the namespace rule applies. */
+                screen?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The computer's id (c_…). */
+                id: components["parameters"]["ComputerID"];
+                bot: components["parameters"]["BotID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The video */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "video/mp4": string;
                 };
             };
             /** @description OSWorld's guest answer, or the worker's error envelope. */
