@@ -184,6 +184,18 @@ func TestOSWorldGuestAPI(t *testing.T) {
 	require.Equal(t, http.StatusOK, st)
 	require.JSONEq(t, `{"width":1280,"height":800}`, string(out))
 
+	// SetupController's window and launch steps: the page's window by
+	// title (wmctrl's substring match), a window that is not there, and
+	// Chrome's launch command starting the screen's browser.
+	st, out = g.jsonPost("/setup/activate_window", map[string]any{"window_name": "osworld", "strict": false, "by_class": false})
+	require.Equal(t, http.StatusOK, st, "%s", out)
+	st, _ = g.jsonPost("/setup/close_window", map[string]any{"window_name": "no such window here"})
+	require.Equal(t, http.StatusNotFound, st)
+	st, out = g.jsonPost("/setup/launch", map[string]any{"command": []string{"google-chrome", "--remote-debugging-port=1337"}, "shell": false})
+	require.Equal(t, http.StatusOK, st, "%s", out)
+	st, out = g.jsonPost("/setup/launch", map[string]any{"command": "gimp", "shell": false})
+	require.Equal(t, http.StatusNotImplemented, st, "%s", out)
+
 	// start_recording and end_recording, as run_single_example calls them
 	// around every task: an MP4 comes back.
 	st, out = g.jsonPost("/start_recording", nil)
