@@ -37,11 +37,13 @@ import (
 	"github.com/open-bot/computer/apps/worker/internal/providers"
 )
 
-// Displays 1600-1607 and loopback ports 35600-35621 (local machines: 2
-// slots) are this file's alone.
+// Displays 1600-1607 and loopback ports 26600-26621 (local machines: 2
+// slots) are this file's alone: below Linux's ephemeral range (32768 on),
+// where any connection's own port could take one (a CI run found both
+// slots' port 4 taken at 35604 and 35614).
 const (
 	scopeHomeDisplayBase = 1600
-	scopeHomePortBase    = 35600
+	scopeHomePortBase    = 26600
 )
 
 // scopeHomeWorker is a worker on the local provider, served in-process,
