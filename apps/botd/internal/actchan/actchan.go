@@ -48,40 +48,59 @@ var modules embed.FS
 
 // Install writes the Python modules into a new root-owned directory (0755,
 // files 0644: the bot reads them, nobody else writes them) under base
-// ("" = /run, or the system's temp directory when /run is not there) and
-// returns it, for PYTHONPATH.
+// ("" = /run) and returns it, for PYTHONPATH. base must be a directory no
+// other user can write (the default is root's); everything below the new
+// directory is made through an os.Root of it, so no path is followed that
+// another user could change.
 func Install(base string) (string, error) {
 	if base == "" {
 		base = "/run"
-		if fi, err := os.Stat(base); err != nil || !fi.IsDir() {
-			base = os.TempDir()
-		}
 	}
 	dir, err := os.MkdirTemp(base, "botd-python-")
 	if err != nil {
 		return "", err
 	}
-	if err := os.Chmod(dir, 0o755); err != nil {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		_ = os.RemoveAll(dir)
 		return "", err
 	}
-	err = fs.WalkDir(modules, "python", func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel("python", p)
-		dst := filepath.Join(dir, rel)
-		if d.IsDir() {
-			if rel == "." {
-				return nil
+	defer root.Close()
+	err = root.Chmod(".", 0o755)
+	if err == nil {
+		err = fs.WalkDir(modules, "python", func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
 			}
-			return os.Mkdir(dst, 0o755)
-		}
-		b, err := modules.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(dst, b, 0o644)
-	})
+			rel, _ := filepath.Rel("python", p)
+			if d.IsDir() {
+				if rel == "." {
+					return nil
+				}
+				if err := root.Mkdir(rel, 0o755); err != nil {
+					return err
+				}
+				return root.Chmod(rel, 0o755)
+			}
+			b, err := modules.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			f, err := root.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+			if err != nil {
+				return err
+			}
+			if _, err := f.Write(b); err != nil {
+				f.Close()
+				return err
+			}
+			if err := f.Chmod(0o644); err != nil {
+				f.Close()
+				return err
+			}
+			return f.Close()
+		})
+	}
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		return "", err
