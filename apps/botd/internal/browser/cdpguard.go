@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"time"
@@ -208,19 +209,13 @@ func asciiEscaped(s string) string {
 		case r < 0x80:
 			b.WriteRune(r)
 		case r < 0x10000:
-			b.WriteString(`\u` + strings.ToUpper(hex4(int(r))))
+			fmt.Fprintf(&b, `\u%04X`, r)
 		default:
 			r -= 0x10000
-			b.WriteString(`\u` + strings.ToUpper(hex4(0xD800+int(r>>10))))
-			b.WriteString(`\u` + strings.ToUpper(hex4(0xDC00+int(r&0x3FF))))
+			fmt.Fprintf(&b, `\u%04X\u%04X`, 0xD800+r>>10, 0xDC00+r&0x3FF)
 		}
 	}
 	return b.String()
-}
-
-func hex4(v int) string {
-	const digits = "0123456789abcdef"
-	return string([]byte{digits[v>>12&15], digits[v>>8&15], digits[v>>4&15], digits[v&15]})
 }
 
 // touchedTab reports whether tab id, or a tab it was opened from, was
