@@ -872,12 +872,21 @@ func hasState(e shared.Element, st string) bool {
 	return false
 }
 
+// recorder is the call's machine's recorder (501 for one that records no
+// screens).
+func recorder(c *call) (machines.Recorder, error) {
+	if rec := machines.RecorderOf(c.m); rec != nil {
+		return rec, nil
+	}
+	return nil, gerr(http.StatusNotImplemented, "this machine does not record its screens")
+}
+
 // startRecording is POST /start_recording: a recording of the screen
 // (botd's, H.264 MP4; at most an hour), 400 when one is in progress.
 func (s *Service) startRecording(c *call) error {
-	rec := machines.RecorderOf(c.m)
-	if rec == nil {
-		return gerr(http.StatusNotImplemented, "this machine does not record its screens")
+	rec, err := recorder(c)
+	if err != nil {
+		return err
 	}
 	key := c.computer + "/" + c.screen
 	s.mu.Lock()
@@ -887,7 +896,7 @@ func (s *Service) startRecording(c *call) error {
 		return gerr(http.StatusBadRequest, "Recording is already in progress.")
 	}
 	var r shared.Recording
-	err := s.withLease(c, func(lease string) error {
+	err = s.withLease(c, func(lease string) error {
 		var err error
 		r, err = rec.StartRecording(c.ctx, c.screen, shared.RecordingStart{LeaseID: lease})
 		return err
@@ -905,9 +914,9 @@ func (s *Service) startRecording(c *call) error {
 // its MP4 (the machine's bytes, the worker's headers); 400 when none is in
 // progress.
 func (s *Service) endRecording(c *call) error {
-	rec := machines.RecorderOf(c.m)
-	if rec == nil {
-		return gerr(http.StatusNotImplemented, "this machine does not record its screens")
+	rec, err := recorder(c)
+	if err != nil {
+		return err
 	}
 	key := c.computer + "/" + c.screen
 	s.mu.Lock()
