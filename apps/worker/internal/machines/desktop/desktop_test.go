@@ -89,6 +89,15 @@ func sandbox(t testing.TB, screens int) (*dockerclient.Client, string) {
 	})
 	_, err = cli.ContainerStart(ctx, r.ID, dockerclient.ContainerStartOptions{})
 	require.NoError(t, err)
+	// /home is a volume of the base image, so the stand-in's init makes
+	// /home/user the user's at start: until it has run, Docker's WORKDIR
+	// leaves it root's and the first mkdir in it fails (seen in CI). A
+	// sandbox is ready once the user can write its home.
+	b := NewDockerBackend(cli, r.ID, screens)
+	require.Eventually(t, func() bool {
+		res, err := b.Exec(ctx, Cmd{Argv: []string{"test", "-w", "/home/user"}, User: "user"})
+		return err == nil && res.ExitCode == 0
+	}, time.Minute, 50*time.Millisecond, "the sandbox's init makes /home/user the user's")
 	return cli, r.ID
 }
 
