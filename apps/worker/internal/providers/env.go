@@ -31,13 +31,16 @@ type Setup struct {
 	Daytona *Daytona
 	// Box is the box kind, made when a Box key is configured.
 	Box *Box
+	// Kubernetes is the kubernetes kind, made when KUBERNETES_NAMESPACE is
+	// set or WORKER_PROVIDER=kubernetes.
+	Kubernetes *Kubernetes
 }
 
 // FromEnv builds the providers from the environment (os.Getenv when getenv
 // is nil); ctx bounds the probe of the Docker engine.
 //
 //	DATA_DIR                  /var/lib/open-bot   computers/, docker/, single-screen/
-//	WORKER_PROVIDER           (auto)              local, docker, e2b, daytona, box or single-screen (wraps the auto choice)
+//	WORKER_PROVIDER           (auto)              local, docker, e2b, daytona, box, kubernetes or single-screen (wraps the auto choice)
 //	WORKER_BOTD_BIN           botd next to the worker, else /opt/botd/botd
 //	WORKER_IMAGE              open-bot/computer:dev
 //	DOCKER_HOST               the engine (Docker's own variable)
@@ -53,7 +56,9 @@ type Setup struct {
 // The e2b kind is there when E2B_API_KEY or E2B_API_KEY_FILE is set
 // (e2bFromEnv lists its settings); WORKER_PROVIDER=e2b requires one. The
 // daytona kind likewise with DAYTONA_API_KEY(_FILE) (daytonaFromEnv), and
-// the box kind with BOX_API_KEY(_FILE) (boxFromEnv).
+// the box kind with BOX_API_KEY(_FILE) (boxFromEnv). The kubernetes kind
+// is there when KUBERNETES_NAMESPACE is set or WORKER_PROVIDER=kubernetes
+// (kubernetesFromEnv lists its settings).
 func FromEnv(ctx context.Context, getenv func(string) string, log *zerolog.Logger) (*Setup, error) {
 	if getenv == nil {
 		getenv = os.Getenv
@@ -98,12 +103,13 @@ func FromEnv(ctx context.Context, getenv func(string) string, log *zerolog.Logge
 		if !daytonaConfigured(getenv) {
 			errs = append(errs, errors.New("WORKER_PROVIDER=daytona: set DAYTONA_API_KEY or DAYTONA_API_KEY_FILE (and DAYTONA_API_URL for anything but Daytona's own cloud)"))
 		}
+	case KindKubernetes:
 	case KindBox:
 		if !boxConfigured(getenv) {
 			errs = append(errs, errors.New("WORKER_PROVIDER=box: set BOX_API_KEY or BOX_API_KEY_FILE (and BOX_API_URL for anything but Box's own service)"))
 		}
 	default:
-		errs = append(errs, fmt.Errorf("WORKER_PROVIDER: %w: %q (want local, docker, e2b, daytona, box or single-screen)", ErrUnknownKind, want))
+		errs = append(errs, fmt.Errorf("WORKER_PROVIDER: %w: %q (want local, docker, e2b, daytona, box, kubernetes or single-screen)", ErrUnknownKind, want))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -139,6 +145,13 @@ func FromEnv(ctx context.Context, getenv func(string) string, log *zerolog.Logge
 	}
 	if s.Box != nil {
 		s.Registry[KindBox] = s.Box
+	}
+	if s.Kubernetes, err = kubernetesFromEnv(getenv, want == KindKubernetes, common, log); err != nil {
+		s.Close(context.Background())
+		return nil, err
+	}
+	if s.Kubernetes != nil {
+		s.Registry[KindKubernetes] = s.Kubernetes
 	}
 
 	auto, why := s.probe(ctx)
@@ -189,6 +202,9 @@ func (s *Setup) Close(ctx context.Context) error {
 	}
 	if s.Box != nil {
 		s.Box.Close()
+	}
+	if s.Kubernetes != nil {
+		s.Kubernetes.Close()
 	}
 	return errors.Join(errs...)
 }

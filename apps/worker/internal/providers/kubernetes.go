@@ -1,0 +1,707 @@
+package providers
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/open-bot/computer/apps/worker/internal/machines"
+	"github.com/open-bot/computer/pkg/shared/client"
+)
+
+// KindKubernetes is computers on a Kubernetes cluster.
+const KindKubernetes = "kubernetes"
+
+// Labels and annotations of the kubernetes provider's resources.
+const (
+	kubeManagedBy      = "app.kubernetes.io/managed-by"
+	kubeManagedByValue = "open-bot-worker"
+	// kubeLabelComputer is the computer id as a label value (selectable);
+	// kubeAnnotComputer is the exact id.
+	kubeLabelComputer = "dev.open-bot/computer"
+	kubeAnnotComputer = "dev.open-bot/computer-id"
+	kubeLabelMachine  = "dev.open-bot/machine"
+)
+
+// Ways the worker reaches a pod's botd.
+const (
+	// KubeConnectPortForward: the API server's portforward subresource,
+	// dialed by the worker's own process (nothing exposed, nothing
+	// listening on the worker's host). The default.
+	KubeConnectPortForward = "port-forward"
+	// KubeConnectService: the computer's Service by its cluster DNS name,
+	// for a worker that runs inside the cluster.
+	KubeConnectService = "service"
+)
+
+// KubernetesOptions configures the kubernetes provider.
+type KubernetesOptions struct {
+	// Config reaches the API server (KUBECONFIG, else the pod's service
+	// account when the worker runs in the cluster).
+	Config *rest.Config
+	// Namespace holds every computer's resources (KUBERNETES_NAMESPACE,
+	// default open-bot). It must exist: the worker needs a Role in it,
+	// never a cluster-wide grant.
+	Namespace string
+	// Image is the computer image (WORKER_IMAGE); PullPolicy its
+	// imagePullPolicy (KUBERNETES_IMAGE_PULL_POLICY, default IfNotPresent).
+	Image      string
+	PullPolicy corev1.PullPolicy
+	// StorageClass is the home PVC's class ("" is the cluster's default);
+	// HomeSize its request (KUBERNETES_HOME_SIZE, default 10Gi).
+	StorageClass string
+	HomeSize     resource.Quantity
+	// Requests and limits of each computer's container (KUBERNETES_CPU_REQUEST
+	// 500m, KUBERNETES_CPU_LIMIT 2, KUBERNETES_MEMORY_REQUEST 1Gi,
+	// KUBERNETES_MEMORY_LIMIT 4Gi).
+	Resources corev1.ResourceRequirements
+	// MaxScreens is botd's MAX_SCREENS (default 4).
+	MaxScreens int
+	// Env is extra environment for botd (never BOTD_TOKEN; MODEL_API_KEY
+	// goes into the computer's Secret, mounted root-only).
+	Env []string
+	// Connect is KubeConnectPortForward (default) or KubeConnectService.
+	Connect string
+	// ReadyTimeout bounds the wait for a pod to run and its botd to answer
+	// (default 180 s: a cold node pulls or unpacks the image).
+	ReadyTimeout time.Duration
+	// CallTimeout bounds each API call (default 30 s).
+	CallTimeout time.Duration
+	// Log is the provider's logger (nop when nil).
+	Log *zerolog.Logger
+}
+
+// Kubernetes is the kubernetes provider. A computer is plain resources in
+// one namespace, named after its incarnation (its ref, "ob-…"):
+//
+//   - a Secret (botd's token, the model key): the incarnation's anchor,
+//     mounted read-only, mode 0400, root's, at /run/secrets;
+//   - a PersistentVolumeClaim <ref>-home mounted at /home;
+//   - a Service <ref> (port 7000) for a worker inside the cluster;
+//   - a Pod <ref> of the computer image, made by Reconnect whenever it is
+//     missing. A Pod and not a one-replica StatefulSet: the worker is the
+//     controller (it stops a computer by deleting its pod, keeps the
+//     claim, and makes the pod again on resume or when it was lost
+//     behind its back); a StatefulSet would be a second controller
+//     fighting it over the same pod.
+type Kubernetes struct {
+	o   KubernetesOptions
+	cs  kubernetes.Interface
+	log zerolog.Logger
+
+	mu      sync.Mutex
+	dialers map[string]*podDialer
+}
+
+// NewKubernetes returns the kubernetes provider. It does not call the API
+// server.
+func NewKubernetes(o KubernetesOptions) (*Kubernetes, error) {
+	if o.Config == nil {
+		return nil, errors.New("kubernetes provider: no cluster configuration (KUBECONFIG, or run in the cluster)")
+	}
+	if o.Namespace == "" {
+		o.Namespace = "open-bot"
+	}
+	if !kubeDNSLabel.MatchString(o.Namespace) {
+		return nil, fmt.Errorf("kubernetes provider: namespace %q is not a DNS label", o.Namespace)
+	}
+	if o.Image == "" {
+		o.Image = DefaultImage
+	}
+	if o.PullPolicy == "" {
+		o.PullPolicy = corev1.PullIfNotPresent
+	}
+	if o.HomeSize.IsZero() {
+		o.HomeSize = resource.MustParse("10Gi")
+	}
+	if o.MaxScreens <= 0 {
+		o.MaxScreens = 4
+	}
+	switch o.Connect {
+	case "":
+		o.Connect = KubeConnectPortForward
+	case KubeConnectPortForward, KubeConnectService:
+	default:
+		return nil, fmt.Errorf("kubernetes provider: connect %q: want %s or %s", o.Connect, KubeConnectPortForward, KubeConnectService)
+	}
+	if o.ReadyTimeout <= 0 {
+		o.ReadyTimeout = 180 * time.Second
+	}
+	if o.CallTimeout <= 0 {
+		o.CallTimeout = 30 * time.Second
+	}
+	cfg := rest.CopyConfig(o.Config)
+	cfg.UserAgent = "open-bot-worker"
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes provider: %w", err)
+	}
+	o.Config = cfg
+	k := &Kubernetes{o: o, cs: cs, log: zerolog.Nop(), dialers: map[string]*podDialer{}}
+	if o.Log != nil {
+		k.log = o.Log.With().Str("component", "provider_kubernetes").Logger()
+	}
+	return k, nil
+}
+
+var (
+	kubeDNSLabel = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+	// kubeRef is what this provider's refs look like (Service names are
+	// DNS-1035 labels: a letter first).
+	kubeRef = regexp.MustCompile(`^ob-[a-z0-9-]{1,52}[a-z0-9]$`)
+)
+
+// kubeMachineName is a fresh incarnation name for computerID.
+func kubeMachineName(computerID string) string {
+	base := strings.ReplaceAll(computerID, "_", "-")
+	if len(base) > 40 {
+		base = base[:40]
+	}
+	base = strings.TrimRight(base, "-")
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	if base == "" {
+		return "ob-" + hex.EncodeToString(b[:])
+	}
+	return "ob-" + base + "-" + hex.EncodeToString(b[:])
+}
+
+// kubeLabelValue is computerID as a label value (which must end with a
+// letter or digit); the exact id is the annotation.
+func kubeLabelValue(computerID string) string {
+	return strings.TrimRight(computerID, "-_")
+}
+
+func homeClaim(ref string) string { return ref + "-home" }
+
+// Close ends every port-forward connection.
+func (k *Kubernetes) Close() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for ref, d := range k.dialers {
+		d.Close()
+		delete(k.dialers, ref)
+	}
+}
+
+// Describe implements Provider.
+func (k *Kubernetes) Describe() Description {
+	return Description{Kind: KindKubernetes, Capabilities: Capabilities{MultiScreen: true, Stop: true, Persistent: true}}
+}
+
+// call bounds one API call and says which it was when it fails.
+func (k *Kubernetes) call(ctx context.Context, what string, f func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, k.o.CallTimeout)
+	defer cancel()
+	if err := f(ctx); err != nil {
+		if apierrors.IsNotFound(err) || apierrors.IsAlreadyExists(err) || apierrors.IsConflict(err) {
+			return err
+		}
+		return fmt.Errorf("kubernetes provider: %s: %w", what, err)
+	}
+	return nil
+}
+
+// Ready reports whether the API server answers and the namespace is there.
+func (k *Kubernetes) Ready(ctx context.Context) error {
+	err := k.call(ctx, "get namespace", func(ctx context.Context) error {
+		_, err := k.cs.CoreV1().Namespaces().Get(ctx, k.o.Namespace, metav1.GetOptions{})
+		return err
+	})
+	if apierrors.IsNotFound(err) {
+		return fmt.Errorf("kubernetes provider: namespace %s does not exist (create it, and the worker's Role in it: deploy/kubernetes/worker-rbac.yaml)", k.o.Namespace)
+	}
+	if apierrors.IsForbidden(err) {
+		// A Role in the namespace need not grant reading namespaces: a
+		// list of our Secrets is what the worker must be able to do.
+		err = k.call(ctx, "list secrets", func(ctx context.Context) error {
+			_, err := k.cs.CoreV1().Secrets(k.o.Namespace).List(ctx, metav1.ListOptions{LabelSelector: kubeManagedBy + "=" + kubeManagedByValue, Limit: 1})
+			return err
+		})
+	}
+	return err
+}
+
+func (k *Kubernetes) labels(computerID, ref string) map[string]string {
+	return map[string]string{kubeManagedBy: kubeManagedByValue, kubeLabelComputer: kubeLabelValue(computerID), kubeLabelMachine: ref}
+}
+
+func (k *Kubernetes) meta(name, computerID, ref string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Name: name, Namespace: k.o.Namespace, Labels: k.labels(computerID, ref),
+		Annotations: map[string]string{kubeAnnotComputer: computerID}}
+}
+
+// Provision makes the computer's Secret, home claim and Service; the pod
+// is made by Reconnect.
+func (k *Kubernetes) Provision(ctx context.Context, spec Spec) (string, error) {
+	if err := checkComputerID(spec.ComputerID); err != nil {
+		return "", err
+	}
+	if len(spec.BotdToken) < 16 {
+		return "", errors.New("kubernetes provider: botd token must be at least 16 characters")
+	}
+	if spec.HomeDir != "" {
+		return "", errors.New("kubernetes provider: a worker-owned home directory cannot be mounted in a cluster (the home is the computer's claim)")
+	}
+	ref := kubeMachineName(spec.ComputerID)
+	data := map[string][]byte{"botd_token": []byte(spec.BotdToken)}
+	for _, kv := range k.o.Env {
+		if v, ok := strings.CutPrefix(kv, "MODEL_API_KEY="); ok {
+			data["model_api_key"] = []byte(v)
+		}
+	}
+	immutable := true
+	sec := &corev1.Secret{ObjectMeta: k.meta(ref, spec.ComputerID, ref), Type: corev1.SecretTypeOpaque, Data: data, Immutable: &immutable}
+	if err := k.call(ctx, "create secret", func(ctx context.Context) error {
+		_, err := k.cs.CoreV1().Secrets(k.o.Namespace).Create(ctx, sec, metav1.CreateOptions{})
+		return err
+	}); err != nil {
+		return "", k.notReady(err)
+	}
+	undo := func(err error) (string, error) {
+		_ = k.Destroy(context.WithoutCancel(ctx), ref)
+		return "", err
+	}
+	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: k.meta(homeClaim(ref), spec.ComputerID, ref),
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: k.o.HomeSize}},
+		}}
+	if k.o.StorageClass != "" {
+		sc := k.o.StorageClass
+		pvc.Spec.StorageClassName = &sc
+	}
+	if err := k.call(ctx, "create home claim", func(ctx context.Context) error {
+		_, err := k.cs.CoreV1().PersistentVolumeClaims(k.o.Namespace).Create(ctx, pvc, metav1.CreateOptions{})
+		return err
+	}); err != nil {
+		return undo(err)
+	}
+	svc := &corev1.Service{ObjectMeta: k.meta(ref, spec.ComputerID, ref),
+		Spec: corev1.ServiceSpec{
+			Type:     corev1.ServiceTypeClusterIP,
+			Selector: map[string]string{kubeLabelMachine: ref},
+			Ports:    []corev1.ServicePort{{Name: "botd", Port: containerAPIPort, TargetPort: intstr.FromInt32(containerAPIPort), Protocol: corev1.ProtocolTCP}},
+		}}
+	if err := k.call(ctx, "create service", func(ctx context.Context) error {
+		_, err := k.cs.CoreV1().Services(k.o.Namespace).Create(ctx, svc, metav1.CreateOptions{})
+		return err
+	}); err != nil {
+		return undo(err)
+	}
+	k.log.Info().Str("ref", ref).Str("computer", spec.ComputerID).Msg("provisioned")
+	return ref, nil
+}
+
+// notReady adds what to do to an error of the first call a computer makes.
+func (k *Kubernetes) notReady(err error) error {
+	if apierrors.IsNotFound(err) {
+		return fmt.Errorf("kubernetes provider: namespace %s does not exist (create it, and the worker's Role in it): %w", k.o.Namespace, err)
+	}
+	if apierrors.IsForbidden(err) {
+		return fmt.Errorf("kubernetes provider: the worker may not manage computers in namespace %s (its Role: deploy/kubernetes/worker-rbac.yaml): %w", k.o.Namespace, err)
+	}
+	return err
+}
+
+// secret is ref's Secret; ErrGone when it (the incarnation) is gone.
+func (k *Kubernetes) secret(ctx context.Context, ref string) (*corev1.Secret, error) {
+	if !kubeRef.MatchString(ref) {
+		return nil, fmt.Errorf("%w: malformed ref", ErrGone)
+	}
+	var s *corev1.Secret
+	err := k.call(ctx, "get secret", func(ctx context.Context) error {
+		var err error
+		s, err = k.cs.CoreV1().Secrets(k.o.Namespace).Get(ctx, ref, metav1.GetOptions{})
+		return err
+	})
+	if apierrors.IsNotFound(err) {
+		return nil, ErrGone
+	}
+	if err != nil {
+		return nil, err
+	}
+	if s.Labels[kubeManagedBy] != kubeManagedByValue || s.Labels[kubeLabelMachine] != ref {
+		return nil, fmt.Errorf("%w: secret %s is not an open-bot computer's", ErrGone, ref)
+	}
+	return s, nil
+}
+
+// pod is the computer's pod spec.
+func (k *Kubernetes) pod(s *corev1.Secret, ref string) *corev1.Pod {
+	computerID := s.Annotations[kubeAnnotComputer]
+	env := []corev1.EnvVar{
+		{Name: "BOTD_TOKEN_FILE", Value: containerTokenPath},
+		{Name: "MAX_SCREENS", Value: strconv.Itoa(k.o.MaxScreens)},
+	}
+	items := []corev1.KeyToPath{{Key: "botd_token", Path: "botd_token"}}
+	if _, ok := s.Data["model_api_key"]; ok {
+		items = append(items, corev1.KeyToPath{Key: "model_api_key", Path: "model_api_key"})
+		env = append(env, corev1.EnvVar{Name: "MODEL_API_KEY_FILE", Value: containerModelKeyPath})
+	}
+	for _, kv := range k.o.Env {
+		name, val, _ := strings.Cut(kv, "=")
+		if name == "BOTD_TOKEN" || name == "MODEL_API_KEY" {
+			continue
+		}
+		env = append(env, corev1.EnvVar{Name: name, Value: val})
+	}
+	readOnly := int32(0o400)
+	shm := resource.MustParse("1Gi")
+	no := false
+	grace := int64(20)
+	ports := []corev1.ContainerPort{{Name: "botd", ContainerPort: containerAPIPort, Protocol: corev1.ProtocolTCP}}
+	return &corev1.Pod{
+		ObjectMeta: k.meta(ref, computerID, ref),
+		Spec: corev1.PodSpec{
+			Hostname:      "computer",
+			RestartPolicy: corev1.RestartPolicyAlways,
+			// The bot has a shell: no API credentials and no list of the
+			// cluster's services reach it.
+			AutomountServiceAccountToken:  &no,
+			EnableServiceLinks:            &no,
+			TerminationGracePeriodSeconds: &grace,
+			SecurityContext: &corev1.PodSecurityContext{
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			},
+			Containers: []corev1.Container{{
+				Name:            "computer",
+				Image:           k.o.Image,
+				ImagePullPolicy: k.o.PullPolicy,
+				Env:             env,
+				Ports:           ports,
+				Resources:       k.o.Resources,
+				SecurityContext: &corev1.SecurityContext{Privileged: &no},
+				VolumeMounts: []corev1.VolumeMount{
+					{Name: "home", MountPath: "/home"},
+					{Name: "secrets", MountPath: "/run/secrets", ReadOnly: true},
+					{Name: "shm", MountPath: "/dev/shm"},
+				},
+			}},
+			Volumes: []corev1.Volume{
+				{Name: "home", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: homeClaim(ref)}}},
+				{Name: "secrets", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: ref, Items: items, DefaultMode: &readOnly}}},
+				{Name: "shm", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: &shm}}},
+			},
+		},
+	}
+}
+
+// Reconnect makes the computer's pod when it is missing (a new computer, a
+// stopped one, or a pod lost behind the worker's back: the same claim
+// comes back), waits until it runs and its botd answers. ErrGone when the
+// incarnation's Secret is gone.
+func (k *Kubernetes) Reconnect(ctx context.Context, ref string, _ Spec) (Machine, error) {
+	s, err := k.secret(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	token := strings.TrimSpace(string(s.Data["botd_token"]))
+	if len(token) < 16 {
+		return nil, fmt.Errorf("kubernetes provider: secret %s holds no botd token", ref)
+	}
+	deadline := time.Now().Add(k.o.ReadyTimeout)
+	if err := k.ensurePod(ctx, s, ref, deadline); err != nil {
+		return nil, err
+	}
+	var m Machine
+	switch k.o.Connect {
+	case KubeConnectService:
+		m = machines.NewBotd(fmt.Sprintf("http://%s.%s.svc:%d", ref, k.o.Namespace, containerAPIPort), token)
+	default:
+		d := k.dialer(ref)
+		tr := &http.Transport{DialContext: d.DialContext, MaxIdleConnsPerHost: 16, IdleConnTimeout: 90 * time.Second}
+		m = machines.BotdOf(client.New("http://botd", token, &http.Client{Transport: tr}))
+	}
+	var lastCheck time.Time
+	exited := func() error {
+		if time.Since(lastCheck) < time.Second {
+			return nil
+		}
+		lastCheck = time.Now()
+		p, err := k.cs.CoreV1().Pods(k.o.Namespace).Get(ctx, ref, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return fmt.Errorf("pod %s was deleted while starting", ref)
+		}
+		if err != nil {
+			return nil
+		}
+		return k.podFailed(ctx, p)
+	}
+	if err := awaitHealthy(ctx, m, time.Until(deadline), exited); err != nil {
+		return nil, fmt.Errorf("kubernetes provider: computer %s: %w", ref, err)
+	}
+	return m, nil
+}
+
+func (k *Kubernetes) dialer(ref string) *podDialer {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	d := k.dialers[ref]
+	if d == nil {
+		d = newPodDialer(k.o.Config, k.cs, k.o.Namespace, ref, containerAPIPort)
+		k.dialers[ref] = d
+	}
+	return d
+}
+
+func (k *Kubernetes) dropDialer(ref string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if d := k.dialers[ref]; d != nil {
+		d.Close()
+		delete(k.dialers, ref)
+	}
+}
+
+// ensurePod makes ref's pod when there is none (waiting out one being
+// deleted, replacing one that ended) and waits until it runs.
+func (k *Kubernetes) ensurePod(ctx context.Context, s *corev1.Secret, ref string, deadline time.Time) error {
+	pods := k.cs.CoreV1().Pods(k.o.Namespace)
+	last := "no pod yet"
+	for {
+		var p *corev1.Pod
+		err := k.call(ctx, "get pod", func(ctx context.Context) error {
+			var err error
+			p, err = pods.Get(ctx, ref, metav1.GetOptions{})
+			return err
+		})
+		switch {
+		case apierrors.IsNotFound(err):
+			// Before a pod is made again: its claim must still be there
+			// (a pod would wait for a missing claim forever).
+			if err := k.call(ctx, "get home claim", func(ctx context.Context) error {
+				_, err := k.cs.CoreV1().PersistentVolumeClaims(k.o.Namespace).Get(ctx, homeClaim(ref), metav1.GetOptions{})
+				return err
+			}); apierrors.IsNotFound(err) {
+				return fmt.Errorf("%w: the home claim %s of %s is gone", ErrGone, homeClaim(ref), ref)
+			} else if err != nil {
+				return err
+			}
+			err = k.call(ctx, "create pod", func(ctx context.Context) error {
+				_, err := pods.Create(ctx, k.pod(s, ref), metav1.CreateOptions{})
+				return err
+			})
+			if err != nil && !apierrors.IsAlreadyExists(err) {
+				return err
+			}
+			k.log.Info().Str("ref", ref).Msg("pod created")
+			last = "pod created"
+		case err != nil:
+			return err
+		case p.DeletionTimestamp != nil:
+			last = "the previous pod is still terminating"
+		case p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed:
+			// Evicted, or its node lost: a new pod on the same claim.
+			k.log.Warn().Str("ref", ref).Str("phase", string(p.Status.Phase)).Str("reason", p.Status.Reason).Msg("pod ended; making it again")
+			zero := int64(0)
+			if err := k.call(ctx, "delete ended pod", func(ctx context.Context) error {
+				return pods.Delete(ctx, ref, metav1.DeleteOptions{GracePeriodSeconds: &zero, Preconditions: &metav1.Preconditions{UID: &p.UID}})
+			}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+				return err
+			}
+			last = "the previous pod ended (" + string(p.Status.Phase) + ")"
+		case p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "":
+			return nil
+		default:
+			if err := k.podFailed(ctx, p); err != nil {
+				return fmt.Errorf("kubernetes provider: computer %s: %w", ref, err)
+			}
+			last = podWaiting(p)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("kubernetes provider: computer %s: pod not running after %s: %s", ref, k.o.ReadyTimeout, last)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("kubernetes provider: computer %s: %w (%s)", ref, ctx.Err(), last)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// podWaiting says what a pod that does not run yet waits for.
+func podWaiting(p *corev1.Pod) string {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Message != "" {
+			return "not scheduled: " + c.Message
+		}
+	}
+	for _, cs := range p.Status.ContainerStatuses {
+		if w := cs.State.Waiting; w != nil && w.Reason != "" {
+			return "container waiting: " + w.Reason + ": " + w.Message
+		}
+	}
+	return "pod " + strings.ToLower(string(p.Status.Phase))
+}
+
+// podFailed says why a pod cannot come up without someone's help (nil
+// while it may still): an image that is not there and will not be pulled,
+// a configuration the kubelet refuses, botd exiting at start.
+func (k *Kubernetes) podFailed(ctx context.Context, p *corev1.Pod) error {
+	for _, cs := range p.Status.ContainerStatuses {
+		if w := cs.State.Waiting; w != nil {
+			switch w.Reason {
+			case "ErrImageNeverPull", "InvalidImageName", "CreateContainerConfigError", "CreateContainerError", "ErrImagePull", "ImagePullBackOff":
+				return fmt.Errorf("container cannot start: %s: %s", w.Reason, w.Message)
+			case "CrashLoopBackOff":
+				return fmt.Errorf("botd keeps exiting (%s): %s", w.Reason, k.lastLog(ctx, p.Name))
+			}
+		}
+		if t := cs.LastTerminationState.Terminated; t != nil && cs.RestartCount > 0 && !cs.Ready {
+			return fmt.Errorf("container exited (code %d): %s", t.ExitCode, k.lastLog(ctx, p.Name))
+		}
+	}
+	return nil
+}
+
+// lastLog is the reason botd gave in its last lines (tailLines' rule).
+func (k *Kubernetes) lastLog(ctx context.Context, pod string) string {
+	tail := int64(20)
+	var out []byte
+	_ = k.call(ctx, "pod log", func(ctx context.Context) error {
+		rc, err := k.cs.CoreV1().Pods(k.o.Namespace).GetLogs(pod, &corev1.PodLogOptions{TailLines: &tail, Previous: true}).Stream(ctx)
+		if err != nil {
+			return err
+		}
+		defer rc.Close()
+		out, err = io.ReadAll(io.LimitReader(rc, 64<<10))
+		return err
+	})
+	var t tailLines
+	t.write(append(bytes.TrimRight(out, "\n"), '\n'))
+	return t.reason()
+}
+
+// deletePod deletes ref's pod (grace seconds) and waits until it is gone.
+func (k *Kubernetes) deletePod(ctx context.Context, ref string, grace int64) error {
+	pods := k.cs.CoreV1().Pods(k.o.Namespace)
+	err := k.call(ctx, "delete pod", func(ctx context.Context) error {
+		return pods.Delete(ctx, ref, metav1.DeleteOptions{GracePeriodSeconds: &grace})
+	})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	wait := time.Duration(grace)*time.Second + 60*time.Second
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	for {
+		_, err := pods.Get(ctx, ref, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("kubernetes provider: pod %s still there %s after its delete", ref, wait)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// Stop deletes the computer's pod (botd gets SIGTERM, 20 s to end) and
+// keeps its claim, Secret and Service: Reconnect makes the pod again on
+// the same home.
+func (k *Kubernetes) Stop(ctx context.Context, ref string) error {
+	if _, err := k.secret(ctx, ref); err != nil {
+		return err
+	}
+	k.dropDialer(ref)
+	return k.deletePod(ctx, ref, 20)
+}
+
+// Destroy deletes the computer's pod, Service, Secret and home claim (its
+// volume goes by the storage class's reclaim policy). A gone computer, or
+// one partly gone, is fine.
+func (k *Kubernetes) Destroy(ctx context.Context, ref string) error {
+	if !kubeRef.MatchString(ref) {
+		return nil
+	}
+	k.dropDialer(ref)
+	if err := k.deletePod(ctx, ref, 2); err != nil {
+		return err
+	}
+	ns := k.o.Namespace
+	var errs []error
+	for _, del := range []struct {
+		what string
+		f    func(ctx context.Context) error
+	}{
+		{"delete service", func(ctx context.Context) error {
+			return k.cs.CoreV1().Services(ns).Delete(ctx, ref, metav1.DeleteOptions{})
+		}},
+		{"delete home claim", func(ctx context.Context) error {
+			return k.cs.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, homeClaim(ref), metav1.DeleteOptions{})
+		}},
+		{"delete secret", func(ctx context.Context) error {
+			return k.cs.CoreV1().Secrets(ns).Delete(ctx, ref, metav1.DeleteOptions{})
+		}},
+	} {
+		if err := k.call(ctx, del.what, del.f); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	k.log.Info().Str("ref", ref).Msg("destroyed")
+	return nil
+}
+
+// List returns every computer of ours in the namespace (by its Secret),
+// with whether its pod runs.
+func (k *Kubernetes) List(ctx context.Context) ([]Listed, error) {
+	sel := metav1.ListOptions{LabelSelector: kubeManagedBy + "=" + kubeManagedByValue}
+	var secrets *corev1.SecretList
+	if err := k.call(ctx, "list secrets", func(ctx context.Context) error {
+		var err error
+		secrets, err = k.cs.CoreV1().Secrets(k.o.Namespace).List(ctx, sel)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	var pods *corev1.PodList
+	if err := k.call(ctx, "list pods", func(ctx context.Context) error {
+		var err error
+		pods, err = k.cs.CoreV1().Pods(k.o.Namespace).List(ctx, sel)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	running := map[string]bool{}
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning {
+			running[p.Name] = true
+		}
+	}
+	out := make([]Listed, 0, len(secrets.Items))
+	for _, s := range secrets.Items {
+		ref := s.Labels[kubeLabelMachine]
+		if ref != s.Name || !kubeRef.MatchString(ref) {
+			continue
+		}
+		out = append(out, Listed{Ref: ref, ComputerID: s.Annotations[kubeAnnotComputer], Running: running[ref]})
+	}
+	return out, nil
+}
