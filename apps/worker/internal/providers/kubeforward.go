@@ -187,8 +187,8 @@ func (c *streamConn) Close() error {
 	return nil
 }
 
-func (c *streamConn) LocalAddr() net.Addr                { return forwardAddr{} }
-func (c *streamConn) RemoteAddr() net.Addr               { return forwardAddr{} }
+func (c *streamConn) LocalAddr() net.Addr  { return forwardAddr{} }
+func (c *streamConn) RemoteAddr() net.Addr { return forwardAddr{} }
 
 // The deadline setters do nothing: a stream has no deadlines, and the
 // callers' contexts bound their calls.
