@@ -8,6 +8,7 @@
 //	kube etcd --data-dir DIR [--listen-client URL] [--listen-peer URL]
 //	kube certs --dir DIR --node-name NAME --node-ip IP [--apiserver URL]
 //	kube cri-clean --endpoint unix:///path/containerd.sock
+//	kube hostpath-provisioner --kubeconfig F --root DIR
 //	kube version
 //
 // It is built by scripts/kube.sh into a per-machine cache, never into git.
@@ -60,7 +61,9 @@ var components = map[string]struct {
 	"etcd":      {"etcd", runEtcd},
 	"certs":     {"kube-certs", runCerts},
 	"cri-clean": {"kube-cri-clean", runCRIClean},
-	"version":   {"kube-version", runVersion},
+	// the test cluster's storage class (package hostpath)
+	"hostpath-provisioner": {"kube-hostpath-provisioner", runProvisioner},
+	"version":              {"kube-version", runVersion},
 }
 
 func runKubectl() int {
