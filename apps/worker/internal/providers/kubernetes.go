@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -81,6 +82,13 @@ type KubernetesOptions struct {
 	Env []string
 	// Connect is KubeConnectPortForward (default) or KubeConnectService.
 	Connect string
+	// SandboxAPI is "" (plain resources) or KubeSandboxAPIAgentSandbox
+	// (KUBERNETES_SANDBOX_API): computers are agent-sandbox Sandboxes made
+	// from the SandboxTemplate SandboxTemplate (KUBERNETES_SANDBOX_TEMPLATE,
+	// default open-bot-computer; made from this provider's pod when
+	// missing), run by agent-sandbox's controller.
+	SandboxAPI      string
+	SandboxTemplate string
 	// ReadyTimeout bounds the wait for a pod to run and its botd to answer
 	// (default 180 s: a cold node pulls or unpacks the image).
 	ReadyTimeout time.Duration
@@ -106,6 +114,7 @@ type KubernetesOptions struct {
 type Kubernetes struct {
 	o   KubernetesOptions
 	cs  kubernetes.Interface
+	dyn dynamic.Interface
 	log zerolog.Logger
 
 	mu      sync.Mutex
@@ -143,6 +152,17 @@ func NewKubernetes(o KubernetesOptions) (*Kubernetes, error) {
 	default:
 		return nil, fmt.Errorf("kubernetes provider: connect %q: want %s or %s", o.Connect, KubeConnectPortForward, KubeConnectService)
 	}
+	switch o.SandboxAPI {
+	case "", KubeSandboxAPIAgentSandbox:
+	default:
+		return nil, fmt.Errorf("kubernetes provider: sandbox API %q: want %s or nothing (plain resources)", o.SandboxAPI, KubeSandboxAPIAgentSandbox)
+	}
+	if o.SandboxTemplate == "" {
+		o.SandboxTemplate = DefaultSandboxTemplate
+	}
+	if !kubeDNSLabel.MatchString(o.SandboxTemplate) {
+		return nil, fmt.Errorf("kubernetes provider: sandbox template %q is not a DNS label", o.SandboxTemplate)
+	}
 	if o.ReadyTimeout <= 0 {
 		o.ReadyTimeout = 180 * time.Second
 	}
@@ -155,8 +175,12 @@ func NewKubernetes(o KubernetesOptions) (*Kubernetes, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes provider: %w", err)
 	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes provider: %w", err)
+	}
 	o.Config = cfg
-	k := &Kubernetes{o: o, cs: cs, log: zerolog.Nop(), dialers: map[string]*podDialer{}}
+	k := &Kubernetes{o: o, cs: cs, dyn: dyn, log: zerolog.Nop(), dialers: map[string]*podDialer{}}
 	if o.Log != nil {
 		k.log = o.Log.With().Str("component", "provider_kubernetes").Logger()
 	}
@@ -280,6 +304,13 @@ func (k *Kubernetes) Provision(ctx context.Context, spec Spec) (string, error) {
 	undo := func(err error) (string, error) {
 		_ = k.Destroy(context.WithoutCancel(ctx), ref)
 		return "", err
+	}
+	if k.sandboxMode() {
+		if err := k.provisionSandbox(ctx, sec, ref); err != nil {
+			return undo(err)
+		}
+		k.log.Info().Str("ref", ref).Str("computer", spec.ComputerID).Msg("provisioned a sandbox")
+		return ref, nil
 	}
 	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: k.meta(homeClaim(ref), spec.ComputerID, ref),
 		Spec: corev1.PersistentVolumeClaimSpec{
@@ -419,6 +450,9 @@ func (k *Kubernetes) Reconnect(ctx context.Context, ref string, _ Spec) (Machine
 	if len(token) < 16 {
 		return nil, fmt.Errorf("kubernetes provider: secret %s holds no botd token", ref)
 	}
+	if k.sandboxMode() {
+		return k.reconnectSandbox(ctx, ref, token)
+	}
 	deadline := time.Now().Add(k.o.ReadyTimeout)
 	if err := k.ensurePod(ctx, s, ref, deadline); err != nil {
 		return nil, err
@@ -453,12 +487,20 @@ func (k *Kubernetes) Reconnect(ctx context.Context, ref string, _ Spec) (Machine
 	return m, nil
 }
 
-func (k *Kubernetes) dialer(ref string) *podDialer {
+func (k *Kubernetes) dialer(ref string) *podDialer { return k.dialerFor(ref, ref) }
+
+// dialerFor is computer ref's dialer to pod (a Sandbox's pod is named by
+// its controller): a new one when the pod changed.
+func (k *Kubernetes) dialerFor(ref, pod string) *podDialer {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	d := k.dialers[ref]
+	if d != nil && d.pod != pod {
+		d.Close()
+		d = nil
+	}
 	if d == nil {
-		d = newPodDialer(k.o.Config, k.cs, k.o.Namespace, ref, containerAPIPort)
+		d = newPodDialer(k.o.Config, k.cs, k.o.Namespace, pod, containerAPIPort)
 		k.dialers[ref] = d
 	}
 	return d
@@ -628,6 +670,9 @@ func (k *Kubernetes) Stop(ctx context.Context, ref string) error {
 		return err
 	}
 	k.dropDialer(ref)
+	if k.sandboxMode() {
+		return k.stopSandbox(ctx, ref)
+	}
 	return k.deletePod(ctx, ref, 20)
 }
 
@@ -639,11 +684,15 @@ func (k *Kubernetes) Destroy(ctx context.Context, ref string) error {
 		return nil
 	}
 	k.dropDialer(ref)
-	if err := k.deletePod(ctx, ref, 2); err != nil {
+	var errs []error
+	if k.sandboxMode() {
+		if err := k.destroySandbox(ctx, ref); err != nil {
+			errs = append(errs, err)
+		}
+	} else if err := k.deletePod(ctx, ref, 2); err != nil {
 		return err
 	}
 	ns := k.o.Namespace
-	var errs []error
 	for _, del := range []struct {
 		what string
 		f    func(ctx context.Context) error
@@ -692,7 +741,7 @@ func (k *Kubernetes) List(ctx context.Context) ([]Listed, error) {
 	running := map[string]bool{}
 	for _, p := range pods.Items {
 		if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning {
-			running[p.Name] = true
+			running[p.Labels[kubeLabelMachine]] = true
 		}
 	}
 	out := make([]Listed, 0, len(secrets.Items))

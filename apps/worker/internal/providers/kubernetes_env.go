@@ -23,6 +23,8 @@ import (
 //	KUBERNETES_CPU_REQUEST/LIMIT    500m / 2
 //	KUBERNETES_MEMORY_REQUEST/LIMIT 1Gi / 4Gi
 //	KUBERNETES_IMAGE_PULL_POLICY    IfNotPresent  (Always, Never)
+//	KUBERNETES_SANDBOX_API          (none)        agent-sandbox: computers are agent-sandbox Sandboxes
+//	KUBERNETES_SANDBOX_TEMPLATE     open-bot-computer  the SandboxTemplate they are made from
 //	WORKER_IMAGE                    open-bot/computer:dev
 func kubernetesFromEnv(getenv func(string) string, wanted bool, env []string, log *zerolog.Logger) (*Kubernetes, error) {
 	str := func(k, def string) string {
@@ -57,6 +59,7 @@ func kubernetesFromEnv(getenv func(string) string, wanted bool, env []string, lo
 	o := KubernetesOptions{Config: cfg, Namespace: str("KUBERNETES_NAMESPACE", "open-bot"),
 		Image: str("WORKER_IMAGE", DefaultImage), StorageClass: str("KUBERNETES_STORAGE_CLASS", ""),
 		Connect: str("KUBERNETES_CONNECT", KubeConnectPortForward), Env: env, Log: log,
+		SandboxAPI: str("KUBERNETES_SANDBOX_API", ""), SandboxTemplate: str("KUBERNETES_SANDBOX_TEMPLATE", DefaultSandboxTemplate),
 		Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{}, Limits: corev1.ResourceList{}}}
 	switch p := corev1.PullPolicy(str("KUBERNETES_IMAGE_PULL_POLICY", string(corev1.PullIfNotPresent))); p {
 	case corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:

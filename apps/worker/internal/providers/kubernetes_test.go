@@ -1,6 +1,7 @@
 package providers
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,6 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/rest"
+
+	"github.com/open-bot/computer/apps/worker/internal/providers/agentsandbox"
 )
 
 // TestKubernetesPodSpec: the pod a computer runs as carries its secrets
@@ -85,6 +88,8 @@ current-context: c
 		"KUBERNETES_IMAGE_PULL_POLICY": "want Always",
 		"KUBERNETES_CONNECT":           "want port-forward",
 		"KUBERNETES_NAMESPACE":         "not a DNS label",
+		"KUBERNETES_SANDBOX_API":       "want agent-sandbox",
+		"KUBERNETES_SANDBOX_TEMPLATE":  "not a DNS label",
 	} {
 		_, err := kubernetesFromEnv(env(map[string]string{"KUBECONFIG": kc, bad: "Bad_Value"}), true, nil, nil)
 		require.ErrorContains(t, err, why, bad)
@@ -94,4 +99,60 @@ current-context: c
 	_, err = kubernetesFromEnv(env(map[string]string{"KUBECONFIG": filepath.Join(t.TempDir(), "none")}), true, nil, nil)
 	require.Error(t, err)
 	require.True(t, strings.Contains(err.Error(), "KUBECONFIG"), err.Error())
+}
+
+// TestKubernetesSandboxObject: in agent-sandbox mode the Sandbox made
+// from a template (an operator's, with a runtime class and a node
+// selector) keeps the template's pod settings, adds the computer's
+// container settings, secrets and home claim, forces off API credentials,
+// and matches agent-sandbox's published schema.
+func TestKubernetesSandboxObject(t *testing.T) {
+	k, err := NewKubernetes(KubernetesOptions{Config: &rest.Config{Host: "https://127.0.0.1:1"}, Namespace: "ns",
+		SandboxAPI: KubeSandboxAPIAgentSandbox, Env: []string{"MODEL_API_KEY=sk-secret-value"}})
+	require.NoError(t, err)
+	ref := kubeMachineName("bob")
+	s := &corev1.Secret{ObjectMeta: k.meta(ref, "bob", ref), Data: map[string][]byte{"botd_token": []byte("t0123456789abcdef"), "model_api_key": []byte("sk-secret-value")}}
+	gvisor, yes := "gvisor", true
+	tpl := corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+		RuntimeClassName: &gvisor, NodeSelector: map[string]string{"pool": "computers"},
+		AutomountServiceAccountToken: &yes,
+		Containers: []corev1.Container{{Name: "computer", Image: "registry.example/computer:1"}},
+	}}
+	obj, err := k.sandbox(s, ref, tpl)
+	require.NoError(t, err)
+	require.NoError(t, agentsandbox.Validate(obj), "the Sandbox matches the published schema")
+	raw, err := json.Marshal(obj)
+	require.NoError(t, err)
+	require.NotContains(t, string(raw), "sk-secret-value")
+	require.NotContains(t, string(raw), "t0123456789abcdef")
+	var sb struct {
+		Spec struct {
+			PodTemplate          corev1.PodTemplateSpec `json:"podTemplate"`
+			VolumeClaimTemplates []struct {
+				Metadata struct {
+					Name string `json:"name"`
+				} `json:"metadata"`
+			} `json:"volumeClaimTemplates"`
+			OperatingMode string `json:"operatingMode"`
+		} `json:"spec"`
+	}
+	require.NoError(t, json.Unmarshal(raw, &sb))
+	ps := sb.Spec.PodTemplate.Spec
+	require.Equal(t, "gvisor", *ps.RuntimeClassName)
+	require.Equal(t, "computers", ps.NodeSelector["pool"])
+	require.False(t, *ps.AutomountServiceAccountToken, "the template cannot give the bot API credentials")
+	require.Equal(t, "registry.example/computer:1", ps.Containers[0].Image)
+	require.Equal(t, "Running", sb.Spec.OperatingMode)
+	require.Len(t, sb.Spec.VolumeClaimTemplates, 1)
+	require.Equal(t, sandboxHome, sb.Spec.VolumeClaimTemplates[0].Metadata.Name)
+	var mounts []string
+	for _, m := range ps.Containers[0].VolumeMounts {
+		mounts = append(mounts, m.Name+":"+m.MountPath)
+	}
+	require.Contains(t, mounts, "home:/home")
+	require.Contains(t, mounts, "secrets:/run/secrets")
+	for _, v := range ps.Volumes {
+		require.NotEqual(t, "home", v.Name, "the home is the volumeClaimTemplate, not a pod volume")
+	}
+	require.Equal(t, ref, sb.Spec.PodTemplate.Labels[kubeLabelMachine])
 }
