@@ -116,7 +116,7 @@ func TestKubernetesSandboxObject(t *testing.T) {
 	tpl := corev1.PodTemplateSpec{Spec: corev1.PodSpec{
 		RuntimeClassName: &gvisor, NodeSelector: map[string]string{"pool": "computers"},
 		AutomountServiceAccountToken: &yes,
-		Containers: []corev1.Container{{Name: "computer", Image: "registry.example/computer:1"}},
+		Containers:                   []corev1.Container{{Name: "computer", Image: "registry.example/computer:1"}},
 	}}
 	obj, err := k.sandbox(s, ref, tpl)
 	require.NoError(t, err)
