@@ -571,6 +571,9 @@ func (k *Kubernetes) ensurePod(ctx context.Context, s *corev1.Secret, ref string
 			last = podWaiting(p)
 		}
 		if time.Now().After(deadline) {
+			if w := k.lastWarning(ctx, ref); w != "" {
+				last += "; last warning: " + w
+			}
 			return fmt.Errorf("kubernetes provider: computer %s: pod not running after %s: %s", ref, k.o.ReadyTimeout, last)
 		}
 		select {
@@ -579,6 +582,35 @@ func (k *Kubernetes) ensurePod(ctx context.Context, s *corev1.Secret, ref string
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
+}
+
+// lastWarning is the newest Warning event of pod ref ("" when none, or
+// when events cannot be read): why the kubelet could not make its sandbox,
+// why a claim does not bind.
+func (k *Kubernetes) lastWarning(ctx context.Context, ref string) string {
+	var evs *corev1.EventList
+	if err := k.call(ctx, "list events", func(ctx context.Context) error {
+		var err error
+		evs, err = k.cs.CoreV1().Events(k.o.Namespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + ref + ",type=Warning"})
+		return err
+	}); err != nil {
+		return ""
+	}
+	var last *corev1.Event
+	for i := range evs.Items {
+		e := &evs.Items[i]
+		if last == nil || e.LastTimestamp.After(last.LastTimestamp.Time) {
+			last = e
+		}
+	}
+	if last == nil {
+		return ""
+	}
+	msg := last.Message
+	if len(msg) > 500 {
+		msg = msg[:500] + "…"
+	}
+	return last.Reason + ": " + msg
 }
 
 // podWaiting says what a pod that does not run yet waits for.
