@@ -190,7 +190,7 @@ launch() {
   # The child writes its own pid then execs, so the pid is the component's.
   # shellcheck disable=SC2016 # expanded by that child
   setsid bash -c 'printf "%s %s\n" "$$" "$1" >"$2.tmp" && mv "$2.tmp" "$2" && shift 2 && exec "$@"' \
-    kube-launch "$exe" "$pf" "$exe" "$@" </dev/null >>"$LOGS/$name.log" 2>&1 &
+    kube-launch "$exe" "$pf" "$exe" "$@" </dev/null >>"$LOGS/$name.log" 2>&1 8>&- 9>&- &
   for _ in $(seq 1 50); do
     [ -s "$pf" ] && break
     sleep 0.1
@@ -300,6 +300,10 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     stream_server_address = "127.0.0.1"
     stream_server_port = "0"
     enable_selinux = false
+    # This machine's root lacks CAP_SYS_RESOURCE (nested sandboxes often
+    # do): no oom_score_adj below containerd's own (the pause container's
+    # -998 would make runc fail "failed to update /proc/self/oom_score_adj").
+    restrict_oom_score_adj = true
     [plugins."io.containerd.grpc.v1.cri".containerd]
       snapshotter = "overlayfs"
       default_runtime_name = "runc"
@@ -437,6 +441,11 @@ evictionHard:
   nodefs.inodesFree: "1%"
   imagefs.available: "1%"
 serializeImagePulls: false
+# The kubelet's own oom_score_adj: the default -999 needs CAP_SYS_RESOURCE.
+oomScoreAdj: 0
+# No KUBE-FIREWALL chain in the host's INPUT and OUTPUT: it guards against
+# kube-proxy's route_localnet, and there is no kube-proxy here.
+makeIPTablesUtilChains: false
 EOF
 }
 
@@ -664,16 +673,26 @@ cmd_stop() {
   mkdir -p "$RUN/pids" "$LOGS"
   exec 9>"$RUN/.lock"
   flock -w 300 9 || die "another kube.sh start/stop is running"
-  # The binary for cri-clean: the cached one if there is one; no build here.
-  local d
-  for d in "$CACHE"/*/kube; do
-    [ -x "$d" ] && KUBE="$d"
-  done
-  [ -x "$(src_hash_path)" ] && KUBE="$(src_hash_path)"
+  # The binary for cri-clean: a cached one; stop builds nothing.
+  find_kube || log "no kube binary cached: pod sandboxes are not removed through the CRI"
   stop_all
 }
 
 src_hash_path() { echo "$CACHE/$(src_hash)/kube"; }
+
+# The binary to talk to a running cluster with: the current source's if it
+# is built, else whichever build is cached (the cluster may predate an edit).
+find_kube() {
+  local k
+  k="$(src_hash_path)"
+  if [ ! -x "$k" ]; then
+    for k in "$CACHE"/*/kube; do
+      [ -x "$k" ] && break
+    done
+  fi
+  [ -x "$k" ] || return 1
+  KUBE="$k"
+}
 
 # -------------------------------------------------------------- status --
 
@@ -691,8 +710,7 @@ cmd_status() {
     echo "cluster: stopped"
     return 3
   fi
-  KUBE="$(src_hash_path)"
-  if [ -x "$KUBE" ] && kc get --raw /readyz >/dev/null 2>&1; then
+  if find_kube && kc get --raw /readyz >/dev/null 2>&1; then
     echo "api server: https://127.0.0.1:$API_PORT ready; admin kubeconfig: $ADMIN_KUBECONFIG"
     kc get nodes -o wide 2>&1 || true
   else
@@ -709,8 +727,7 @@ cmd_status() {
 # file, /dev/shm of 1 GiB), reached through the API server's pod proxy.
 cmd_smoke() {
   require_root
-  KUBE="$(src_hash_path)"
-  if ! { [ -x "$KUBE" ] && all_running && kc get --raw /readyz >/dev/null 2>&1; }; then
+  if ! { find_kube && all_running && kc get --raw /readyz >/dev/null 2>&1; }; then
     die "the cluster is not running (scripts/kube.sh start)"
   fi
   docker image inspect "$COMPUTER_IMAGE" >/dev/null 2>&1 || die "docker has no $COMPUTER_IMAGE (scripts/build-image.sh)"
@@ -754,7 +771,10 @@ spec:
         privileged: false
         allowPrivilegeEscalation: true
       volumeMounts:
-        - { name: token, mountPath: /run/secrets, readOnly: true }
+        # subPath: the file itself, bind-mounted. A whole secret volume
+        # shows its keys as symlinks (botd_token -> ..data/botd_token), and
+        # botd opens its token file with O_NOFOLLOW and refuses to start.
+        - { name: token, mountPath: /run/secrets/botd_token, subPath: botd_token, readOnly: true }
         - { name: home, mountPath: /home }
         - { name: shm, mountPath: /dev/shm }
   volumes:
@@ -834,8 +854,7 @@ case "${1:-}" in
   smoke) cmd_smoke ;;
   kubectl)
     shift
-    KUBE="$(src_hash_path)"
-    [ -x "$KUBE" ] || die "not built (scripts/kube.sh build)"
+    find_kube || die "not built (scripts/kube.sh build)"
     kc "$@"
     ;;
   env) echo "export KUBECONFIG=$ADMIN_KUBECONFIG" ;;

@@ -51,6 +51,8 @@ func runEtcd() int {
 	cfg.QuotaBackendBytes = *quota
 	cfg.LogLevel = *logLevel
 	cfg.LogOutputs = []string{"stderr"}
+	// NewConfig leaves this zero, which logs every request as expensive.
+	cfg.WarningUnaryRequestDuration = embed.DefaultWarningUnaryRequestDuration
 	// A test cluster: keep the history short so the data dir stays small.
 	cfg.AutoCompactionMode = "periodic"
 	cfg.AutoCompactionRetention = "5m"
