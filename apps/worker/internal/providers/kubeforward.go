@@ -19,12 +19,14 @@ import (
 )
 
 // podDialer dials one port of one pod through the API server's
-// portforward subresource (what `kubectl port-forward` uses): every
-// net.Conn it returns is a pair of streams on one SPDY connection to the
-// kubelet, made on first use and again whenever it closed (the pod was
-// replaced, the API server restarted). Nothing listens on the worker's
-// host: the botd client's transport dials through it directly, so the
-// pod's port is reachable by this process alone.
+// portforward subresource (what `kubectl port-forward` uses). Each net.Conn
+// it returns is a pair of streams on an SPDY connection of its own to the
+// kubelet: on containerd 1.6 a connection whose forwarded TCP connection
+// ended could stop answering new streams (seen on the test cluster: no
+// reply for 30 s), so one connection never carries two. The botd client's
+// transport keeps its connections alive, so dials are few. Nothing
+// listens on the worker's host: the transport dials through this
+// directly, so the pod's port is reachable by this process alone.
 type podDialer struct {
 	cfg       *rest.Config
 	cs        kubernetes.Interface
@@ -32,78 +34,79 @@ type podDialer struct {
 	pod       string
 	port      int
 
-	mu   sync.Mutex
-	conn httpstream.Connection
-	next int
+	mu    sync.Mutex
+	open  map[*streamConn]struct{}
+	close bool
 }
 
 func newPodDialer(cfg *rest.Config, cs kubernetes.Interface, namespace, pod string, port int) *podDialer {
-	return &podDialer{cfg: cfg, cs: cs, namespace: namespace, pod: pod, port: port}
+	return &podDialer{cfg: cfg, cs: cs, namespace: namespace, pod: pod, port: port, open: map[*streamConn]struct{}{}}
 }
 
-// connection is the live SPDY connection, dialed when there is none.
-func (d *podDialer) connection(ctx context.Context) (httpstream.Connection, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.conn != nil {
-		select {
-		case <-d.conn.CloseChan():
-			d.conn = nil
-		default:
-			return d.conn, nil
-		}
-	}
-	rt, upgrader, err := spdy.RoundTripperFor(d.cfg)
-	if err != nil {
-		return nil, err
-	}
-	u := d.cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(d.namespace).Name(d.pod).SubResource("portforward").URL()
-	dialer := spdy.NewDialer(upgrader, &http.Client{Transport: rt}, http.MethodPost, u)
+// streamTimeout bounds the upgrade and the creation of one connection's
+// streams: the kubelet answers in milliseconds.
+const streamTimeout = 15 * time.Second
+
+// DialContext opens a connection to the pod's port (network and address
+// are ignored: the transport's one destination is this pod).
+func (d *podDialer) DialContext(ctx context.Context, _, _ string) (net.Conn, error) {
 	type result struct {
-		c   httpstream.Connection
+		c   *streamConn
 		err error
 	}
 	ch := make(chan result, 1)
 	go func() {
-		c, _, err := dialer.Dial(portforward.PortForwardProtocolV1Name)
+		c, err := d.dial()
 		ch <- result{c, err}
 	}()
+	t := time.NewTimer(streamTimeout)
+	defer t.Stop()
+	var err error
 	select {
 	case r := <-ch:
 		if r.err != nil {
 			return nil, fmt.Errorf("port-forward to pod %s/%s: %w", d.namespace, d.pod, r.err)
 		}
-		d.conn = r.c
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if d.close {
+			r.c.Close()
+			return nil, fmt.Errorf("port-forward to pod %s/%s: the dialer is closed", d.namespace, d.pod)
+		}
+		d.open[r.c] = struct{}{}
 		return r.c, nil
+	case <-t.C:
+		err = fmt.Errorf("port-forward to pod %s/%s: no answer in %s", d.namespace, d.pod, streamTimeout)
 	case <-ctx.Done():
-		go func() {
-			if r := <-ch; r.c != nil {
-				r.c.Close()
-			}
-		}()
-		return nil, ctx.Err()
+		err = ctx.Err()
 	}
+	go func() {
+		if r := <-ch; r.c != nil {
+			r.c.Close()
+		}
+	}()
+	return nil, err
 }
 
-// DialContext opens a stream to the pod's port (network and address are
-// ignored: the transport's one destination is this pod).
-func (d *podDialer) DialContext(ctx context.Context, _, _ string) (net.Conn, error) {
-	conn, err := d.connection(ctx)
+// dial makes a new SPDY connection and its error and data streams.
+func (d *podDialer) dial() (*streamConn, error) {
+	rt, upgrader, err := spdy.RoundTripperFor(d.cfg)
 	if err != nil {
 		return nil, err
 	}
-	d.mu.Lock()
-	d.next++
-	id := d.next
-	d.mu.Unlock()
+	u := d.cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(d.namespace).Name(d.pod).SubResource("portforward").URL()
+	conn, _, err := spdy.NewDialer(upgrader, &http.Client{Transport: rt}, http.MethodPost, u).Dial(portforward.PortForwardProtocolV1Name)
+	if err != nil {
+		return nil, err
+	}
 	h := http.Header{}
 	h.Set(corev1.StreamType, corev1.StreamTypeError)
 	h.Set(corev1.PortHeader, strconv.Itoa(d.port))
-	h.Set(corev1.PortForwardRequestIDHeader, strconv.Itoa(id))
+	h.Set(corev1.PortForwardRequestIDHeader, "0")
 	errStream, err := conn.CreateStream(h)
 	if err != nil {
 		conn.Close()
-		return nil, fmt.Errorf("port-forward to pod %s/%s: %w", d.namespace, d.pod, err)
+		return nil, err
 	}
 	// Nothing is written on the error stream; the kubelet writes one
 	// message there when it cannot reach the port.
@@ -111,10 +114,16 @@ func (d *podDialer) DialContext(ctx context.Context, _, _ string) (net.Conn, err
 	h.Set(corev1.StreamType, corev1.StreamTypeData)
 	data, err := conn.CreateStream(h)
 	if err != nil {
-		conn.RemoveStreams(errStream)
-		return nil, fmt.Errorf("port-forward to pod %s/%s: %w", d.namespace, d.pod, err)
+		conn.Close()
+		return nil, err
 	}
-	c := &streamConn{data: data, remove: func() { conn.RemoveStreams(errStream, data) }, failed: make(chan struct{})}
+	c := &streamConn{data: data, failed: make(chan struct{})}
+	c.remove = func() {
+		conn.Close()
+		d.mu.Lock()
+		delete(d.open, c)
+		d.mu.Unlock()
+	}
 	go func() {
 		msg, _ := io.ReadAll(io.LimitReader(errStream, 4096))
 		if len(msg) > 0 {
@@ -124,13 +133,17 @@ func (d *podDialer) DialContext(ctx context.Context, _, _ string) (net.Conn, err
 	return c, nil
 }
 
-// Close ends the SPDY connection (the streams on it end with it).
+// Close ends every connection this dialer made; later dials fail.
 func (d *podDialer) Close() {
 	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.conn != nil {
-		d.conn.Close()
-		d.conn = nil
+	d.close = true
+	open := make([]*streamConn, 0, len(d.open))
+	for c := range d.open {
+		open = append(open, c)
+	}
+	d.mu.Unlock()
+	for _, c := range open {
+		c.Close()
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"path"
 	"regexp"
 	"strconv"
 	"strings"
@@ -401,6 +402,13 @@ func (k *Kubernetes) pod(s *corev1.Secret, ref string) *corev1.Pod {
 	no := false
 	grace := int64(20)
 	ports := []corev1.ContainerPort{{Name: "botd", ContainerPort: containerAPIPort, Protocol: corev1.ProtocolTCP}}
+	// Each secret is its own file (subPath): a secret volume's files are
+	// symbolic links into a timestamped directory, and botd opens its token
+	// and key without following links.
+	mounts := []corev1.VolumeMount{{Name: "home", MountPath: "/home"}, {Name: "shm", MountPath: "/dev/shm"}}
+	for _, it := range items {
+		mounts = append(mounts, corev1.VolumeMount{Name: "secrets", MountPath: path.Join(path.Dir(containerTokenPath), it.Path), SubPath: it.Path, ReadOnly: true})
+	}
 	return &corev1.Pod{
 		ObjectMeta: k.meta(ref, computerID, ref),
 		Spec: corev1.PodSpec{
@@ -421,12 +429,12 @@ func (k *Kubernetes) pod(s *corev1.Secret, ref string) *corev1.Pod {
 				Env:             env,
 				Ports:           ports,
 				Resources:       k.o.Resources,
-				SecurityContext: &corev1.SecurityContext{Privileged: &no},
-				VolumeMounts: []corev1.VolumeMount{
-					{Name: "home", MountPath: "/home"},
-					{Name: "secrets", MountPath: "/run/secrets", ReadOnly: true},
-					{Name: "shm", MountPath: "/dev/shm"},
+				SecurityContext: &corev1.SecurityContext{
+					Privileged:               &no,
+					AllowPrivilegeEscalation: &no,
+					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: kubeCapabilities},
 				},
+				VolumeMounts: mounts,
 			}},
 			Volumes: []corev1.Volume{
 				{Name: "home", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: homeClaim(ref)}}},
@@ -612,6 +620,16 @@ func (k *Kubernetes) lastWarning(ctx context.Context, ref string) string {
 	}
 	return last.Reason + ": " + msg
 }
+
+// kubeCapabilities are all the Linux capabilities a computer's container
+// keeps (botd runs as root and starts everything else as the computer's
+// users): CHOWN, DAC_OVERRIDE and FOWNER to make and hand over the homes
+// and workspace; SETUID and SETGID to run the desktop, the browser and the
+// bot's commands as their users; KILL to end a user's timed-out command.
+// Each was measured necessary on the test cluster (dropping it fails
+// botd's start or its tests); nothing else of Docker's default set is
+// kept, and no privilege escalation (no setuid binary gains anything).
+var kubeCapabilities = []corev1.Capability{"CHOWN", "DAC_OVERRIDE", "FOWNER", "SETUID", "SETGID", "KILL"}
 
 // podWaiting says what a pod that does not run yet waits for.
 func podWaiting(p *corev1.Pod) string {

@@ -49,11 +49,14 @@ func TestKubernetesPodSpec(t *testing.T) {
 	require.False(t, hasToken)
 	mounts := map[string]corev1.VolumeMount{}
 	for _, m := range c.VolumeMounts {
-		mounts[m.Name] = m
+		mounts[m.MountPath] = m
 	}
-	require.Equal(t, "/home", mounts["home"].MountPath)
-	require.Equal(t, filepath.Dir(containerTokenPath), mounts["secrets"].MountPath)
-	require.True(t, mounts["secrets"].ReadOnly)
+	require.Equal(t, "home", mounts["/home"].Name)
+	for _, f := range []string{containerTokenPath, containerModelKeyPath} {
+		require.Equal(t, "secrets", mounts[f].Name)
+		require.Equal(t, filepath.Base(f), mounts[f].SubPath, "a file of its own, not a link into the volume")
+		require.True(t, mounts[f].ReadOnly)
+	}
 	for _, v := range p.Spec.Volumes {
 		switch v.Name {
 		case "home":
@@ -150,7 +153,7 @@ func TestKubernetesSandboxObject(t *testing.T) {
 		mounts = append(mounts, m.Name+":"+m.MountPath)
 	}
 	require.Contains(t, mounts, "home:/home")
-	require.Contains(t, mounts, "secrets:/run/secrets")
+	require.Contains(t, mounts, "secrets:"+containerTokenPath)
 	for _, v := range ps.Volumes {
 		require.NotEqual(t, "home", v.Name, "the home is the volumeClaimTemplate, not a pod volume")
 	}
