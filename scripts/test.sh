@@ -10,6 +10,9 @@
 #   scripts/postgres.sh        Debian's PostgreSQL and a test database, unless
 #                              WORKER_TEST_DATABASE_URL is set
 #   scripts/build-image.sh     the computer image (seconds when nothing changed)
+#   scripts/kube.sh            a single-node Kubernetes cluster built from
+#                              source (cached per machine), stopped at exit
+#                              when this run started it
 # Not root (a laptop): nothing is installed; the tests that need root, the
 # tools, an engine or Postgres skip, and under CI=true they fail instead.
 # TEST_SETUP=0 skips the set-up steps. apps/worker runs as shards beside
@@ -31,7 +34,13 @@ if [ "${TEST_SETUP:-1}" = 1 ] && [ "$(id -u)" = 0 ] && [ -f /etc/debian_version 
   setup=yes
 fi
 claim="$(mktemp)"
-trap 'bash scripts/docker-engine.sh stop "$claim" >/dev/null 2>&1 || true; rm -f "$claim"' EXIT
+kube_started=no
+cleanup() {
+  if [ "$kube_started" = yes ]; then bash scripts/kube.sh stop >/dev/null 2>&1 || true; fi
+  bash scripts/docker-engine.sh stop "$claim" >/dev/null 2>&1 || true
+  rm -f "$claim"
+}
+trap cleanup EXIT
 if [ "$setup" = yes ]; then
   bash scripts/provision.sh
   bash scripts/docker-engine.sh start "$claim"
@@ -43,12 +52,46 @@ else
   log "not root on Debian (or TEST_SETUP=0): nothing is installed or started; tests that need what is missing skip (fail under CI=true)"
 fi
 
+# The Kubernetes test cluster (scripts/kube.sh): its binary builds beside
+# the image (a per-machine cache: minutes cold, nothing warm), then it
+# starts with the image imported; its tests get KUBE_TEST_KUBECONFIG.
+# TEST_KUBE=0 leaves it out (its tests skip; fail under CI=true).
+kube_build_pid=""
+kube_log="$PWD/build/test-logs/kube.log"
+if [ "$setup" = yes ] && [ "${TEST_KUBE:-1}" = 1 ]; then
+  mkdir -p "$(dirname "$kube_log")"
+  bash scripts/kube.sh build >"$kube_log" 2>&1 &
+  kube_build_pid=$!
+fi
+
 make --no-print-directory build
 "$GO" vet "${PKGS[@]}"
 if docker info >/dev/null 2>&1; then
   IMAGE="$IMAGE" IMAGE_SKIP_PROVISION=1 bash scripts/build-image.sh
 else
   log "no Docker engine answers; the image tests skip (fail under CI=true)"
+fi
+
+if [ -n "$kube_build_pid" ]; then
+  kube_ok=yes
+  if ! wait "$kube_build_pid"; then
+    kube_ok=no
+    log "scripts/kube.sh build failed ($kube_log):"; tail -n 30 "$kube_log" >&2
+  fi
+  if [ "$kube_ok" = yes ]; then
+    bash scripts/kube.sh status >/dev/null 2>&1 || kube_started=yes
+    if KUBE_COMPUTER_IMAGE="$IMAGE" bash scripts/kube.sh start >>"$kube_log" 2>&1; then
+      export KUBE_TEST_KUBECONFIG=/var/lib/open-bot-kube/admin.kubeconfig
+      log "Kubernetes test cluster up (KUBE_TEST_KUBECONFIG=$KUBE_TEST_KUBECONFIG; log $kube_log)"
+    else
+      kube_ok=no
+      log "scripts/kube.sh start failed ($kube_log):"; tail -n 30 "$kube_log" >&2
+    fi
+  fi
+  if [ "$kube_ok" = no ] && [ "${CI:-}" = true ]; then
+    log "CI=true: the Kubernetes tests cannot run without the cluster"
+    exit 1
+  fi
 fi
 
 # apps/worker holds most of the suite's time in one package whose tests run
@@ -85,7 +128,7 @@ logs="$PWD/build/test-logs"
 mkdir -p "$logs"
 bin="$logs/worker.test"
 pids=()
-trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; bash scripts/docker-engine.sh stop "$claim" >/dev/null 2>&1 || true; rm -f "$claim"' EXIT
+trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; cleanup' EXIT
 
 start=$(date +%s)
 rest_rc=0
