@@ -441,6 +441,7 @@ evictionHard:
   nodefs.inodesFree: "1%"
   imagefs.available: "1%"
 serializeImagePulls: false
+podLogsDir: $LOGS/pods
 # The kubelet's own oom_score_adj: the default -999 needs CAP_SYS_RESOURCE.
 oomScoreAdj: 0
 # No KUBE-FIREWALL chain in the host's INPUT and OUTPUT: it guards against
@@ -555,14 +556,21 @@ cmd_start() {
   mkdir -p "$STATE" "$RUN/pids" "$LOGS" "$CACHE"
   chmod 700 "$STATE" "$RUN"
   exec 9>"$RUN/.lock"
-  flock -n 9 || die "another kube.sh start/stop is running"
+  # A second start waits for the first, then finds the cluster running.
+  flock -w 900 9 || die "another kube.sh start/stop held the lock for 15 minutes"
   if all_running; then
-    cmd_build
-    if kc get --raw /readyz >/dev/null 2>&1 && node_ready; then
-      log "already running (admin kubeconfig: $ADMIN_KUBECONFIG)"
-      echo "$ADMIN_KUBECONFIG"
-      return 0
-    fi
+    find_kube || cmd_build
+    # Running: never restarted from here (others may be using it); a
+    # moment of unreadiness under load is waited out.
+    local deadline=$((SECONDS + 60))
+    until kc get --raw /readyz >/dev/null 2>&1 && node_ready; do
+      [ "$SECONDS" -lt "$deadline" ] ||
+        die "the cluster runs but is not healthy after 60s (API server /readyz, node Ready); see $LOGS/, then scripts/kube.sh stop && scripts/kube.sh start"
+      sleep 1
+    done
+    log "already running (admin kubeconfig: $ADMIN_KUBECONFIG)"
+    echo "$ADMIN_KUBECONFIG"
+    return 0
   fi
   if any_running || [ -n "$(ls -A "$RUN/pids" 2>/dev/null)" ]; then
     log "a partly running or unhealthy cluster is left: stopping it first"
