@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/httpstream"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -37,6 +38,16 @@ type podDialer struct {
 	mu    sync.Mutex
 	open  map[*streamConn]struct{}
 	close bool
+	// denied is the API server's refusal of the last dial (401 or 403):
+	// retrying does not help, so a start reports it at once.
+	denied error
+}
+
+// Denied is the API server's refusal of the last dial, if it refused it.
+func (d *podDialer) Denied() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.denied
 }
 
 func newPodDialer(cfg *rest.Config, cs kubernetes.Interface, namespace, pod string, port int) *podDialer {
@@ -64,11 +75,16 @@ func (d *podDialer) DialContext(ctx context.Context, _, _ string) (net.Conn, err
 	var err error
 	select {
 	case r := <-ch:
-		if r.err != nil {
-			return nil, fmt.Errorf("port-forward to pod %s/%s: %w", d.namespace, d.pod, r.err)
-		}
 		d.mu.Lock()
 		defer d.mu.Unlock()
+		d.denied = nil
+		if r.err != nil {
+			err := fmt.Errorf("port-forward to pod %s/%s: %w", d.namespace, d.pod, r.err)
+			if apierrors.IsForbidden(r.err) || apierrors.IsUnauthorized(r.err) {
+				d.denied = err
+			}
+			return nil, err
+		}
 		if d.close {
 			r.c.Close()
 			return nil, fmt.Errorf("port-forward to pod %s/%s: the dialer is closed", d.namespace, d.pod)

@@ -466,11 +466,12 @@ func (k *Kubernetes) Reconnect(ctx context.Context, ref string, _ Spec) (Machine
 		return nil, err
 	}
 	var m Machine
+	var d *podDialer
 	switch k.o.Connect {
 	case KubeConnectService:
 		m = machines.NewBotd(fmt.Sprintf("http://%s.%s.svc:%d", ref, k.o.Namespace, containerAPIPort), token)
 	default:
-		d := k.dialer(ref)
+		d = k.dialer(ref)
 		tr := &http.Transport{DialContext: d.DialContext, MaxIdleConnsPerHost: 16, IdleConnTimeout: 90 * time.Second}
 		m = machines.BotdOf(client.New("http://botd", token, &http.Client{Transport: tr}))
 	}
@@ -480,6 +481,11 @@ func (k *Kubernetes) Reconnect(ctx context.Context, ref string, _ Spec) (Machine
 			return nil
 		}
 		lastCheck = time.Now()
+		if d != nil {
+			if err := d.Denied(); err != nil {
+				return fmt.Errorf("the worker may not reach the pod (its Role: deploy/kubernetes/worker-rbac.yaml): %w", err)
+			}
+		}
 		p, err := k.cs.CoreV1().Pods(k.o.Namespace).Get(ctx, ref, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return fmt.Errorf("pod %s was deleted while starting", ref)
