@@ -9,6 +9,8 @@
 #   scripts/kube.sh stop      stop all of it, remove its pods, mounts and bridge (caches are kept)
 #   scripts/kube.sh status    what runs
 #   scripts/kube.sh smoke     a pod of the computer image; botd answers through the API server's proxy
+#   scripts/kube.sh restart C stop and start one component (containerd, etcd, apiserver, …, kubelet)
+#   scripts/kube.sh pid C     a running component's pid
 #   scripts/kube.sh kubectl … kubectl with the admin kubeconfig
 #   scripts/kube.sh env       prints `export KUBECONFIG=…`
 #
@@ -78,7 +80,7 @@ src_hash() {
   (
     cd "$SRC"
     find . -type f \( -name '*.go' -o -name go.mod -o -name go.sum \) -print0 | LC_ALL=C sort -z | xargs -0 sha256sum
-    go version
+    go version 2>/dev/null || echo "no go"
   ) | sha256sum | cut -c1-16
 }
 
@@ -479,8 +481,9 @@ start_apiserver() {
   wait_for "the API server's /readyz" 120 apiserver kc get --raw /readyz
   # The API server's client certificate may use the kubelet API (logs,
   # exec, port-forward).
-  kc create clusterrolebinding open-bot-kube-apiserver-kubelet \
-    --clusterrole=system:kubelet-api-admin --user=kube-apiserver-kubelet-client >/dev/null
+  kc get clusterrolebinding open-bot-kube-apiserver-kubelet >/dev/null 2>&1 ||
+    kc create clusterrolebinding open-bot-kube-apiserver-kubelet \
+      --clusterrole=system:kubelet-api-admin --user=kube-apiserver-kubelet-client >/dev/null
 }
 
 start_controller_manager() {
@@ -569,6 +572,10 @@ cmd_start() {
       sleep 1
     done
     log "already running (admin kubeconfig: $ADMIN_KUBECONFIG)"
+    # A computer image rebuilt since: imported now (running pods keep theirs).
+    if docker image inspect "$COMPUTER_IMAGE" >/dev/null 2>&1; then
+      import_image computer "$COMPUTER_IMAGE"
+    fi
     echo "$ADMIN_KUBECONFIG"
     return 0
   fi
@@ -662,7 +669,9 @@ stop_all() {
   stop_component hostpath-provisioner
   stop_component scheduler
   stop_component controller-manager
-  stop_component apiserver
+  # Its graceful termination takes a second or two; a CRD whose conversion
+  # webhook has no server can hold it much longer (then KILL: etcd is fine).
+  stop_component apiserver 10
   stop_component etcd
   stop_component containerd 30
   local pid
@@ -726,6 +735,44 @@ cmd_status() {
   fi
   echo "logs: $LOGS/"
   [ "$up" = "${#COMPONENTS[@]}" ] || return 1
+}
+
+# ------------------------------------------------------------- restart --
+
+# restart COMPONENT: stops one component and starts it again with the same
+# configuration, on the running cluster (the fault tests: a kubelet
+# restarted, an API server gone for a while). `pid COMPONENT` prints its pid
+# (e.g. for SIGSTOP/SIGCONT).
+cmd_restart() {
+  require_root
+  local c="${1:-}"
+  case "$c" in
+    containerd | etcd | apiserver | controller-manager | scheduler | hostpath-provisioner | kubelet) ;;
+    *) die "restart: one of ${COMPONENTS[*]}" ;;
+  esac
+  exec 9>"$RUN/.lock"
+  flock -w 300 9 || die "another kube.sh start/stop is running"
+  if ! { find_kube && all_running; }; then
+    die "the cluster is not running (scripts/kube.sh start)"
+  fi
+  local t0
+  t0="$(now)"
+  local grace=30
+  [ "$c" = apiserver ] && grace=10
+  stop_component "$c" "$grace"
+  case "$c" in
+    containerd) start_containerd ;;
+    etcd) start_etcd ;;
+    apiserver) start_apiserver ;;
+    controller-manager) start_controller_manager ;;
+    scheduler) start_scheduler ;;
+    hostpath-provisioner) start_provisioner ;;
+    kubelet)
+      start_kubelet
+      wait_for "node $NODE_NAME Ready" 180 kubelet node_ready
+      ;;
+  esac
+  log "restarted $c in $(since "$t0")s"
 }
 
 # --------------------------------------------------------------- smoke --
@@ -875,11 +922,15 @@ case "${1:-}" in
   stop) cmd_stop ;;
   status) cmd_status ;;
   smoke) cmd_smoke ;;
+  restart) cmd_restart "${2:-}" ;;
+  pid)
+    running_pid "${2:-}" || die "${2:-(none)} is not running"
+    ;;
   kubectl)
     shift
     find_kube || die "not built (scripts/kube.sh build)"
     kc "$@"
     ;;
   env) echo "export KUBECONFIG=$ADMIN_KUBECONFIG" ;;
-  *) die "usage: scripts/kube.sh build|start|stop|status|smoke|kubectl ARGS...|env" ;;
+  *) die "usage: scripts/kube.sh build|start|stop|status|smoke|restart COMPONENT|pid COMPONENT|kubectl ARGS...|env" ;;
 esac
