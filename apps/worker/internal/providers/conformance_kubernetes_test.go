@@ -315,3 +315,59 @@ func TestKubernetesAgentSandboxMode(t *testing.T) {
 	_, err = k.Reconnect(ctx, ref, spec)
 	require.ErrorIs(t, err, ErrGone)
 }
+
+// TestKubernetesFaults: a pod deleted behind the worker's back comes back
+// at the next reconnect on the same claim (the home's files are there); a
+// home claim that cannot bind (a storage class no one provisions) fails
+// the start with the scheduler's reason, once, and nothing is retried or
+// destroyed behind the caller's back.
+func TestKubernetesFaults(t *testing.T) {
+	k, cs := testKubernetes(t)
+	ctx := testCtx(t, 10*time.Minute)
+	spec := Spec{ComputerID: "faults", BotdToken: testToken()}
+	ref, err := k.Provision(ctx, spec)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = k.Destroy(context.Background(), ref) })
+	m, err := k.Reconnect(ctx, ref, spec)
+	require.NoError(t, err)
+	require.NoError(t, m.WriteFile(ctx, "kept.txt", []byte("still here\n")))
+	h, err := m.Health(ctx)
+	require.NoError(t, err)
+	first := h.BootedAt
+
+	zero := int64(0)
+	require.NoError(t, cs.CoreV1().Pods(k.o.Namespace).Delete(ctx, ref, metav1.DeleteOptions{GracePeriodSeconds: &zero}))
+	require.Eventually(t, func() bool {
+		_, err := cs.CoreV1().Pods(k.o.Namespace).Get(ctx, ref, metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	}, time.Minute, 100*time.Millisecond)
+	m, err = k.Reconnect(ctx, ref, spec)
+	require.NoError(t, err, "a lost pod is made again")
+	h, err = m.Health(ctx)
+	require.NoError(t, err)
+	require.False(t, h.BootedAt.Equal(first), "a new botd")
+	got, err := m.ReadFile(ctx, "kept.txt", 100)
+	require.NoError(t, err)
+	require.Equal(t, "still here\n", string(got), "on the same home")
+
+	// A claim that cannot bind.
+	k2, err := NewKubernetes(func() KubernetesOptions {
+		o := k.o
+		o.StorageClass = "no-such-class"
+		o.ReadyTimeout = 8 * time.Second
+		return o
+	}())
+	require.NoError(t, err)
+	t.Cleanup(k2.Close)
+	spec2 := Spec{ComputerID: "unbound", BotdToken: testToken()}
+	ref2, err := k2.Provision(ctx, spec2)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = k2.Destroy(context.Background(), ref2) })
+	start := time.Now()
+	_, err = k2.Reconnect(ctx, ref2, spec2)
+	require.Error(t, err)
+	require.Less(t, time.Since(start), time.Minute, "one bounded wait, not a retry storm")
+	require.Contains(t, err.Error(), "unbound immediate PersistentVolumeClaims", "the scheduler's reason reaches the caller")
+	_, err = cs.CoreV1().PersistentVolumeClaims(k.o.Namespace).Get(ctx, homeClaim(ref2), metav1.GetOptions{})
+	require.NoError(t, err, "nothing is destroyed behind the caller's back")
+}
