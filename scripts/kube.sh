@@ -586,6 +586,8 @@ cmd_start() {
   ensure_packages
   cmd_build
   log "logs: $LOGS/"
+  # A start that fails leaves nothing running (its logs stay).
+  trap 'log "start failed: stopping what it started (logs: $LOGS/)"; stop_all' EXIT
 
   # A fresh cluster: no certificates, etcd data or kubelet state of a last run.
   cleanup_mounts
@@ -620,6 +622,7 @@ cmd_start() {
   start_kubelet
   wait_for "node $NODE_NAME Ready" 180 kubelet node_ready
   wait_for "the default service account" 60 controller-manager kc -n default get serviceaccount default
+  trap - EXIT
   log "node $NODE_NAME Ready: cluster up in $(since "$t0")s"
   log "admin kubeconfig: $ADMIN_KUBECONFIG   logs: $LOGS/"
   echo "$ADMIN_KUBECONFIG"
