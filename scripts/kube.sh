@@ -75,12 +75,14 @@ k8s_version() {
   awk '$1 == "require" && $2 == "k8s.io/kubernetes" { print $3; exit } $1 == "k8s.io/kubernetes" && $2 ~ /^v/ { print $2; exit }' "$SRC/go.mod"
 }
 
-# The cache key: tools/kube's go.mod, go.sum and .go files, and the Go toolchain.
+# The cache key: tools/kube's go.mod, go.sum and .go files, the Go toolchain
+# and the build recipe (cmd_build's own text: flags, ldflags).
 src_hash() {
   (
     cd "$SRC"
     find . -type f \( -name '*.go' -o -name go.mod -o -name go.sum \) -print0 | LC_ALL=C sort -z | xargs -0 sha256sum
     go version 2>/dev/null || echo "no go"
+    declare -f cmd_build
   ) | sha256sum | cut -c1-16
 }
 
