@@ -587,6 +587,13 @@ cmd_start() {
   fi
   ensure_packages
   cmd_build
+  # The last run's logs become NAME.log.1 (one generation kept).
+  local f
+  for f in "$LOGS"/*.log; do
+    [ -f "$f" ] && mv -f "$f" "$f.1"
+  done
+  rm -rf "$LOGS/pods.1"
+  [ -d "$LOGS/pods" ] && mv "$LOGS/pods" "$LOGS/pods.1"
   log "logs: $LOGS/"
   # A start that fails leaves nothing running (its logs stay).
   trap 'log "start failed: stopping what it started (logs: $LOGS/)"; stop_all' EXIT
