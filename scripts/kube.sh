@@ -693,6 +693,8 @@ stop_all() {
   done
   cleanup_mounts
   net_down
+  # The kubelet's cgroups (/kubepods in each hierarchy), now empty.
+  find /sys/fs/cgroup/*/kubepods -depth -type d -exec rmdir {} + 2>/dev/null || true
   rm -f "$RUN/pids/"*.pid
   if [ "$had" = 1 ]; then log "stopped"; else log "nothing was running"; fi
 }
