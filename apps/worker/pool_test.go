@@ -28,6 +28,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/open-bot/computer/apps/worker/internal/providers"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // Displays 1220-1243 and loopback ports 32600-32659 are these tests' alone
@@ -310,7 +312,14 @@ func testPool(t *testing.T, pe *poolEnv, kind string, kill func(t *testing.T, id
 		require.NoError(t, err)
 		cb, err := pe.w.Store.GetComputer(t.Context(), b.computer)
 		require.NoError(t, err)
-		require.NotEqual(t, pe.w.Computers.HomeDir(ca, kind), pe.w.Computers.HomeDir(cb, kind), "two teams, two homes")
+		ha, hb := pe.w.Computers.HomeDir(ca, kind), pe.w.Computers.HomeDir(cb, kind)
+		if kind == providers.KindKubernetes {
+			// The home is each pod's own claim (<ref>-home): two refs, two claims.
+			require.Empty(t, ha, "no worker-owned home on a cluster")
+		} else {
+			require.NotEmpty(t, ha)
+			require.NotEqual(t, ha, hb, "two teams, two homes")
+		}
 
 		require.Equal(t, http.StatusCreated, a.do(t, "POST", "/bots", map[string]string{"id": "ann"}, nil))
 		require.Equal(t, http.StatusCreated, b.do(t, "POST", "/bots", map[string]string{"id": "ann"}, nil))
@@ -409,4 +418,37 @@ func TestPoolBadValueFailsStart(t *testing.T) {
 			Model: "m", Approvals: "decline", Getenv: envMap(map[string]string{"WORKER_POOL": tc.pool})}, testLog(t))
 		require.ErrorContains(t, err, tc.want, "WORKER_POOL=%s", tc.pool)
 	}
+}
+
+// TestPoolKubernetes: the warm pool on the kubernetes provider, on the
+// test cluster scripts/kube.sh runs (KUBE_TEST_KUBECONFIG): ready pods,
+// taken by creates; a pooled pod deleted behind the worker's back is not
+// handed out and its computer's resources go.
+func TestPoolKubernetes(t *testing.T) {
+	kc := os.Getenv("KUBE_TEST_KUBECONFIG")
+	if kc == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("CI=true but KUBE_TEST_KUBECONFIG is not set (make test starts scripts/kube.sh)")
+		}
+		t.Skip("KUBE_TEST_KUBECONFIG is not set (scripts/kube.sh start)")
+	}
+	cs := kubeClient(t, kc)
+	ns := kubeNamespace(t, cs)
+	image := envMap(nil)("WORKER_IMAGE")
+	if image == "" {
+		image = providers.DefaultImage
+	}
+	dir := openDir(t, "wire-pool-kube-")
+	env := map[string]string{"WORKER_PROVIDER": providers.KindKubernetes, "WORKER_IMAGE": image, "WORKER_POOL": "kubernetes=2",
+		"KUBECONFIG": kc, "KUBERNETES_NAMESPACE": ns, "KUBERNETES_IMAGE_PULL_POLICY": "Never", "KUBERNETES_HOME_SIZE": "1Gi",
+		"KUBERNETES_CPU_REQUEST": "100m", "KUBERNETES_MEMORY_REQUEST": "256Mi"}
+	pe := newPoolWorker(t, env, filepath.Join(dir, "machines"))
+	gone := func(ref string) bool {
+		_, err := cs.CoreV1().Secrets(ns).Get(context.Background(), ref, metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	}
+	testPool(t, pe, providers.KindKubernetes, func(t *testing.T, id, ref string) {
+		zero := int64(0)
+		require.NoError(t, cs.CoreV1().Pods(ns).Delete(t.Context(), ref, metav1.DeleteOptions{GracePeriodSeconds: &zero}))
+	}, gone)
 }

@@ -20,7 +20,7 @@ func TestServeStartErrors(t *testing.T) {
 	c := cfg(dir)
 	c.Provider = "e3b"
 	_, err := newWorker(t.Context(), c, zerolog.Nop())
-	require.ErrorContains(t, err, `WORKER_PROVIDER="e3b": unknown provider kind (this worker has: attach, box, daytona, docker, e2b, local, single-screen)`)
+	require.ErrorContains(t, err, `WORKER_PROVIDER="e3b": unknown provider kind (this worker has: attach, box, daytona, docker, e2b, kubernetes, local, single-screen)`)
 	c.Provider = "e2b"
 	c.Getenv = func(string) string { return "" }
 	_, err = newWorker(t.Context(), c, zerolog.Nop())

@@ -69,8 +69,11 @@ import (
 
 // PoolKinds are the provider kinds a pool can hold: their machines are made
 // and started by this worker (an attached botd is the operator's; a cloud
-// sandbox kept idle is billed, and is not pooled here).
-var PoolKinds = []string{providers.KindLocal, providers.KindDocker}
+// sandbox kept idle is billed, and is not pooled here). A kubernetes pool
+// is ready pods on the cluster, each with its token in its Secret from the
+// start (drawn for a computer id ahead), so a claim pushes nothing into
+// the pod's spec: nothing restarts it.
+var PoolKinds = []string{providers.KindLocal, providers.KindDocker, providers.KindKubernetes}
 
 // MaxPoolSize caps one kind's pool.
 const MaxPoolSize = 16

@@ -24,7 +24,7 @@ func TestParsePool(t *testing.T) {
 		{in: "local=-1", err: "want a whole number from 0 to 16"},
 		{in: "local=17", err: "want a whole number from 0 to 16"},
 		{in: "local=1,local=2", err: "local is given twice"},
-		{in: "e2b=1", err: `"e2b" cannot be pooled (pooled kinds: local, docker)`},
+		{in: "e2b=1", err: `"e2b" cannot be pooled (pooled kinds: local, docker, kubernetes)`},
 		{in: "attach=1", err: `"attach" cannot be pooled`},
 		{in: "docker=1;local=1", err: "want a whole number"},
 	} {

@@ -187,6 +187,11 @@ func installAgentSandboxCRDs(t *testing.T, ctx context.Context, admin *rest.Conf
 	for file, y := range docs {
 		var obj map[string]any
 		require.NoError(t, yaml.Unmarshal(y, &obj), file)
+		// The published CRDs convert between their versions with a webhook
+		// that runs beside agent-sandbox's controller; with none here the
+		// API server retries it forever. The provider reads and writes only
+		// the storage version, so no conversion is needed.
+		require.NoError(t, unstructured.SetNestedField(obj, map[string]any{"strategy": "None"}, "spec", "conversion"))
 		u := &unstructured.Unstructured{Object: obj}
 		names = append(names, u.GetName())
 		_, err := dyn.Resource(crds).Create(ctx, u, metav1.CreateOptions{})

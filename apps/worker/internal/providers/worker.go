@@ -14,7 +14,7 @@ import (
 )
 
 // KnownKinds is every provider kind this worker can run.
-var KnownKinds = []string{KindAttach, KindBox, KindDaytona, KindDocker, KindE2B, KindLocal, KindSingleScreen}
+var KnownKinds = []string{KindAttach, KindBox, KindDaytona, KindDocker, KindE2B, KindKubernetes, KindLocal, KindSingleScreen}
 
 // DefaultMachinesDir is where local computers' homes and docker token files
 // live: it must be traversable by botd's users (a home under a 0700
