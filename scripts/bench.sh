@@ -46,6 +46,19 @@ elif [ -z "$BENCH_ONLY" ]; then
   echo "bench: no Docker engine answers; the docker figures are left out" >&2
 fi
 
+# The Kubernetes test cluster (scripts/kube.sh, as `make test` starts it)
+# for BenchmarkPool's kubernetes figures; stopped at exit when started here.
+kube_started=0
+if [ "$docker_ok" = 1 ] && [ "$(id -u)" = 0 ] && [ -z "${KUBE_TEST_KUBECONFIG:-}" ]; then
+  bash scripts/kube.sh status >/dev/null 2>&1 || kube_started=1
+  if kc="$(KUBE_COMPUTER_IMAGE="${IMAGE:-open-bot/computer:dev}" bash scripts/kube.sh start 2>/dev/null)"; then
+    export KUBE_TEST_KUBECONFIG="$kc"
+  else
+    echo "bench: the Kubernetes test cluster did not start; the kubernetes figures are left out" >&2
+  fi
+fi
+trap 'if [ "$kube_started" = 1 ]; then bash scripts/kube.sh stop >/dev/null 2>&1 || true; fi; bash scripts/docker-engine.sh stop "$claim" || true; rm -f "$claim" "$out"' EXIT
+
 # Each line: package, benchmark regexp, benchtime. Add yours here.
 BENCHES=(
   "./apps/botd|BenchmarkBotd|1x"
@@ -199,8 +212,8 @@ BENCHES=(
   # program (goal >= 90 %), the misses, and observe with vs without
   # elements on that desktop (p50/p90) with the JSON beside the JPEG.
   "./apps/botd/internal/screen|^BenchmarkDesktopElements$|1x"
-  # issue 24.3 (warm pool): per provider (local, docker; docker needs the
-  # image), side by side: create -> first observe (create, add a bot, its
+  # issue 24.3 (warm pool): per provider (local, docker, kubernetes on the
+  # test cluster; docker and kubernetes need the image), side by side: create -> first observe (create, add a bot, its
   # first computer_observe) p50/p90 of 6 without a pool (cold-) and from
   # WORKER_POOL=<kind>=1 (pool-), the create alone (p50), and one idle
   # pooled machine's CPU (% of a core over 5 s) and PSS (its processes).

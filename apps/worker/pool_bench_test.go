@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/open-bot/computer/apps/worker/internal/providers"
 )
@@ -68,6 +70,63 @@ func BenchmarkPool(b *testing.B) {
 			return pid
 		})
 	})
+	b.Run("kubernetes", func(b *testing.B) {
+		kc := os.Getenv("KUBE_TEST_KUBECONFIG")
+		if kc == "" {
+			unavailableB(b, "KUBE_TEST_KUBECONFIG is not set (scripts/kube.sh start)")
+		}
+		image := envMap(nil)("WORKER_IMAGE")
+		if image == "" {
+			image = providers.DefaultImage
+		}
+		cs := kubeClient(b, kc)
+		ns := kubeNamespace(b, cs)
+		dir := openDir(b, "wire-poolbench-kube-")
+		env := func(pool string) map[string]string {
+			return map[string]string{"WORKER_PROVIDER": providers.KindKubernetes, "WORKER_IMAGE": image, "WORKER_POOL": pool,
+				"KUBECONFIG": kc, "KUBERNETES_NAMESPACE": ns, "KUBERNETES_IMAGE_PULL_POLICY": "Never", "KUBERNETES_HOME_SIZE": "1Gi",
+				"KUBERNETES_CPU_REQUEST": "100m", "KUBERNETES_MEMORY_REQUEST": "256Mi"}
+		}
+		benchPool(b, providers.KindKubernetes, dir, env, func(_ *poolEnv, ref string) int { return podRoot(b, cs, ns, ref) })
+	})
+}
+
+// podRoot is the host pid of the first process of pod ref's computer
+// container (the test cluster's node is this host): the process in the
+// pod's cgroup, other than the pause container's, whose parent is not.
+func podRoot(b *testing.B, cs kubernetes.Interface, ns, ref string) int {
+	p, err := cs.CoreV1().Pods(ns).Get(b.Context(), ref, metav1.GetOptions{})
+	require.NoError(b, err)
+	uid := strings.ReplaceAll(string(p.UID), "-", "_")
+	in := map[int]bool{}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		n, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cg, err := os.ReadFile("/proc/" + e.Name() + "/cgroup")
+		comm, _ := os.ReadFile("/proc/" + e.Name() + "/comm")
+		if err == nil && (strings.Contains(string(cg), "pod"+string(p.UID)) || strings.Contains(string(cg), "pod"+uid)) &&
+			strings.TrimSpace(string(comm)) != "pause" {
+			in[n] = true
+		}
+	}
+	for n := range in {
+		stat, err := os.ReadFile("/proc/" + strconv.Itoa(n) + "/stat")
+		if err != nil {
+			continue
+		}
+		s := string(stat)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(f) < 2 {
+			continue
+		}
+		if pp, _ := strconv.Atoi(f[1]); !in[pp] {
+			return n
+		}
+	}
+	return 0
 }
 
 func unavailableB(b *testing.B, msg string) {
