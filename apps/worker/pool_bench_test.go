@@ -98,31 +98,18 @@ func podRoot(b *testing.B, cs kubernetes.Interface, ns, ref string) int {
 	p, err := cs.CoreV1().Pods(ns).Get(b.Context(), ref, metav1.GetOptions{})
 	require.NoError(b, err)
 	uid := strings.ReplaceAll(string(p.UID), "-", "_")
+	pp := parents()
 	in := map[int]bool{}
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		n, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		cg, err := os.ReadFile("/proc/" + e.Name() + "/cgroup")
-		comm, _ := os.ReadFile("/proc/" + e.Name() + "/comm")
+	for n := range pp {
+		cg, err := os.ReadFile("/proc/" + strconv.Itoa(n) + "/cgroup")
+		comm, _ := os.ReadFile("/proc/" + strconv.Itoa(n) + "/comm")
 		if err == nil && (strings.Contains(string(cg), "pod"+string(p.UID)) || strings.Contains(string(cg), "pod"+uid)) &&
 			strings.TrimSpace(string(comm)) != "pause" {
 			in[n] = true
 		}
 	}
 	for n := range in {
-		stat, err := os.ReadFile("/proc/" + strconv.Itoa(n) + "/stat")
-		if err != nil {
-			continue
-		}
-		s := string(stat)
-		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		if len(f) < 2 {
-			continue
-		}
-		if pp, _ := strconv.Atoi(f[1]); !in[pp] {
+		if !in[pp[n]] {
 			return n
 		}
 	}
@@ -210,9 +197,9 @@ func pct(d []time.Duration, q int) float64 {
 	return float64(s[i-1].Microseconds()) / 1000
 }
 
-// tree is pid and every descendant.
-func tree(pid int) []int {
-	children := map[int][]int{}
+// parents is every process's parent pid, by pid (/proc/<pid>/stat).
+func parents() map[int]int {
+	out := map[int]int{}
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
 		n, err := strconv.Atoi(e.Name())
@@ -226,9 +213,17 @@ func tree(pid int) []int {
 		s := string(stat)
 		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
 		if len(f) > 2 {
-			pp, _ := strconv.Atoi(f[1])
-			children[pp] = append(children[pp], n)
+			out[n], _ = strconv.Atoi(f[1])
 		}
+	}
+	return out
+}
+
+// tree is pid and every descendant.
+func tree(pid int) []int {
+	children := map[int][]int{}
+	for n, pp := range parents() {
+		children[pp] = append(children[pp], n)
 	}
 	out := []int{}
 	queue := []int{pid}

@@ -186,26 +186,25 @@ func (c *streamConn) fail(err error) {
 
 func (c *streamConn) Read(p []byte) (int, error) {
 	n, err := c.data.Read(p)
-	if err != nil {
-		select {
-		case <-c.failed:
-			return n, c.err
-		default:
-		}
-	}
-	return n, err
+	return n, c.why(err)
 }
 
 func (c *streamConn) Write(p []byte) (int, error) {
 	n, err := c.data.Write(p)
+	return n, c.why(err)
+}
+
+// why is err, or the kubelet's reason when it wrote one on the error
+// stream (the stream ended because the pod's port could not be reached).
+func (c *streamConn) why(err error) error {
 	if err != nil {
 		select {
 		case <-c.failed:
-			return n, c.err
+			return c.err
 		default:
 		}
 	}
-	return n, err
+	return err
 }
 
 func (c *streamConn) Close() error {
