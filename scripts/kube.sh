@@ -250,11 +250,22 @@ net_up() {
   fi
   ip addr replace "$NODE_IP/24" dev "$BRIDGE"
   ip link set "$BRIDGE" up
-  # Pods talk to each other and to this host, never past it: forwarded
-  # traffic from or to the bridge goes nowhere else.
+  # Pods reach this host only: forwarded traffic from or to the bridge goes
+  # nowhere else, and pods never reach each other (bridged frames pass
+  # FORWARD, net.bridge.bridge-nf-call-iptables). The bridge plugin does
+  # not enforce NetworkPolicy; this is the test cluster's stand-in for the
+  # default deny each computer's NetworkPolicy asks of a real one (another
+  # team's pod is unreachable from a bot's shell). The worker reaches botd
+  # by port-forward, which the kubelet dials inside the pod: no bridge.
+  [ -e /proc/sys/net/bridge/bridge-nf-call-iptables ] || modprobe br_netfilter 2>/dev/null || true
+  if [ -e /proc/sys/net/bridge/bridge-nf-call-iptables ]; then
+    sysctl -qw net.bridge.bridge-nf-call-iptables=1 || log "warning: cannot set net.bridge.bridge-nf-call-iptables: pods may reach each other"
+  else
+    log "warning: no br_netfilter here: bridged traffic skips iptables, pods may reach each other"
+  fi
   iptables -w -N "$FWD_CHAIN" 2>/dev/null || true
   iptables -w -F "$FWD_CHAIN"
-  iptables -w -A "$FWD_CHAIN" -i "$BRIDGE" -o "$BRIDGE" -j ACCEPT
+  iptables -w -A "$FWD_CHAIN" -i "$BRIDGE" -o "$BRIDGE" -j DROP
   iptables -w -A "$FWD_CHAIN" -i "$BRIDGE" -j DROP
   iptables -w -A "$FWD_CHAIN" -o "$BRIDGE" -j DROP
   iptables -w -C FORWARD -j "$FWD_CHAIN" 2>/dev/null || iptables -w -I FORWARD 1 -j "$FWD_CHAIN"
@@ -356,13 +367,15 @@ start_containerd() {
 # --------------------------------------------------------------- images --
 
 # import_image NAME DOCKER_REF: docker save | ctr import, unless containerd
-# already holds the image of the same Docker image id.
+# already holds the image of the same Docker image id. (grep without -q:
+# one that quits at the first match can end ctr with SIGPIPE, and under
+# pipefail a found image then reads as missing; seen in a CI run.)
 import_image() {
   local name="$1" ref="$2" id have=""
   id="$(docker image inspect --format '{{.Id}}' "$ref")" || die "docker has no image $ref"
   [ -s "$STATE/images/$name.id" ] && have="$(cat "$STATE/images/$name.id")"
   local cref="docker.io/$ref"
-  if [ "$have" = "$id" ] && ctr_ images ls -q | grep -qxF "$cref"; then
+  if [ "$have" = "$id" ] && ctr_ images ls -q | grep -xF "$cref" >/dev/null; then
     log "image $ref: already in containerd ($id)"
     return 0
   fi
@@ -372,7 +385,7 @@ import_image() {
   mkdir -p "$STATE/images"
   docker save "$ref" | ctr_ images import - >>"$LOGS/images.log" 2>&1 ||
     die "importing $ref into containerd failed (log: $LOGS/images.log)"
-  ctr_ images ls -q | grep -qxF "$cref" || die "containerd has no $cref after the import (log: $LOGS/images.log)"
+  ctr_ images ls -q | grep -xF "$cref" >/dev/null || die "containerd has no $cref after the import (log: $LOGS/images.log)"
   echo "$id" >"$STATE/images/$name.id"
   log "image $ref: imported in $(since "$t0")s"
 }
