@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"net"
 	"os"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	authv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -27,6 +29,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/open-bot/computer/apps/worker/internal/providers/agentsandbox"
+	"github.com/open-bot/computer/pkg/shared/client"
 )
 
 // testKubernetes is a kubernetes provider on the cluster scripts/kube.sh
@@ -375,4 +378,49 @@ func TestKubernetesFaults(t *testing.T) {
 	require.Contains(t, err.Error(), "unbound immediate PersistentVolumeClaims", "the scheduler's reason reaches the caller")
 	_, err = cs.CoreV1().PersistentVolumeClaims(k.o.Namespace).Get(ctx, homeClaim(ref2), metav1.GetOptions{})
 	require.NoError(t, err, "nothing is destroyed behind the caller's back")
+}
+
+// TestKubernetesRedTeamPodIsolation (red team, on the real cluster):
+// another team's pod is unreachable from a bot's shell. Each computer
+// gets a NetworkPolicy that admits only the worker's pods to port 7000
+// (stored as sent, for a network plugin that enforces it); the test
+// cluster's bridge drops pod-to-pod traffic in its stead (scripts/kube.sh).
+// Control: the other pod's botd answers at that address from the node, so
+// the refusal is the isolation, not a wrong address.
+func TestKubernetesRedTeamPodIsolation(t *testing.T) {
+	k, cs := testKubernetes(t)
+	ctx := testCtx(t, 10*time.Minute)
+	up := func(id string) (string, Machine) {
+		spec := Spec{ComputerID: id, BotdToken: testToken()}
+		ref, err := k.Provision(ctx, spec)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = k.Destroy(context.Background(), ref) })
+		m, err := k.Reconnect(ctx, ref, spec)
+		require.NoError(t, err)
+		return ref, m
+	}
+	_, a := up("team-a")
+	refB, _ := up("team-b")
+
+	np, err := cs.NetworkingV1().NetworkPolicies(k.o.Namespace).Get(ctx, refB, metav1.GetOptions{})
+	require.NoError(t, err, "each computer has its NetworkPolicy")
+	require.Equal(t, map[string]string{kubeLabelMachine: refB}, np.Spec.PodSelector.MatchLabels)
+	require.Equal(t, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}, np.Spec.PolicyTypes)
+	require.Len(t, np.Spec.Ingress, 1)
+	require.Len(t, np.Spec.Ingress[0].From, 1)
+	require.Equal(t, k.o.WorkerSelector, np.Spec.Ingress[0].From[0].PodSelector.MatchLabels, "only the worker's pods")
+	require.Equal(t, int32(containerAPIPort), np.Spec.Ingress[0].Ports[0].Port.IntVal)
+
+	pb, err := cs.CoreV1().Pods(k.o.Namespace).Get(ctx, refB, metav1.GetOptions{})
+	require.NoError(t, err)
+	ipB := pb.Status.PodIP
+	require.NotEmpty(t, ipB)
+	c, err := net.DialTimeout("tcp", net.JoinHostPort(ipB, "7000"), 5*time.Second)
+	require.NoError(t, err, "control: team b's botd listens at %s:7000 (reached from the node)", ipB)
+	c.Close()
+
+	r, err := a.Exec(ctx, client.ExecRequest{Argv: []string{"bash", "-c",
+		"if timeout 5 bash -c 'exec 3<>/dev/tcp/" + ipB + "/7000' 2>/dev/null; then echo REACHED; else echo UNREACHABLE; fi"}})
+	require.NoError(t, err)
+	require.Equal(t, "UNREACHABLE\n", r.Stdout, "team a's shell reached team b's botd at %s:7000: %s", ipB, r.Stderr)
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/rs/zerolog"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -95,6 +96,11 @@ type KubernetesOptions struct {
 	ReadyTimeout time.Duration
 	// CallTimeout bounds each API call (default 30 s).
 	CallTimeout time.Duration
+	// WorkerSelector are the labels of the worker's own pods (a worker in
+	// the cluster): the only pods each computer's NetworkPolicy lets reach
+	// its port 7000 (KUBERNETES_WORKER_LABELS, default
+	// app.kubernetes.io/name=open-bot-worker).
+	WorkerSelector map[string]string
 	// Log is the provider's logger (nop when nil).
 	Log *zerolog.Logger
 }
@@ -105,7 +111,8 @@ type KubernetesOptions struct {
 //   - a Secret (botd's token, the model key): the incarnation's anchor,
 //     mounted read-only, mode 0400, root's, at /run/secrets;
 //   - a PersistentVolumeClaim <ref>-home mounted at /home;
-//   - a Service <ref> (port 7000) for a worker inside the cluster;
+//   - a Service <ref> (port 7000) for a worker inside the cluster, and a
+//     NetworkPolicy <ref> that lets only the worker's pods reach it;
 //   - a Pod <ref> of the computer image, made by Reconnect whenever it is
 //     missing. A Pod and not a one-replica StatefulSet: the worker is the
 //     controller (it stops a computer by deleting its pod, keeps the
@@ -163,6 +170,9 @@ func NewKubernetes(o KubernetesOptions) (*Kubernetes, error) {
 	}
 	if !kubeDNSLabel.MatchString(o.SandboxTemplate) {
 		return nil, fmt.Errorf("kubernetes provider: sandbox template %q is not a DNS label", o.SandboxTemplate)
+	}
+	if len(o.WorkerSelector) == 0 {
+		o.WorkerSelector = map[string]string{"app.kubernetes.io/name": "open-bot-worker"}
 	}
 	if o.ReadyTimeout <= 0 {
 		o.ReadyTimeout = 180 * time.Second
@@ -340,8 +350,37 @@ func (k *Kubernetes) Provision(ctx context.Context, spec Spec) (string, error) {
 	}); err != nil {
 		return undo(err)
 	}
+	if err := k.call(ctx, "create network policy", func(ctx context.Context) error {
+		_, err := k.cs.NetworkingV1().NetworkPolicies(k.o.Namespace).Create(ctx, k.networkPolicy(spec.ComputerID, ref), metav1.CreateOptions{})
+		return err
+	}); err != nil {
+		return undo(err)
+	}
 	k.log.Info().Str("ref", ref).Str("computer", spec.ComputerID).Msg("provisioned")
 	return ref, nil
+}
+
+// networkPolicy is computer ref's ingress policy: only pods that match
+// WorkerSelector (a worker in the cluster, KUBERNETES_CONNECT=service) may
+// reach its botd, on port 7000; nothing else reaches the pod at all, other
+// computers' pods included. A port-forward does not cross the pod network
+// (the kubelet dials inside the pod), so the worker outside the cluster is
+// not affected. Enforced by the cluster's network plugin; one that does
+// not enforce NetworkPolicy (the test cluster's bridge) ignores it.
+func (k *Kubernetes) networkPolicy(computerID, ref string) *networkingv1.NetworkPolicy {
+	port := intstr.FromInt32(containerAPIPort)
+	tcp := corev1.ProtocolTCP
+	return &networkingv1.NetworkPolicy{
+		ObjectMeta: k.meta(ref, computerID, ref),
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{kubeLabelMachine: ref}},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+			Ingress: []networkingv1.NetworkPolicyIngressRule{{
+				From:  []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: k.o.WorkerSelector}}},
+				Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &port}},
+			}},
+		},
+	}
 }
 
 // notReady adds what to do to an error of the first call a computer makes.
@@ -755,6 +794,9 @@ func (k *Kubernetes) Destroy(ctx context.Context, ref string) error {
 	}{
 		{"delete service", func(ctx context.Context) error {
 			return k.cs.CoreV1().Services(ns).Delete(ctx, ref, metav1.DeleteOptions{})
+		}},
+		{"delete network policy", func(ctx context.Context) error {
+			return k.cs.NetworkingV1().NetworkPolicies(ns).Delete(ctx, ref, metav1.DeleteOptions{})
 		}},
 		{"delete home claim", func(ctx context.Context) error {
 			return k.cs.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, homeClaim(ref), metav1.DeleteOptions{})

@@ -7,6 +7,7 @@ import (
 	"github.com/rs/zerolog"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 )
@@ -25,6 +26,7 @@ import (
 //	KUBERNETES_IMAGE_PULL_POLICY    IfNotPresent  (Always, Never)
 //	KUBERNETES_SANDBOX_API          (none)        agent-sandbox: computers are agent-sandbox Sandboxes
 //	KUBERNETES_SANDBOX_TEMPLATE     open-bot-computer  the SandboxTemplate they are made from
+//	KUBERNETES_WORKER_LABELS        app.kubernetes.io/name=open-bot-worker  the worker's pods: the only ones a computer's NetworkPolicy admits
 //	WORKER_IMAGE                    open-bot/computer:dev
 func kubernetesFromEnv(getenv func(string) string, wanted bool, env []string, log *zerolog.Logger) (*Kubernetes, error) {
 	str := func(k, def string) string {
@@ -61,6 +63,13 @@ func kubernetesFromEnv(getenv func(string) string, wanted bool, env []string, lo
 		Connect: str("KUBERNETES_CONNECT", KubeConnectPortForward), Env: env, Log: log,
 		SandboxAPI: str("KUBERNETES_SANDBOX_API", ""), SandboxTemplate: str("KUBERNETES_SANDBOX_TEMPLATE", DefaultSandboxTemplate),
 		Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{}, Limits: corev1.ResourceList{}}}
+	if v := str("KUBERNETES_WORKER_LABELS", ""); v != "" {
+		sel, err := labels.ConvertSelectorToLabelsMap(v)
+		if err != nil {
+			return nil, fmt.Errorf("KUBERNETES_WORKER_LABELS: want key=value pairs separated by commas: %w", err)
+		}
+		o.WorkerSelector = sel
+	}
 	switch p := corev1.PullPolicy(str("KUBERNETES_IMAGE_PULL_POLICY", string(corev1.PullIfNotPresent))); p {
 	case corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
 		o.PullPolicy = p

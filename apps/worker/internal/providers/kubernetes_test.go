@@ -93,6 +93,7 @@ current-context: c
 		"KUBERNETES_NAMESPACE":         "not a DNS label",
 		"KUBERNETES_SANDBOX_API":       "want agent-sandbox",
 		"KUBERNETES_SANDBOX_TEMPLATE":  "not a DNS label",
+		"KUBERNETES_WORKER_LABELS":     "want key=value pairs",
 	} {
 		_, err := kubernetesFromEnv(env(map[string]string{"KUBECONFIG": kc, bad: "Bad_Value"}), true, nil, nil)
 		require.ErrorContains(t, err, why, bad)
