@@ -345,6 +345,10 @@ func TestKubernetesFaults(t *testing.T) {
 
 	zero := int64(0)
 	require.NoError(t, cs.CoreV1().Pods(k.o.Namespace).Delete(ctx, ref, metav1.DeleteOptions{GracePeriodSeconds: &zero}))
+	// At once unhealthy, though its botd may still answer for a moment
+	// through a connection made before.
+	_, err = m.Health(ctx)
+	require.ErrorContains(t, err, "pod "+ref, "a machine whose pod was deleted is not healthy")
 	require.Eventually(t, func() bool {
 		_, err := cs.CoreV1().Pods(k.o.Namespace).Get(ctx, ref, metav1.GetOptions{})
 		return apierrors.IsNotFound(err)

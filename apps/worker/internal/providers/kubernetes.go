@@ -22,12 +22,14 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/open-bot/computer/apps/worker/internal/machines"
+	"github.com/open-bot/computer/pkg/shared"
 	"github.com/open-bot/computer/pkg/shared/client"
 )
 
@@ -537,7 +539,51 @@ func (k *Kubernetes) Reconnect(ctx context.Context, ref string, _ Spec) (Machine
 	if err := awaitHealthy(ctx, m, time.Until(deadline), exited); err != nil {
 		return nil, fmt.Errorf("kubernetes provider: computer %s: %w", ref, err)
 	}
-	return m, nil
+	p, err := k.cs.CoreV1().Pods(k.o.Namespace).Get(ctx, ref, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes provider: computer %s: %w", ref, err)
+	}
+	return &kubeMachine{Machine: m, k: k, pod: ref, uid: p.UID}, nil
+}
+
+// kubeMachine is a computer's botd whose health also asks the API server
+// about its pod: a pod being deleted, gone or replaced is not healthy even
+// while its botd still answers through a connection made before (a pod
+// deleted with no grace period keeps running for a moment; a pooled pod
+// deleted so was once handed out as healthy). When the API server does
+// not answer, botd's own answer stands.
+type kubeMachine struct {
+	Machine
+	k   *Kubernetes
+	pod string
+	uid types.UID
+}
+
+// Unwrap is the botd machine (machines' optional interfaces look there).
+func (m *kubeMachine) Unwrap() Machine { return m.Machine }
+
+// PrepareSpareScreen is botd's (the warm pool's spare screen).
+func (m *kubeMachine) PrepareSpareScreen(ctx context.Context) error {
+	if sp, ok := m.Machine.(interface{ PrepareSpareScreen(context.Context) error }); ok {
+		return sp.PrepareSpareScreen(ctx)
+	}
+	return errors.New("kubernetes provider: this botd has no spare screen")
+}
+
+// Health implements Machine.
+func (m *kubeMachine) Health(ctx context.Context) (shared.ComputerHealth, error) {
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	p, err := m.k.cs.CoreV1().Pods(m.k.o.Namespace).Get(pctx, m.pod, metav1.GetOptions{})
+	cancel()
+	switch {
+	case apierrors.IsNotFound(err):
+		return shared.ComputerHealth{}, fmt.Errorf("kubernetes provider: pod %s is gone", m.pod)
+	case err == nil && p.UID != m.uid:
+		return shared.ComputerHealth{}, fmt.Errorf("kubernetes provider: pod %s was replaced", m.pod)
+	case err == nil && p.DeletionTimestamp != nil:
+		return shared.ComputerHealth{}, fmt.Errorf("kubernetes provider: pod %s is being deleted", m.pod)
+	}
+	return m.Machine.Health(ctx)
 }
 
 func (k *Kubernetes) dialer(ref string) *podDialer { return k.dialerFor(ref, ref) }
