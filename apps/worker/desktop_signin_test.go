@@ -14,6 +14,7 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"encoding/json"
 	"net/http"
 	"os"
 	"os/exec"
@@ -230,7 +231,17 @@ func signinTravels(t *testing.T, e *workerEnv, dir string, body map[string]any, 
 	require.NotEmpty(t, before)
 	var cp CheckpointAnswer
 	start := time.Now()
-	require.Equal(t, http.StatusOK, d.do(t, "POST", "/checkpoint", nil, &cp))
+	// A checkpoint that fails says so (502, the previous one kept) and a
+	// caller tries again: once here, the failure logged (a loaded
+	// fresh-clone CI saw one 502 on Box).
+	var raw json.RawMessage
+	st := d.do(t, "POST", "/checkpoint", nil, &raw)
+	if st == http.StatusBadGateway {
+		t.Logf("checkpoint failed once (tried again): %s", raw)
+		st = d.do(t, "POST", "/checkpoint", nil, &raw)
+	}
+	require.Equal(t, http.StatusOK, st, "checkpoint: %s", raw)
+	require.NoError(t, json.Unmarshal(raw, &cp))
 	require.Positive(t, cp.Size)
 	t.Logf("checkpoint: %d bytes in %v", cp.Size, time.Since(start))
 	var now string
