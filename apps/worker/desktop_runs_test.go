@@ -115,6 +115,24 @@ func (p *sandboxPage) start(container string) {
 // requireMachineRefused checks that a run of bot on d with runtime
 // "machine" (Codex in the sandbox) is refused: 501 unavailable, saying
 // why (the model key never enters the machine).
+// checkpointOnceMore takes a manual checkpoint of d's computer. A
+// checkpoint that fails says so (502, the previous one kept) and a caller
+// tries again: once here, the failure logged (under a loaded CI one
+// export failed once, on a desktop and on Box; its cause is in the log).
+func checkpointOnceMore(t *testing.T, d *workerEnv) CheckpointAnswer {
+	t.Helper()
+	var raw json.RawMessage
+	st := d.do(t, "POST", "/checkpoint", nil, &raw)
+	if st == http.StatusBadGateway {
+		t.Logf("checkpoint failed once (tried again): %s", raw)
+		st = d.do(t, "POST", "/checkpoint", nil, &raw)
+	}
+	require.Equal(t, http.StatusOK, st, "checkpoint: %s", raw)
+	var cp CheckpointAnswer
+	require.NoError(t, json.Unmarshal(raw, &cp))
+	return cp
+}
+
 func requireMachineRefused(t *testing.T, d *workerEnv, bot, prompt string) {
 	t.Helper()
 	var got struct {
@@ -237,18 +255,7 @@ func acceptanceDesktop(t *testing.T, e *workerEnv, model *hostModel, page *sandb
 	requireNoKeyInSandbox(t, container, model.key)
 
 	require.Contains(t, events, "checkpoint", "the run's end wrote a checkpoint: %v", events)
-	// A checkpoint that fails says so (502, the previous one kept) and a
-	// caller tries again: once here, the first failure logged (under a
-	// loaded CI one export failed once; its cause is in the log).
-	var raw json.RawMessage
-	st := d.do(t, "POST", "/checkpoint", nil, &raw)
-	if st == http.StatusBadGateway {
-		t.Logf("checkpoint failed once (tried again): %s", raw)
-		st = d.do(t, "POST", "/checkpoint", nil, &raw)
-	}
-	require.Equal(t, http.StatusOK, st, "checkpoint: %s", raw)
-	var cp CheckpointAnswer
-	require.NoError(t, json.Unmarshal(raw, &cp))
+	cp := checkpointOnceMore(t, d)
 	var got struct {
 		Computer struct {
 			LastCheckpoint *struct{ Revision, Size int64 } `json:"lastCheckpoint"`
