@@ -503,7 +503,8 @@ func (k *Kubernetes) Reconnect(ctx context.Context, ref string, _ Spec) (Machine
 		return k.reconnectSandbox(ctx, ref, token)
 	}
 	deadline := time.Now().Add(k.o.ReadyTimeout)
-	if err := k.ensurePod(ctx, s, ref, deadline); err != nil {
+	uid, err := k.ensurePod(ctx, s, ref, deadline)
+	if err != nil {
 		return nil, err
 	}
 	var m Machine
@@ -539,11 +540,7 @@ func (k *Kubernetes) Reconnect(ctx context.Context, ref string, _ Spec) (Machine
 	if err := awaitHealthy(ctx, m, time.Until(deadline), exited); err != nil {
 		return nil, fmt.Errorf("kubernetes provider: computer %s: %w", ref, err)
 	}
-	p, err := k.cs.CoreV1().Pods(k.o.Namespace).Get(ctx, ref, metav1.GetOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes provider: computer %s: %w", ref, err)
-	}
-	return &kubeMachine{Machine: m, k: k, pod: ref, uid: p.UID}, nil
+	return &kubeMachine{Machine: m, k: k, pod: ref, uid: uid}, nil
 }
 
 // kubeMachine is a computer's botd whose health also asks the API server
@@ -615,8 +612,9 @@ func (k *Kubernetes) dropDialer(ref string) {
 }
 
 // ensurePod makes ref's pod when there is none (waiting out one being
-// deleted, replacing one that ended) and waits until it runs.
-func (k *Kubernetes) ensurePod(ctx context.Context, s *corev1.Secret, ref string, deadline time.Time) error {
+// deleted, replacing one that ended), waits until it runs, and returns the
+// running pod's UID.
+func (k *Kubernetes) ensurePod(ctx context.Context, s *corev1.Secret, ref string, deadline time.Time) (types.UID, error) {
 	pods := k.cs.CoreV1().Pods(k.o.Namespace)
 	last := "no pod yet"
 	for {
@@ -634,21 +632,21 @@ func (k *Kubernetes) ensurePod(ctx context.Context, s *corev1.Secret, ref string
 				_, err := k.cs.CoreV1().PersistentVolumeClaims(k.o.Namespace).Get(ctx, homeClaim(ref), metav1.GetOptions{})
 				return err
 			}); apierrors.IsNotFound(err) {
-				return fmt.Errorf("%w: the home claim %s of %s is gone", ErrGone, homeClaim(ref), ref)
+				return "", fmt.Errorf("%w: the home claim %s of %s is gone", ErrGone, homeClaim(ref), ref)
 			} else if err != nil {
-				return err
+				return "", err
 			}
 			err = k.call(ctx, "create pod", func(ctx context.Context) error {
 				_, err := pods.Create(ctx, k.pod(s, ref), metav1.CreateOptions{})
 				return err
 			})
 			if err != nil && !apierrors.IsAlreadyExists(err) {
-				return err
+				return "", err
 			}
 			k.log.Info().Str("ref", ref).Msg("pod created")
 			last = "pod created"
 		case err != nil:
-			return err
+			return "", err
 		case p.DeletionTimestamp != nil:
 			last = "the previous pod is still terminating"
 		case p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed:
@@ -658,14 +656,14 @@ func (k *Kubernetes) ensurePod(ctx context.Context, s *corev1.Secret, ref string
 			if err := k.call(ctx, "delete ended pod", func(ctx context.Context) error {
 				return pods.Delete(ctx, ref, metav1.DeleteOptions{GracePeriodSeconds: &zero, Preconditions: &metav1.Preconditions{UID: &p.UID}})
 			}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-				return err
+				return "", err
 			}
 			last = "the previous pod ended (" + string(p.Status.Phase) + ")"
 		case p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "":
-			return nil
+			return p.UID, nil
 		default:
 			if err := k.podFailed(ctx, p); err != nil {
-				return fmt.Errorf("kubernetes provider: computer %s: %w", ref, err)
+				return "", fmt.Errorf("kubernetes provider: computer %s: %w", ref, err)
 			}
 			last = podWaiting(p)
 		}
@@ -673,11 +671,11 @@ func (k *Kubernetes) ensurePod(ctx context.Context, s *corev1.Secret, ref string
 			if w := k.lastWarning(ctx, ref); w != "" {
 				last += "; last warning: " + w
 			}
-			return fmt.Errorf("kubernetes provider: computer %s: pod not running after %s: %s", ref, k.o.ReadyTimeout, last)
+			return "", fmt.Errorf("kubernetes provider: computer %s: pod not running after %s: %s", ref, k.o.ReadyTimeout, last)
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("kubernetes provider: computer %s: %w (%s)", ref, ctx.Err(), last)
+			return "", fmt.Errorf("kubernetes provider: computer %s: %w (%s)", ref, ctx.Err(), last)
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
