@@ -205,12 +205,21 @@ func (rl *cdpRelay) end(code websocket.StatusCode, reason string) {
 	rl.closeOnce.Do(func() {
 		rl.log.Info().Int("code", int(code)).Str("reason", reason).Msg("CDP session closed")
 		rl.publish("closed", code, reason)
-		rl.cancel()
-		_ = rl.ws.Close(code, reason)
+		closeThenCancel(rl.ws, rl.cancel, code, reason)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		rl.tap.Close(ctx)
 		cancel()
 	})
+}
+
+// closeThenCancel closes ws with code and reason, then cancels the
+// context its pumps read and write with. The close frame goes first:
+// coder/websocket drops a connection whose read context ends, so the
+// other order races the frame, and the client (through the worker) would
+// see the session end with no status (1001 there) instead of this one.
+func closeThenCancel(ws *websocket.Conn, cancel context.CancelFunc, code websocket.StatusCode, reason string) {
+	_ = ws.Close(code, reason)
+	cancel()
 }
 
 func (rl *cdpRelay) publish(state string, code websocket.StatusCode, reason string) {
