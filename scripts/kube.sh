@@ -770,24 +770,29 @@ cmd_status() {
 # configuration, on the running cluster (the fault tests: a kubelet
 # restarted, an API server gone for a while). `pid COMPONENT` prints its pid
 # (e.g. for SIGSTOP/SIGCONT).
-cmd_restart() {
+# component_lock NAME: NAME is a component and the cluster runs; holds the
+# start/stop lock on fd 9.
+component_lock() {
   require_root
-  local c="${1:-}"
-  case "$c" in
+  case "$1" in
     containerd | etcd | apiserver | controller-manager | scheduler | hostpath-provisioner | kubelet) ;;
-    *) die "restart: one of ${COMPONENTS[*]}" ;;
+    *) die "one of ${COMPONENTS[*]}" ;;
   esac
   exec 9>"$RUN/.lock"
   flock -w 300 9 || die "another kube.sh start/stop is running"
-  if ! { find_kube && all_running; }; then
-    die "the cluster is not running (scripts/kube.sh start)"
-  fi
-  local t0
-  t0="$(now)"
+  find_kube || die "not built (scripts/kube.sh build)"
+}
+
+# stop_one NAME: NAME stopped (the apiserver's grace 10 s, others 30 s).
+stop_one() {
   local grace=30
-  [ "$c" = apiserver ] && grace=10
-  stop_component "$c" "$grace"
-  case "$c" in
+  [ "$1" = apiserver ] && grace=10
+  stop_component "$1" "$grace"
+}
+
+# start_one NAME: NAME started again (the kubelet: until the node is Ready).
+start_one() {
+  case "$1" in
     containerd) start_containerd ;;
     etcd) start_etcd ;;
     apiserver) start_apiserver ;;
@@ -799,7 +804,39 @@ cmd_restart() {
       wait_for "node $NODE_NAME Ready" 180 kubelet node_ready
       ;;
   esac
+}
+
+cmd_restart() {
+  local c="${1:-}"
+  component_lock "$c"
+  all_running || die "the cluster is not running (scripts/kube.sh start)"
+  local t0
+  t0="$(now)"
+  stop_one "$c"
+  start_one "$c"
   log "restarted $c in $(since "$t0")s"
+}
+
+# stop-component / start-component: a fault held for as long as a test
+# wants (restart is both at once). start-component starts NAME only when it
+# is not running.
+cmd_stop_component() {
+  local c="${1:-}"
+  component_lock "$c"
+  stop_one "$c"
+}
+
+cmd_start_component() {
+  local c="${1:-}"
+  component_lock "$c"
+  if running_pid "$c" >/dev/null; then
+    log "$c already runs"
+    return 0
+  fi
+  local t0
+  t0="$(now)"
+  start_one "$c"
+  log "started $c in $(since "$t0")s"
 }
 
 # --------------------------------------------------------------- smoke --
@@ -950,6 +987,8 @@ case "${1:-}" in
   status) cmd_status ;;
   smoke) cmd_smoke ;;
   restart) cmd_restart "${2:-}" ;;
+  stop-component) cmd_stop_component "${2:-}" ;;
+  start-component) cmd_start_component "${2:-}" ;;
   pid)
     running_pid "${2:-}" || die "${2:-(none)} is not running"
     ;;
@@ -959,5 +998,5 @@ case "${1:-}" in
     kc "$@"
     ;;
   env) echo "export KUBECONFIG=$ADMIN_KUBECONFIG" ;;
-  *) die "usage: scripts/kube.sh build|start|stop|status|smoke|restart COMPONENT|pid COMPONENT|kubectl ARGS...|env" ;;
+  *) die "usage: scripts/kube.sh build|start|stop|status|smoke|restart|stop-component|start-component COMPONENT|pid COMPONENT|kubectl ARGS...|env" ;;
 esac
