@@ -11,11 +11,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/open-bot/computer/apps/worker/internal/kubetest"
 )
 
 // kubeClient is an admin client of the test cluster (kubeconfig kc).
 func kubeClient(t testing.TB, kc string) kubernetes.Interface {
 	t.Helper()
+	kubetest.Shared(t, kc)
 	cfg, err := clientcmd.BuildConfigFromFlags("", kc)
 	require.NoError(t, err)
 	cs, err := kubernetes.NewForConfig(cfg)

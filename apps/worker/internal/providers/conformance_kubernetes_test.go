@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"net"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -28,6 +30,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
 
+	"github.com/open-bot/computer/apps/worker/internal/kubetest"
 	"github.com/open-bot/computer/apps/worker/internal/providers/agentsandbox"
 	"github.com/open-bot/computer/pkg/shared/client"
 )
@@ -44,10 +47,18 @@ func testKubernetes(t *testing.T) (*Kubernetes, kubernetes.Interface) {
 // also returns the admin configuration.
 func testKubernetesWith(t *testing.T, opt func(*KubernetesOptions)) (*Kubernetes, kubernetes.Interface, *rest.Config) {
 	t.Helper()
+	return testKubernetesHeld(t, kubetest.Shared, opt)
+}
+
+// testKubernetesHeld is testKubernetesWith holding the cluster with hold
+// (kubetest.Exclusive for a test that disrupts it for everyone).
+func testKubernetesHeld(t *testing.T, hold func(testing.TB, string), opt func(*KubernetesOptions)) (*Kubernetes, kubernetes.Interface, *rest.Config) {
+	t.Helper()
 	kc := os.Getenv("KUBE_TEST_KUBECONFIG")
 	if kc == "" {
 		unavailable(t, "KUBE_TEST_KUBECONFIG is not set (scripts/kube.sh start makes the cluster and prints its kubeconfig)")
 	}
+	hold(t, kc)
 	cfg, err := clientcmd.BuildConfigFromFlags("", kc)
 	require.NoError(t, err)
 	cs, err := kubernetes.NewForConfig(cfg)
@@ -382,6 +393,85 @@ func TestKubernetesFaults(t *testing.T) {
 	require.Contains(t, err.Error(), "unbound immediate PersistentVolumeClaims", "the scheduler's reason reaches the caller")
 	_, err = cs.CoreV1().PersistentVolumeClaims(k.o.Namespace).Get(ctx, homeClaim(ref2), metav1.GetOptions{})
 	require.NoError(t, err, "nothing is destroyed behind the caller's back")
+}
+
+// TestKubernetesKubeletRestart: the node's kubelet restarted under a
+// running computer (scripts/kube.sh restart kubelet: stopped with its
+// grace, started, the node Ready again). Its pod and botd live on
+// (containerd keeps the containers), a call while the kubelet is down
+// fails with an error instead of hanging, calls work again after, and
+// nothing was made again or destroyed. It holds the cluster alone: every
+// port-forward of other tests would break meanwhile.
+func TestKubernetesKubeletRestart(t *testing.T) {
+	k, cs, _ := testKubernetesHeld(t, kubetest.Exclusive, func(*KubernetesOptions) {})
+	script := kubeScript(t)
+	ctx := testCtx(t, 10*time.Minute)
+	spec := Spec{ComputerID: "kubelet", BotdToken: testToken()}
+	ref, err := k.Provision(ctx, spec)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = k.Destroy(context.Background(), ref) })
+	m, err := k.Reconnect(ctx, ref, spec)
+	require.NoError(t, err)
+	require.NoError(t, m.WriteFile(ctx, "kept.txt", []byte("through a kubelet restart\n")))
+	h, err := m.Health(ctx)
+	require.NoError(t, err)
+	booted := h.BootedAt
+	pod, err := cs.CoreV1().Pods(k.o.Namespace).Get(ctx, ref, metav1.GetOptions{})
+	require.NoError(t, err)
+
+	// Stopped: a call fails, bounded (the port-forward's dial).
+	out, err := exec.Command("bash", script, "stop-component", "kubelet").CombinedOutput()
+	require.NoError(t, err, "kube.sh stop-component kubelet: %s", out)
+	restarted := false
+	defer func() {
+		if !restarted {
+			_ = exec.Command("bash", script, "start-component", "kubelet").Run()
+		}
+	}()
+	// What a tool call does first: the machine's health, through the
+	// port-forward the kubelet serves.
+	start := time.Now()
+	_, err = m.Health(ctx)
+	require.Error(t, err, "botd answered with the node's kubelet down")
+	t.Logf("with the kubelet down, after %s: %v", time.Since(start).Round(time.Millisecond), err)
+	require.Less(t, time.Since(start), time.Minute, "bounded by the port-forward's dial")
+	out, err = exec.Command("bash", script, "start-component", "kubelet").CombinedOutput()
+	require.NoError(t, err, "kube.sh start-component kubelet: %s", out)
+	restarted = true
+
+	// Back: the machine the worker holds answers again by itself (each
+	// connection is a new port-forward); the same pod, botd and home.
+	start = time.Now()
+	require.Eventually(t, func() bool {
+		h, err = m.Health(ctx)
+		return err == nil
+	}, 3*time.Minute, time.Second, "botd after the kubelet's restart: %v", err)
+	t.Logf("botd answered %s after the kubelet was started", time.Since(start).Round(time.Millisecond))
+	m2, err := k.Reconnect(ctx, ref, spec)
+	require.NoError(t, err)
+	require.True(t, h.BootedAt.Equal(booted), "the same botd (booted %s, now %s)", booted, h.BootedAt)
+	got, err := m2.ReadFile(ctx, "kept.txt", 100)
+	require.NoError(t, err)
+	require.Equal(t, "through a kubelet restart\n", string(got))
+	now, err := cs.CoreV1().Pods(k.o.Namespace).Get(ctx, ref, metav1.GetOptions{})
+	require.NoError(t, err)
+	require.Equal(t, pod.UID, now.UID, "the same pod")
+}
+
+// kubeScript is scripts/kube.sh, found above the test's directory.
+func kubeScript(t *testing.T) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	require.NoError(t, err)
+	for {
+		p := filepath.Join(dir, "scripts", "kube.sh")
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+		parent := filepath.Dir(dir)
+		require.NotEqual(t, dir, parent, "scripts/kube.sh not found above the test's directory")
+		dir = parent
+	}
 }
 
 // TestKubernetesRedTeamPodIsolation (red team, on the real cluster):
