@@ -627,14 +627,19 @@ func (k *Kubernetes) ensurePod(ctx context.Context, s *corev1.Secret, ref string
 		switch {
 		case apierrors.IsNotFound(err):
 			// Before a pod is made again: its claim must still be there
-			// (a pod would wait for a missing claim forever).
+			// and not being deleted (a pod would wait for it forever).
+			var claim *corev1.PersistentVolumeClaim
 			if err := k.call(ctx, "get home claim", func(ctx context.Context) error {
-				_, err := k.cs.CoreV1().PersistentVolumeClaims(k.o.Namespace).Get(ctx, homeClaim(ref), metav1.GetOptions{})
+				var err error
+				claim, err = k.cs.CoreV1().PersistentVolumeClaims(k.o.Namespace).Get(ctx, homeClaim(ref), metav1.GetOptions{})
 				return err
 			}); apierrors.IsNotFound(err) {
 				return "", fmt.Errorf("%w: the home claim %s of %s is gone", ErrGone, homeClaim(ref), ref)
 			} else if err != nil {
 				return "", err
+			}
+			if claim.DeletionTimestamp != nil {
+				return "", fmt.Errorf("%w: the home claim %s of %s is being deleted", ErrGone, homeClaim(ref), ref)
 			}
 			err = k.call(ctx, "create pod", func(ctx context.Context) error {
 				_, err := pods.Create(ctx, k.pod(s, ref), metav1.CreateOptions{})
