@@ -549,6 +549,42 @@ type inContainer struct {
 	// the host, for a run of the worker runtime): Report is its report,
 	// not the one of mockserve's own model.
 	flow *mockmodel.Acceptance
+	// in runs commands in the machine (nil: dockerExec).
+	in machineExec
+}
+
+// machineExec runs commands in a machine as root: docker exec, or an exec
+// in a pod through the Kubernetes API server (podExec).
+type machineExec interface {
+	// copyDir copies dir's files into the machine's /opt/mockserve.
+	copyDir(t testing.TB, ref, dir string)
+	// detach starts argv in the machine and returns at once.
+	detach(t testing.TB, ref string, argv []string)
+	// command is argv in the machine, run to its end.
+	command(ref string, argv ...string) *exec.Cmd
+}
+
+type dockerExec struct{}
+
+func (dockerExec) copyDir(t testing.TB, ref, dir string) {
+	out, err := exec.Command("docker", "cp", dir+"/.", ref+":/opt/mockserve/").CombinedOutput()
+	require.NoError(t, err, "docker cp: %s", out)
+}
+
+func (dockerExec) detach(t testing.TB, ref string, argv []string) {
+	out, err := exec.Command("docker", append([]string{"exec", "-d", ref}, argv...)...).CombinedOutput()
+	require.NoError(t, err, "docker exec %s: %s", argv[0], out)
+}
+
+func (dockerExec) command(ref string, argv ...string) *exec.Cmd {
+	return exec.Command("docker", append([]string{"exec", ref}, argv...)...)
+}
+
+func (c *inContainer) exec() machineExec {
+	if c.in == nil {
+		return dockerExec{}
+	}
+	return c.in
 }
 
 // stateDir is mockserve's record in the container.
@@ -563,26 +599,24 @@ func (c *inContainer) start(ref string) {
 	t := c.t
 	t.Helper()
 	c.container = ref
-	out, err := exec.Command("docker", "cp", c.dir+"/.", ref+":/opt/mockserve/").CombinedOutput()
-	require.NoError(t, err, "docker cp: %s", out)
-	argv := []string{"exec", "-d", ref, "/opt/mockserve/mockserve", "-key-file", "/opt/mockserve/key",
+	c.exec().copyDir(t, ref, c.dir)
+	argv := []string{"/opt/mockserve/mockserve", "-key-file", "/opt/mockserve/key",
 		"-cookie", c.cookie, "-state", c.stateDir()}
 	for flag, v := range map[string]string{"-model": c.modelAddr, "-page": c.pageAddr, "-bot": c.bot} {
 		if v != "" {
 			argv = append(argv, flag, v)
 		}
 	}
-	out, err = exec.Command("docker", argv...).CombinedOutput()
-	require.NoError(t, err, "docker exec mockserve: %s", out)
+	c.exec().detach(t, ref, argv)
 	deadline := time.Now().Add(30 * time.Second)
-	for exec.Command("docker", "exec", ref, "test", "-d", c.stateDir()).Run() != nil {
+	for c.exec().command(ref, "test", "-d", c.stateDir()).Run() != nil {
 		require.True(t, time.Now().Before(deadline), "mockserve did not start in the container")
 		time.Sleep(200 * time.Millisecond)
 	}
 }
 
 func (c *inContainer) read(name string) string {
-	out, _ := exec.Command("docker", "exec", c.container, "cat", c.stateDir()+"/"+name).Output()
+	out, _ := c.exec().command(c.container, "cat", c.stateDir()+"/"+name).Output()
 	return string(out)
 }
 

@@ -1,0 +1,263 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/open-bot/computer/apps/worker/internal/providers"
+)
+
+// podExec runs commands as root in a computer's pod through the test
+// cluster's API server: kubectl exec of the binary scripts/kube.sh built.
+type podExec struct{ script, kc, ns string }
+
+func newPodExec(t testing.TB, kc, ns string) podExec {
+	t.Helper()
+	dir, err := os.Getwd()
+	require.NoError(t, err)
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "scripts", "kube.sh")); err == nil {
+			return podExec{script: filepath.Join(dir, "scripts", "kube.sh"), kc: kc, ns: ns}
+		}
+		parent := filepath.Dir(dir)
+		require.NotEqual(t, dir, parent, "scripts/kube.sh not found above the test's directory")
+		dir = parent
+	}
+}
+
+func (p podExec) kubectl(args ...string) *exec.Cmd {
+	return exec.Command("bash", append([]string{p.script, "kubectl", "--kubeconfig", p.kc, "-n", p.ns}, args...)...)
+}
+
+func (p podExec) copyDir(t testing.TB, pod, dir string) {
+	t.Helper()
+	out, err := p.command(pod, "mkdir", "-p", "/opt/mockserve").CombinedOutput()
+	require.NoError(t, err, "mkdir in the pod: %s", out)
+	tarball, err := exec.Command("tar", "-c", "-C", dir, ".").Output()
+	require.NoError(t, err)
+	cmd := p.kubectl("exec", "-i", pod, "--", "tar", "-x", "-C", "/opt/mockserve")
+	cmd.Stdin = bytes.NewReader(tarball)
+	out, err = cmd.CombinedOutput()
+	require.NoError(t, err, "tar into the pod: %s", out)
+}
+
+// detach starts argv in the background of a shell that exits at once
+// (argv is passed as arguments, never into the script's text).
+func (p podExec) detach(t testing.TB, pod string, argv []string) {
+	t.Helper()
+	args := append([]string{"exec", pod, "--", "sh", "-c", `"$@" </dev/null >/dev/null 2>&1 &`, "sh"}, argv...)
+	out, err := p.kubectl(args...).CombinedOutput()
+	require.NoError(t, err, "exec %s in the pod: %s", argv[0], out)
+}
+
+func (p podExec) command(pod string, argv ...string) *exec.Cmd {
+	return p.kubectl(append([]string{"exec", pod, "--"}, argv...)...)
+}
+
+// TestAcceptanceReplaceKubernetes: the acceptance flow on the kubernetes
+// provider, on the cluster scripts/kube.sh runs (the computer image in its
+// containerd, botd reached by port-forward through the API server). As on
+// docker, alice's run is Codex in the pod, whose model (mockserve, the
+// scripted model reading her screenshots) and page are on the pod's own
+// loopback, and bob's run is the worker's loop with the host's model. Then:
+// the pod and its home claim are deleted behind the worker's back and
+// recover makes a new computer restored from the checkpoint the runs
+// exported; the pod alone is deleted and recover makes it again on the
+// same claim; a person takes alice's screen over through the worker (a
+// raw RFB client moves the pod's X pointer, the agent is refused
+// meanwhile, the release closes the connection).
+func TestAcceptanceReplaceKubernetes(t *testing.T) {
+	kc := os.Getenv("KUBE_TEST_KUBECONFIG")
+	if kc == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("CI=true but KUBE_TEST_KUBECONFIG is not set (make test starts scripts/kube.sh)")
+		}
+		t.Skip("KUBE_TEST_KUBECONFIG is not set (scripts/kube.sh start)")
+	}
+	cs := kubeClient(t, kc)
+	ns := kubeNamespace(t, cs)
+	in := newPodExec(t, kc, ns)
+	image := envMap(nil)("WORKER_IMAGE")
+	if image == "" {
+		image = providers.DefaultImage
+	}
+	dir := openDir(t, "wire-kube-")
+	ms := filepath.Join(dir, "mockserve")
+	require.NoError(t, os.Mkdir(ms, 0o755))
+	build := exec.Command("go", "build", "-o", filepath.Join(ms, "mockserve"), "github.com/open-bot/computer/apps/worker/internal/mockmodel/mockserve")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "build mockserve: %s", out)
+	require.NoError(t, os.WriteFile(filepath.Join(ms, "key"), []byte(scriptedKey), 0o600))
+	flow := newContainerFlow(t, ms)
+	for _, p := range flow.pages {
+		p.in = in
+	}
+
+	env := map[string]string{"WORKER_PROVIDER": providers.KindKubernetes, "WORKER_IMAGE": image,
+		"KUBECONFIG": kc, "KUBERNETES_NAMESPACE": ns, "KUBERNETES_IMAGE_PULL_POLICY": "Never", "KUBERNETES_HOME_SIZE": "1Gi",
+		"KUBERNETES_CPU_REQUEST": "100m", "KUBERNETES_MEMORY_REQUEST": "256Mi"}
+	for k, v := range flow.env {
+		env[k] = v
+	}
+	e := providerWorker(t, env, filepath.Join(dir, "machines"), flow.mates[0].bot)
+	flow.addBots(t, e)
+	c, err := e.w.Store.GetComputer(t.Context(), e.computer)
+	require.NoError(t, err)
+	require.Equal(t, providers.KindKubernetes, c.Provider)
+	flow.start(c.ProviderRef)
+	// The model key reaches the pod as a root-only file from a Secret: it
+	// is nowhere in the pod's spec (which anyone who may read pods sees).
+	pod, err := cs.CoreV1().Pods(ns).Get(t.Context(), c.ProviderRef, metav1.GetOptions{})
+	require.NoError(t, err)
+	spec := fmt.Sprintf("%+v", pod.Spec)
+	require.NotContains(t, spec, scriptedKey, "the model key is in the pod's spec")
+	require.Contains(t, spec, "MODEL_API_KEY_FILE")
+
+	// The pod and its home claim are lost: a new computer, restored from
+	// the checkpoint.
+	finals := acceptanceReplace(t, e, flow.mates, func(ref, _ string) { losePodAndClaim(t, cs, ns, ref) }, flow.start, false)
+	flow.check(t, finals)
+
+	// The pod alone is lost: made again on the same claim, the home as it
+	// was (no checkpoint imported: a file written after the last one is
+	// there too).
+	t.Run("pod deleted, claim kept", func(t *testing.T) {
+		ctx := t.Context()
+		before, err := e.w.Store.GetComputer(ctx, e.computer)
+		require.NoError(t, err)
+		claim, err := cs.CoreV1().PersistentVolumeClaims(ns).Get(ctx, before.ProviderRef+"-home", metav1.GetOptions{})
+		require.NoError(t, err)
+		code, text := toolCall(t, e, "alice", "file_write", map[string]any{"path": "bots/alice/after-checkpoint.txt", "content": "only on the claim\n"})
+		require.Equal(t, http.StatusOK, code, text)
+		old, err := cs.CoreV1().Pods(ns).Get(ctx, before.ProviderRef, metav1.GetOptions{})
+		require.NoError(t, err)
+		zero := int64(0)
+		require.NoError(t, cs.CoreV1().Pods(ns).Delete(ctx, before.ProviderRef, metav1.DeleteOptions{GracePeriodSeconds: &zero}))
+		var rec struct {
+			Computer struct{ State, LastError string } `json:"computer"`
+		}
+		require.Equal(t, http.StatusOK, e.do(t, "POST", "/recover", nil, &rec))
+		require.Equal(t, "running", rec.Computer.State, rec.Computer.LastError)
+		after, err := e.w.Store.GetComputer(ctx, e.computer)
+		require.NoError(t, err)
+		require.Equal(t, before.ProviderRef, after.ProviderRef, "the same computer, its pod made again")
+		now, err := cs.CoreV1().Pods(ns).Get(ctx, after.ProviderRef, metav1.GetOptions{})
+		require.NoError(t, err)
+		require.NotEqual(t, old.UID, now.UID, "a new pod")
+		again, err := cs.CoreV1().PersistentVolumeClaims(ns).Get(ctx, after.ProviderRef+"-home", metav1.GetOptions{})
+		require.NoError(t, err)
+		require.Equal(t, claim.UID, again.UID, "on the same claim")
+		flow.start(after.ProviderRef)
+		botd, err := e.w.Computers.Machine(ctx, e.computer)
+		require.NoError(t, err)
+		got, err := botd.ReadFile(ctx, "bots/alice/after-checkpoint.txt", 1<<10)
+		require.NoError(t, err, "the file written after the last checkpoint is on the claim")
+		require.Equal(t, "only on the claim\n", string(got))
+		for _, m := range flow.mates {
+			res, err := botd.ReadFile(ctx, "bots/"+m.bot+"/result.txt", 1<<20)
+			require.NoError(t, err)
+			require.Equal(t, "the button was pressed\n", string(res))
+			var obs map[string]any
+			require.Equal(t, http.StatusOK, e.do(t, "POST", "/tools/computer_observe", map[string]any{"botId": m.bot, "args": map[string]any{}}, &obs))
+			waitFor(t, m.bot+"'s tab on the new pod", 3*time.Minute, func() bool {
+				pages, err := botd.BrowserPages(ctx, m.bot)
+				return err == nil && slices.Contains(pages, m.pageURL)
+			})
+			waitFor(t, m.bot+"'s tab loading the page signed in", time.Minute, m.page.SawCookie)
+		}
+	})
+
+	t.Run("takeover through the worker", func(t *testing.T) {
+		ctx := t.Context()
+		const bot = "alice"
+		row, err := e.w.Store.GetComputer(ctx, e.computer)
+		require.NoError(t, err)
+		status, text := toolCall(t, e, bot, "computer_observe", map[string]any{})
+		require.Equal(t, http.StatusOK, status, text)
+		m, err := e.w.Computers.Machine(ctx, e.computer)
+		require.NoError(t, err)
+		scs, err := m.Screens(ctx)
+		require.NoError(t, err)
+		display, slot := "", -1
+		for _, s := range scs {
+			if s.ID == bot {
+				display, slot = s.Display, s.Slot
+			}
+		}
+		require.NotEmpty(t, display, "alice's screen: %+v", scs)
+		pointer := func() (int, int) {
+			out, err := in.command(row.ProviderRef, "env", "DISPLAY="+display, fmt.Sprintf("XAUTHORITY=/home/desktop/.Xauthority-%d", slot),
+				"xdotool", "getmouselocation", "--shell").CombinedOutput()
+			require.NoError(t, err, "xdotool in the pod: %s", out)
+			var x, y int
+			for _, l := range strings.Split(string(out), "\n") {
+				if v, ok := strings.CutPrefix(l, "X="); ok {
+					x, _ = strconv.Atoi(v)
+				}
+				if v, ok := strings.CutPrefix(l, "Y="); ok {
+					y, _ = strconv.Atoi(v)
+				}
+			}
+			return x, y
+		}
+		status, link, msg := takeoverCall(t, e, "POST", bot, "")
+		require.Equal(t, http.StatusOK, status, msg)
+		require.True(t, strings.HasPrefix(link.URL, e.url), "a worker control link, got %q", link.URL)
+		released := false
+		defer func() {
+			if !released {
+				takeoverCall(t, e, "DELETE", bot, "")
+			}
+		}()
+		rfb := connectControl(t, link.URL)
+		require.NoError(t, rfb.pointer(0, 123, 234))
+		waitFor(t, "the pointer to move on the pod's X", 30*time.Second, func() bool {
+			x, y := pointer()
+			return x == 123 && y == 234
+		})
+		status, text = toolCall(t, e, bot, "computer_observe", map[string]any{})
+		require.NotEqual(t, http.StatusOK, status, "the agent got the screen while a person holds it: %s", text)
+		require.Contains(t, text, "user_has_control")
+		status, _, _ = takeoverCall(t, e, "DELETE", bot, "")
+		require.Equal(t, http.StatusOK, status)
+		released = true
+		_ = rfb.pointer(0, 321, 123)
+		requireClosedByServer(t, rfb, 20*time.Second, "the released control connection")
+		x, y := pointer()
+		require.Equal(t, []int{123, 234}, []int{x, y}, "input after the release never reached X")
+		status, text = toolCall(t, e, bot, "computer_observe", map[string]any{})
+		require.Equal(t, http.StatusOK, status, "the agent has its screen back: %s", text)
+	})
+}
+
+// losePodAndClaim deletes a computer's pod and its home claim behind the
+// worker's back and waits until both are gone (the claim's protection
+// holds it until its pod is).
+func losePodAndClaim(t *testing.T, cs kubernetes.Interface, ns, ref string) {
+	t.Helper()
+	ctx := t.Context()
+	zero := int64(0)
+	require.NoError(t, cs.CoreV1().Pods(ns).Delete(ctx, ref, metav1.DeleteOptions{GracePeriodSeconds: &zero}))
+	require.NoError(t, cs.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, ref+"-home", metav1.DeleteOptions{}))
+	waitFor(t, "the pod and its claim to be gone", 2*time.Minute, func() bool {
+		_, perr := cs.CoreV1().Pods(ns).Get(context.Background(), ref, metav1.GetOptions{})
+		_, cerr := cs.CoreV1().PersistentVolumeClaims(ns).Get(context.Background(), ref+"-home", metav1.GetOptions{})
+		return apierrors.IsNotFound(perr) && apierrors.IsNotFound(cerr)
+	})
+}
