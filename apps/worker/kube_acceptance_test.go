@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -243,6 +244,54 @@ func TestAcceptanceReplaceKubernetes(t *testing.T) {
 		require.Equal(t, []int{123, 234}, []int{x, y}, "input after the release never reached X")
 		status, text = toolCall(t, e, bot, "computer_observe", map[string]any{})
 		require.Equal(t, http.StatusOK, status, "the agent has its screen back: %s", text)
+	})
+
+	t.Run("destroyed keeping the home, restored into a new computer", func(t *testing.T) {
+		ctx := t.Context()
+		row, err := e.w.Store.GetComputer(ctx, e.computer)
+		require.NoError(t, err)
+		var out struct {
+			RestoreKey string `json:"restoreKey"`
+			Computer   struct{ State, LastError string }
+		}
+		require.Equal(t, http.StatusOK, e.do(t, "DELETE", "?keepHome=true", nil, &out))
+		require.Equal(t, "destroyed", out.Computer.State, out.Computer.LastError)
+		require.NotEmpty(t, out.RestoreKey, "the kept home's restore key")
+		// The computer's resources go, its claim with them; the home is
+		// kept in the home store.
+		waitFor(t, "the destroyed computer's pod, claim and secret to go", 2*time.Minute, func() bool {
+			_, perr := cs.CoreV1().Pods(ns).Get(context.Background(), row.ProviderRef, metav1.GetOptions{})
+			_, cerr := cs.CoreV1().PersistentVolumeClaims(ns).Get(context.Background(), row.ProviderRef+"-home", metav1.GetOptions{})
+			_, serr := cs.CoreV1().Secrets(ns).Get(context.Background(), row.ProviderRef, metav1.GetOptions{})
+			return apierrors.IsNotFound(perr) && apierrors.IsNotFound(cerr) && apierrors.IsNotFound(serr)
+		})
+		body, _ := json.Marshal(map[string]any{"scope": map[string]string{"team": "t1"}})
+		req, _ := http.NewRequestWithContext(ctx, "POST", e.url+"/v1/computers", bytes.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+e.token)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Restore-Key", out.RestoreKey)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		var created struct {
+			Computer struct {
+				ID, State, LastError string
+			} `json:"computer"`
+			Capability string `json:"capability"`
+			Restored   bool   `json:"restored"`
+		}
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&created))
+		require.Equal(t, http.StatusCreated, resp.StatusCode)
+		require.True(t, created.Restored, "the kept home was restored")
+		require.Equal(t, "running", created.Computer.State, created.Computer.LastError)
+		e.computer, e.capa = created.Computer.ID, created.Capability
+		botd, err := e.w.Computers.Machine(ctx, e.computer)
+		require.NoError(t, err)
+		for _, m := range flow.mates {
+			res, err := botd.ReadFile(ctx, "bots/"+m.bot+"/result.txt", 1<<20)
+			require.NoError(t, err, "%s's file in the new computer", m.bot)
+			require.Equal(t, "the button was pressed\n", string(res))
+		}
 	})
 }
 
