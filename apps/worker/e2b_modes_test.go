@@ -294,6 +294,12 @@ func pointerIn(t testing.TB, container, display, xauth string) (int, int) {
 	args = append(args, container, "xdotool", "getmouselocation", "--shell")
 	out, err := exec.Command("docker", args...).CombinedOutput()
 	require.NoError(t, err, "xdotool: %s", out)
+	return mouseLocation(out)
+}
+
+// mouseLocation is the pointer's position in `xdotool getmouselocation
+// --shell`'s output.
+func mouseLocation(out []byte) (int, int) {
 	var x, y int
 	for _, l := range strings.Split(string(out), "\n") {
 		if v, ok := strings.CutPrefix(l, "X="); ok {
@@ -318,7 +324,7 @@ func toolCall(t testing.TB, e *workerEnv, bot, name string, args map[string]any)
 
 // buildMockserve builds mockserve and the key file it reads into a new
 // directory of dir (copied into each sandbox).
-func buildMockserve(t *testing.T, dir string) string {
+func buildMockserve(t testing.TB, dir string) string {
 	t.Helper()
 	ms := filepath.Join(dir, "mockserve")
 	require.NoError(t, os.Mkdir(ms, 0o755))

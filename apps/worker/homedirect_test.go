@@ -289,13 +289,7 @@ func TestRunEndLeavesOtherBotDocker(t *testing.T) {
 		t.Skip(msg)
 	}
 	dir := openDir(t, "wire-hd-docker-")
-	ms := filepath.Join(dir, "mockserve")
-	require.NoError(t, os.Mkdir(ms, 0o755))
-	build := exec.Command("go", "build", "-o", filepath.Join(ms, "mockserve"), "github.com/open-bot/computer/apps/worker/internal/mockmodel/mockserve")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	out, err := build.CombinedOutput()
-	require.NoError(t, err, "build mockserve: %s", out)
-	require.NoError(t, os.WriteFile(filepath.Join(ms, "key"), []byte(scriptedKey), 0o600))
+	ms := buildMockserve(t, dir)
 	page := &inContainer{t: t, dir: ms, cookie: mockmodel.NewButtonPage().Cookie}
 	const a = "alice"
 	env := map[string]string{
@@ -432,13 +426,7 @@ func TestOwnHomeMachineMovesToWorkerHome(t *testing.T) {
 	b, _ = json.Marshal(meta)
 	require.NoError(t, os.WriteFile(filepath.Join(mdir, "machine.json"), b, 0o600))
 
-	var rec struct {
-		Computer struct{ State, LastError string } `json:"computer"`
-	}
-	require.Equal(t, http.StatusOK, e.do(t, "POST", "/recover", nil, &rec))
-	require.Equal(t, "running", rec.Computer.State, rec.Computer.LastError)
-	after, err := e.w.Store.GetComputer(ctx, e.computer)
-	require.NoError(t, err)
+	after := recoverRunning(t, e)
 	require.NotEqual(t, before.ProviderRef, after.ProviderRef, "a new machine")
 	require.NoDirExists(t, mdir, "the machine with a home of its own was destroyed once exported")
 	require.Greater(t, lastCheckpoint(t, e), start, "its home was exported")

@@ -6,11 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/open-bot/computer/apps/worker/internal/kubetest"
 	"github.com/open-bot/computer/apps/worker/internal/providers"
 )
 
@@ -28,17 +27,7 @@ import (
 type podExec struct{ script, kc, ns string }
 
 func newPodExec(t testing.TB, kc, ns string) podExec {
-	t.Helper()
-	dir, err := os.Getwd()
-	require.NoError(t, err)
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "scripts", "kube.sh")); err == nil {
-			return podExec{script: filepath.Join(dir, "scripts", "kube.sh"), kc: kc, ns: ns}
-		}
-		parent := filepath.Dir(dir)
-		require.NotEqual(t, dir, parent, "scripts/kube.sh not found above the test's directory")
-		dir = parent
-	}
+	return podExec{script: kubetest.Script(t), kc: kc, ns: ns}
 }
 
 func (p podExec) kubectl(args ...string) *exec.Cmd {
@@ -83,36 +72,16 @@ func (p podExec) command(pod string, argv ...string) *exec.Cmd {
 // raw RFB client moves the pod's X pointer, the agent is refused
 // meanwhile, the release closes the connection).
 func TestAcceptanceReplaceKubernetes(t *testing.T) {
-	kc := os.Getenv("KUBE_TEST_KUBECONFIG")
-	if kc == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("CI=true but KUBE_TEST_KUBECONFIG is not set (make test starts scripts/kube.sh)")
-		}
-		t.Skip("KUBE_TEST_KUBECONFIG is not set (scripts/kube.sh start)")
-	}
-	cs := kubeClient(t, kc)
-	ns := kubeNamespace(t, cs)
+	kc, cs, ns := kubeTest(t)
 	in := newPodExec(t, kc, ns)
-	image := envMap(nil)("WORKER_IMAGE")
-	if image == "" {
-		image = providers.DefaultImage
-	}
 	dir := openDir(t, "wire-kube-")
-	ms := filepath.Join(dir, "mockserve")
-	require.NoError(t, os.Mkdir(ms, 0o755))
-	build := exec.Command("go", "build", "-o", filepath.Join(ms, "mockserve"), "github.com/open-bot/computer/apps/worker/internal/mockmodel/mockserve")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	out, err := build.CombinedOutput()
-	require.NoError(t, err, "build mockserve: %s", out)
-	require.NoError(t, os.WriteFile(filepath.Join(ms, "key"), []byte(scriptedKey), 0o600))
+	ms := buildMockserve(t, dir)
 	flow := newContainerFlow(t, ms)
 	for _, p := range flow.pages {
 		p.in = in
 	}
 
-	env := map[string]string{"WORKER_PROVIDER": providers.KindKubernetes, "WORKER_IMAGE": image,
-		"KUBECONFIG": kc, "KUBERNETES_NAMESPACE": ns, "KUBERNETES_IMAGE_PULL_POLICY": "Never", "KUBERNETES_HOME_SIZE": "1Gi",
-		"KUBERNETES_CPU_REQUEST": "100m", "KUBERNETES_MEMORY_REQUEST": "256Mi"}
+	env := kubeWorkerEnv(kc, ns)
 	for k, v := range flow.env {
 		env[k] = v
 	}
@@ -150,13 +119,7 @@ func TestAcceptanceReplaceKubernetes(t *testing.T) {
 		require.NoError(t, err)
 		zero := int64(0)
 		require.NoError(t, cs.CoreV1().Pods(ns).Delete(ctx, before.ProviderRef, metav1.DeleteOptions{GracePeriodSeconds: &zero}))
-		var rec struct {
-			Computer struct{ State, LastError string } `json:"computer"`
-		}
-		require.Equal(t, http.StatusOK, e.do(t, "POST", "/recover", nil, &rec))
-		require.Equal(t, "running", rec.Computer.State, rec.Computer.LastError)
-		after, err := e.w.Store.GetComputer(ctx, e.computer)
-		require.NoError(t, err)
+		after := recoverRunning(t, e)
 		require.Equal(t, before.ProviderRef, after.ProviderRef, "the same computer, its pod made again")
 		now, err := cs.CoreV1().Pods(ns).Get(ctx, after.ProviderRef, metav1.GetOptions{})
 		require.NoError(t, err)
@@ -206,16 +169,7 @@ func TestAcceptanceReplaceKubernetes(t *testing.T) {
 			out, err := in.command(row.ProviderRef, "env", "DISPLAY="+display, fmt.Sprintf("XAUTHORITY=/home/desktop/.Xauthority-%d", slot),
 				"xdotool", "getmouselocation", "--shell").CombinedOutput()
 			require.NoError(t, err, "xdotool in the pod: %s", out)
-			var x, y int
-			for _, l := range strings.Split(string(out), "\n") {
-				if v, ok := strings.CutPrefix(l, "X="); ok {
-					x, _ = strconv.Atoi(v)
-				}
-				if v, ok := strings.CutPrefix(l, "Y="); ok {
-					y, _ = strconv.Atoi(v)
-				}
-			}
-			return x, y
+			return mouseLocation(out)
 		}
 		status, link, msg := takeoverCall(t, e, "POST", bot, "")
 		require.Equal(t, http.StatusOK, status, msg)

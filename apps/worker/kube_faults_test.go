@@ -1,13 +1,9 @@
 package main
 
 import (
-	"io"
-	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,120 +11,31 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/open-bot/computer/apps/worker/internal/providers"
+	"github.com/open-bot/computer/apps/worker/internal/store/storetest"
 )
 
-// cutProxy is the network between the worker and the API server: a TCP
-// relay on loopback that a test can cut (every open connection dropped,
-// new ones accepted and left unanswered, as a lost route does) and mend.
-type cutProxy struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	cut    bool
-	conns  map[net.Conn]bool
-}
-
-func newCutProxy(t testing.TB, target string) *cutProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	p := &cutProxy{ln: ln, target: target, conns: map[net.Conn]bool{}}
-	t.Cleanup(func() { ln.Close(); p.closeAll() })
-	go p.serve()
-	return p
-}
-
-func (p *cutProxy) serve() {
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		p.mu.Lock()
-		p.conns[c] = true
-		cut := p.cut
-		p.mu.Unlock()
-		if cut {
-			continue // held open, never answered: closed when mended
-		}
-		go func() {
-			up, err := net.Dial("tcp", p.target)
-			if err != nil {
-				p.drop(c)
-				return
-			}
-			p.mu.Lock()
-			p.conns[up] = true
-			p.mu.Unlock()
-			go func() { _, _ = io.Copy(up, c); p.drop(up) }()
-			_, _ = io.Copy(c, up)
-			p.drop(c)
-		}()
-	}
-}
-
-func (p *cutProxy) drop(c net.Conn) {
-	c.Close()
-	p.mu.Lock()
-	delete(p.conns, c)
-	p.mu.Unlock()
-}
-
-func (p *cutProxy) closeAll() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for c := range p.conns {
-		c.Close()
-		delete(p.conns, c)
-	}
-}
-
-// setCut cuts (true) or mends (false) the network; either way every
-// connection open now is dropped.
-func (p *cutProxy) setCut(cut bool) {
-	p.mu.Lock()
-	p.cut = cut
-	p.mu.Unlock()
-	p.closeAll()
-}
-
 // TestKubernetesAPIServerUnreachable: the worker's route to the API server
-// is lost for 30 s (the cluster itself runs on: other tests share it).
+// is lost for 30 s (a loopback relay held: open connections dropped, new
+// ones never answered) (the cluster itself runs on: other tests share it).
 // Meanwhile a tool call and a recover fail with an error that says so,
 // within bounds, and nothing is destroyed or made again; after, the same
 // computer works through the same pod without anyone's help.
 func TestKubernetesAPIServerUnreachable(t *testing.T) {
-	kc := os.Getenv("KUBE_TEST_KUBECONFIG")
-	if kc == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("CI=true but KUBE_TEST_KUBECONFIG is not set (make test starts scripts/kube.sh)")
-		}
-		t.Skip("KUBE_TEST_KUBECONFIG is not set (scripts/kube.sh start)")
-	}
-	cs := kubeClient(t, kc)
-	ns := kubeNamespace(t, cs)
-	image := envMap(nil)("WORKER_IMAGE")
-	if image == "" {
-		image = providers.DefaultImage
-	}
+	kc, cs, ns := kubeTest(t)
 	// The worker's kubeconfig: the admin's, its server behind the proxy
 	// (the same address family, so the serving certificate still fits).
 	cfg, err := clientcmd.LoadFromFile(kc)
 	require.NoError(t, err)
-	var proxy *cutProxy
+	var proxy *storetest.CutProxy
 	for _, cl := range cfg.Clusters {
-		host := strings.TrimPrefix(cl.Server, "https://")
-		proxy = newCutProxy(t, host)
-		cl.Server = "https://" + proxy.ln.Addr().String()
+		proxy = storetest.StartCutProxy(t, "127.0.0.1:0", strings.TrimPrefix(cl.Server, "https://"))
+		cl.Server = "https://" + proxy.Addr()
 	}
 	require.NotNil(t, proxy)
 	dir := openDir(t, "wire-kube-cut-")
 	wkc := filepath.Join(dir, "kubeconfig")
 	require.NoError(t, clientcmd.WriteToFile(*cfg, wkc))
-	env := map[string]string{"WORKER_PROVIDER": providers.KindKubernetes, "WORKER_IMAGE": image,
-		"KUBECONFIG": wkc, "KUBERNETES_NAMESPACE": ns, "KUBERNETES_IMAGE_PULL_POLICY": "Never", "KUBERNETES_HOME_SIZE": "1Gi",
-		"KUBERNETES_CPU_REQUEST": "100m", "KUBERNETES_MEMORY_REQUEST": "256Mi"}
+	env := kubeWorkerEnv(wkc, ns)
 	const bot = "alice"
 	e := providerWorker(t, env, filepath.Join(dir, "machines"), bot)
 	ctx := t.Context()
@@ -139,7 +46,7 @@ func TestKubernetesAPIServerUnreachable(t *testing.T) {
 	pod, err := cs.CoreV1().Pods(ns).Get(ctx, before.ProviderRef, metav1.GetOptions{})
 	require.NoError(t, err)
 
-	proxy.setCut(true)
+	proxy.Hold()
 	cutAt := time.Now()
 	start := time.Now()
 	code, text = toolCall(t, e, bot, "file_read", map[string]any{"path": "bots/alice/kept.txt"})
@@ -163,7 +70,7 @@ func TestKubernetesAPIServerUnreachable(t *testing.T) {
 
 	// 30 s after the cut, the route is back.
 	time.Sleep(time.Until(cutAt.Add(30 * time.Second)))
-	proxy.setCut(false)
+	proxy.Mend()
 	mended := time.Now()
 	waitFor(t, "the computer to work again", 3*time.Minute, func() bool {
 		code, text = toolCall(t, e, bot, "file_read", map[string]any{"path": "bots/alice/kept.txt"})

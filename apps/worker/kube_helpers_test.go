@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"os"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -13,7 +14,37 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/open-bot/computer/apps/worker/internal/kubetest"
+	"github.com/open-bot/computer/apps/worker/internal/providers"
 )
+
+// kubeTest is the test cluster (KUBE_TEST_KUBECONFIG: make test starts
+// scripts/kube.sh and sets it; missing, the test skips, and fails under
+// CI=true), held shared, and a namespace of the test's own.
+func kubeTest(t testing.TB) (kc string, cs kubernetes.Interface, ns string) {
+	t.Helper()
+	kc = os.Getenv("KUBE_TEST_KUBECONFIG")
+	if kc == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("CI=true but KUBE_TEST_KUBECONFIG is not set (make test starts scripts/kube.sh)")
+		}
+		t.Skip("KUBE_TEST_KUBECONFIG is not set (scripts/kube.sh start)")
+	}
+	cs = kubeClient(t, kc)
+	return kc, cs, kubeNamespace(t, cs)
+}
+
+// kubeWorkerEnv is a worker's settings for the kubernetes provider on the
+// test cluster (kubeconfig kc, namespace ns): the computer image already
+// on the node, small requests for this 2-core machine.
+func kubeWorkerEnv(kc, ns string) map[string]string {
+	image := envMap(nil)("WORKER_IMAGE")
+	if image == "" {
+		image = providers.DefaultImage
+	}
+	return map[string]string{"WORKER_PROVIDER": providers.KindKubernetes, "WORKER_IMAGE": image,
+		"KUBECONFIG": kc, "KUBERNETES_NAMESPACE": ns, "KUBERNETES_IMAGE_PULL_POLICY": "Never", "KUBERNETES_HOME_SIZE": "1Gi",
+		"KUBERNETES_CPU_REQUEST": "100m", "KUBERNETES_MEMORY_REQUEST": "256Mi"}
+}
 
 // kubeClient is an admin client of the test cluster (kubeconfig kc).
 func kubeClient(t testing.TB, kc string) kubernetes.Interface {

@@ -425,23 +425,10 @@ func TestPoolBadValueFailsStart(t *testing.T) {
 // taken by creates; a pooled pod deleted behind the worker's back is not
 // handed out and its computer's resources go.
 func TestPoolKubernetes(t *testing.T) {
-	kc := os.Getenv("KUBE_TEST_KUBECONFIG")
-	if kc == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("CI=true but KUBE_TEST_KUBECONFIG is not set (make test starts scripts/kube.sh)")
-		}
-		t.Skip("KUBE_TEST_KUBECONFIG is not set (scripts/kube.sh start)")
-	}
-	cs := kubeClient(t, kc)
-	ns := kubeNamespace(t, cs)
-	image := envMap(nil)("WORKER_IMAGE")
-	if image == "" {
-		image = providers.DefaultImage
-	}
+	kc, cs, ns := kubeTest(t)
 	dir := openDir(t, "wire-pool-kube-")
-	env := map[string]string{"WORKER_PROVIDER": providers.KindKubernetes, "WORKER_IMAGE": image, "WORKER_POOL": "kubernetes=2",
-		"KUBECONFIG": kc, "KUBERNETES_NAMESPACE": ns, "KUBERNETES_IMAGE_PULL_POLICY": "Never", "KUBERNETES_HOME_SIZE": "1Gi",
-		"KUBERNETES_CPU_REQUEST": "100m", "KUBERNETES_MEMORY_REQUEST": "256Mi"}
+	env := kubeWorkerEnv(kc, ns)
+	env["WORKER_POOL"] = "kubernetes=2"
 	pe := newPoolWorker(t, env, filepath.Join(dir, "machines"))
 	gone := func(ref string) bool {
 		_, err := cs.CoreV1().Secrets(ns).Get(context.Background(), ref, metav1.GetOptions{})

@@ -35,13 +35,7 @@ func TestAcceptanceReplaceE2B(t *testing.T) {
 	checked := emu.Proxy(t)
 
 	dir := openDir(t, "wire-e2b-")
-	ms := filepath.Join(dir, "mockserve")
-	require.NoError(t, os.Mkdir(ms, 0o755))
-	build := exec.Command("go", "build", "-o", filepath.Join(ms, "mockserve"), "github.com/open-bot/computer/apps/worker/internal/mockmodel/mockserve")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	out, err := build.CombinedOutput()
-	require.NoError(t, err, "build mockserve: %s", out)
-	require.NoError(t, os.WriteFile(filepath.Join(ms, "key"), []byte(scriptedKey), 0o600))
+	ms := buildMockserve(t, dir)
 	flow := newContainerFlow(t, ms)
 	container := func(ref string) string {
 		r, err := e2b.ParseRef(ref)

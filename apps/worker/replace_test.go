@@ -411,6 +411,20 @@ func acceptanceReplace(t *testing.T, e *workerEnv, mates []teammate, lose func(r
 	return finals
 }
 
+// recoverRunning recovers e's computer (POST /recover), requires it
+// running and returns its row.
+func recoverRunning(t testing.TB, e *workerEnv) store.Computer {
+	t.Helper()
+	var rec struct {
+		Computer struct{ State, LastError string } `json:"computer"`
+	}
+	require.Equal(t, http.StatusOK, e.do(t, "POST", "/recover", nil, &rec))
+	require.Equal(t, "running", rec.Computer.State, rec.Computer.LastError)
+	after, err := e.w.Store.GetComputer(t.Context(), e.computer)
+	require.NoError(t, err)
+	return after
+}
+
 // replaceAndCheck loses e's machine (and, with homeToo, its worker-owned
 // home), recovers, and checks the replacement: each teammate's files, its
 // page's tab and its sign-in cookie.
@@ -441,13 +455,7 @@ func replaceAndCheck(t *testing.T, e *workerEnv, mates []teammate, lose func(ref
 
 	// The next lifecycle step goes through the stale ref: gone, so a
 	// replacement is made and the checkpoint restored before first use.
-	var rec struct {
-		Computer struct{ State, LastError string } `json:"computer"`
-	}
-	require.Equal(t, http.StatusOK, e.do(t, "POST", "/recover", nil, &rec))
-	require.Equal(t, "running", rec.Computer.State, rec.Computer.LastError)
-	after, err := e.w.Store.GetComputer(ctx, e.computer)
-	require.NoError(t, err)
+	after := recoverRunning(t, e)
 	require.NotEqual(t, before.ProviderRef, after.ProviderRef, "the store records the replacement's ref")
 	if afterReplace != nil {
 		afterReplace(after.ProviderRef)
@@ -662,13 +670,7 @@ func TestAcceptanceReplaceDocker(t *testing.T) {
 	}
 	image := dockerImage(t)
 	dir := openDir(t, "wire-docker-")
-	ms := filepath.Join(dir, "mockserve")
-	require.NoError(t, os.Mkdir(ms, 0o755))
-	build := exec.Command("go", "build", "-o", filepath.Join(ms, "mockserve"), "github.com/open-bot/computer/apps/worker/internal/mockmodel/mockserve")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	out, err := build.CombinedOutput()
-	require.NoError(t, err, "build mockserve: %s", out)
-	require.NoError(t, os.WriteFile(filepath.Join(ms, "key"), []byte(scriptedKey), 0o600))
+	ms := buildMockserve(t, dir)
 	flow := newContainerFlow(t, ms)
 
 	env := map[string]string{"WORKER_PROVIDER": providers.KindDocker, "WORKER_IMAGE": image}

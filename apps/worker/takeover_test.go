@@ -646,16 +646,7 @@ func pointerAt(t testing.TB, c *computer, botd *client.Client, screen string) (i
 		cmd.Env = append(os.Environ(), "DISPLAY="+sc.Display, fmt.Sprintf("XAUTHORITY=%s/desktop/.Xauthority-%d", c.home, sc.Slot))
 		out, err := cmd.CombinedOutput()
 		require.NoError(t, err, "xdotool: %s", out)
-		var x, y int
-		for _, l := range strings.Split(string(out), "\n") {
-			if v, ok := strings.CutPrefix(l, "X="); ok {
-				x, _ = strconv.Atoi(v)
-			}
-			if v, ok := strings.CutPrefix(l, "Y="); ok {
-				y, _ = strconv.Atoi(v)
-			}
-		}
-		return x, y
+		return mouseLocation(out)
 	}
 	t.Fatalf("no screen %s", screen)
 	return 0, 0

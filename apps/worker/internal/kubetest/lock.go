@@ -41,3 +41,23 @@ func hold(t testing.TB, kc string, how int) {
 	}
 	t.Cleanup(func() { f.Close() })
 }
+
+// Script is scripts/kube.sh, found above the test's directory.
+func Script(t testing.TB) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		p := filepath.Join(dir, "scripts", "kube.sh")
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("scripts/kube.sh not found above the test's directory")
+		}
+		dir = parent
+	}
+}

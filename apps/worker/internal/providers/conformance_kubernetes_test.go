@@ -8,7 +8,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -404,7 +403,7 @@ func TestKubernetesFaults(t *testing.T) {
 // port-forward of other tests would break meanwhile.
 func TestKubernetesKubeletRestart(t *testing.T) {
 	k, cs, _ := testKubernetesHeld(t, kubetest.Exclusive, func(*KubernetesOptions) {})
-	script := kubeScript(t)
+	script := kubetest.Script(t)
 	ctx := testCtx(t, 10*time.Minute)
 	spec := Spec{ComputerID: "kubelet", BotdToken: testToken()}
 	ref, err := k.Provision(ctx, spec)
@@ -456,22 +455,6 @@ func TestKubernetesKubeletRestart(t *testing.T) {
 	now, err := cs.CoreV1().Pods(k.o.Namespace).Get(ctx, ref, metav1.GetOptions{})
 	require.NoError(t, err)
 	require.Equal(t, pod.UID, now.UID, "the same pod")
-}
-
-// kubeScript is scripts/kube.sh, found above the test's directory.
-func kubeScript(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	require.NoError(t, err)
-	for {
-		p := filepath.Join(dir, "scripts", "kube.sh")
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
-		parent := filepath.Dir(dir)
-		require.NotEqual(t, dir, parent, "scripts/kube.sh not found above the test's directory")
-		dir = parent
-	}
 }
 
 // TestKubernetesRedTeamPodIsolation (red team, on the real cluster):
