@@ -25,6 +25,7 @@ import (
 	"github.com/open-bot/computer/apps/worker/internal/homes"
 	"github.com/open-bot/computer/apps/worker/internal/httpapi"
 	"github.com/open-bot/computer/apps/worker/internal/mcp"
+	"github.com/open-bot/computer/apps/worker/internal/metrics"
 	"github.com/open-bot/computer/apps/worker/internal/osworld"
 	"github.com/open-bot/computer/apps/worker/internal/providers"
 	"github.com/open-bot/computer/apps/worker/internal/runs"
@@ -248,6 +249,14 @@ func runServe(ctx context.Context, args []string) error {
 		return err
 	}
 	defer stopOp()
+	if addr := strings.TrimSpace(os.Getenv("WORKER_METRICS_LISTEN")); addr != "" {
+		mln, err := serveMetrics(ctx, addr, c.OperatorToken, w.Metrics, log.With().Str("sub", "metrics").Logger())
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "worker: metrics on http://%s/metrics (operator only)\n", mln.Addr())
+	}
 	fmt.Fprintf(os.Stderr, "worker: operator socket %s (adopt, dashboard links, attach: `worker computers adopt`, `worker dashboard` as root or this user)\n", sock)
 	// The sign-in link is a secret for the person at this terminal: printed
 	// only when stderr is one, never into a log file.
@@ -280,6 +289,8 @@ type worker struct {
 	// apiMux is the API's router, every /v1 route on it (the OpenAPI
 	// test walks it).
 	apiMux *http.ServeMux
+	// Metrics are the worker's series (served by serveMetrics).
+	Metrics *metrics.Metrics
 }
 
 // Close stops the background loop and closes the store.
@@ -359,7 +370,8 @@ func newWorker(ctx context.Context, c serveConfig, log zerolog.Logger) (*worker,
 		}
 		st.Close()
 	}
-	comps, err := computers.New(computers.Options{Store: st, Providers: reg, DefaultProvider: def, Sealer: sealer,
+	mets := metrics.New()
+	comps, err := computers.New(computers.Options{Store: st, Metrics: mets, Providers: reg, DefaultProvider: def, Sealer: sealer,
 		Caps: capability.NewSet(), Log: log.With().Str("sub", "computers").Logger(),
 		Homes: checkpointer, IdleAfter: c.IdleAfter, LiveHomes: liveHomes(c, setup)})
 	if err != nil {
@@ -378,7 +390,8 @@ func newWorker(ctx context.Context, c serveConfig, log zerolog.Logger) (*worker,
 	}
 	tk := takeover.New(takeover.Options{Computers: comps, Store: st, Log: log.With().Str("sub", "takeover").Logger()})
 	comps.OnBotRemoved(tk.BotRemoved)
-	m := runs.NewManager(runs.Options{Store: st, Computers: comps, Model: c.Model, ModelProvider: c.ModelProvider,
+	mets.Watch(comps.MetricsSource())
+	m := runs.NewManager(runs.Options{Store: st, Computers: comps, Metrics: mets, Model: c.Model, ModelProvider: c.ModelProvider,
 		Approvals: runs.ApprovalPolicy(c.Approvals), AskFor: c.AskFor, Log: log.With().Str("sub", "runs").Logger(), TakeoverLink: tk.ForRun, TakeoverDone: tk.Done,
 		Responses: model, Loop: loop})
 	tk.SetRuns(m)
@@ -405,7 +418,7 @@ func newWorker(ctx context.Context, c serveConfig, log zerolog.Logger) (*worker,
 	}
 	go ppl.Events.Run(bg)
 	var apiMux *http.ServeMux
-	h := httpapi.Handler(httpapi.Options{Token: c.Token, OperatorToken: c.OperatorToken, Computers: comps, Runs: m, Log: log.With().Str("sub", "api").Logger(),
+	h := httpapi.Handler(httpapi.Options{Token: c.Token, OperatorToken: c.OperatorToken, Computers: comps, Runs: m, Metrics: mets, Log: log.With().Str("sub", "api").Logger(),
 		Mount: func(mux *http.ServeMux, gate func(http.HandlerFunc) http.HandlerFunc) {
 			apiMux = mux
 			httpapi.MountTakeover(mux, gate, tk)
@@ -421,7 +434,7 @@ func newWorker(ctx context.Context, c serveConfig, log zerolog.Logger) (*worker,
 			mux.Handle(mcp.Path, mcp.Handler(mcp.Options{Computers: comps, Log: log.With().Str("sub", "mcp").Logger()}))
 		}})
 	return &worker{Store: st, Computers: comps, Runs: m, Handler: ppl.Handler(h), People: ppl, stop: stop, setup: setup,
-		DefaultProvider: def, Homes: homesName, apiMux: apiMux}, nil
+		DefaultProvider: def, Homes: homesName, apiMux: apiMux, Metrics: mets}, nil
 }
 
 // liveHomes is where the worker keeps the homes its local and docker

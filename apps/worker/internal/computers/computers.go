@@ -20,6 +20,7 @@ import (
 
 	"github.com/open-bot/computer/apps/worker/internal/capability"
 	"github.com/open-bot/computer/apps/worker/internal/homes"
+	"github.com/open-bot/computer/apps/worker/internal/metrics"
 	"github.com/open-bot/computer/apps/worker/internal/providers"
 	"github.com/open-bot/computer/apps/worker/internal/secret"
 	"github.com/open-bot/computer/apps/worker/internal/store"
@@ -43,6 +44,9 @@ func ValidID(id string) bool { return idPattern.MatchString(id) }
 // Options configures the service.
 type Options struct {
 	Store store.Store
+	// Metrics takes the checkpoints, pool hand-outs and tool calls (nil:
+	// none).
+	Metrics *metrics.Metrics
 	// Providers maps a kind to its provider; DefaultProvider names the one
 	// used when a create request names none.
 	Providers       map[string]providers.Provider

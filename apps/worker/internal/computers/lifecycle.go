@@ -123,7 +123,9 @@ func (s *Service) Checkpoint(ctx context.Context, id string, f *Fence) (store.Ch
 }
 
 // checkpoint is a boundary's checkpoint (see Checkpoint).
-func (s *Service) checkpoint(ctx context.Context, c store.Computer, m providers.Machine, f *Fence) (store.Checkpoint, error) {
+func (s *Service) checkpoint(ctx context.Context, c store.Computer, m providers.Machine, f *Fence) (cp store.Checkpoint, err error) {
+	start := time.Now()
+	defer func() { s.o.Metrics.Checkpoint(cp.Size, err == nil, time.Since(start)) }()
 	if s.markerOnly(c) {
 		return s.mark(ctx, c, f)
 	}

@@ -662,6 +662,7 @@ func (s *Service) createPooled(ctx context.Context, c store.Computer, pe *pooled
 	}
 	s.o.Log.Info().Str("computer", c.ID).Str("provider", c.Provider).Str("ref", short(pe.ref)).Bool("restored", restored).
 		Int64("elapsed_ms", time.Since(start).Milliseconds()).Msg("pool: a create took a pooled machine")
+	s.o.Metrics.PoolHandout(c.Provider, time.Since(start))
 	if restore {
 		c, err = s.o.Store.GetComputer(ctx, c.ID)
 	}

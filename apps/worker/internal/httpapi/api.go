@@ -25,6 +25,7 @@ import (
 
 	"github.com/open-bot/computer/apps/worker/internal/capability"
 	"github.com/open-bot/computer/apps/worker/internal/computers"
+	"github.com/open-bot/computer/apps/worker/internal/metrics"
 	"github.com/open-bot/computer/apps/worker/internal/openapi"
 	"github.com/open-bot/computer/apps/worker/internal/runs"
 	"github.com/open-bot/computer/apps/worker/internal/store"
@@ -43,6 +44,8 @@ type Options struct {
 	// Mount, when set, adds more per-computer routes (takeover, checkpoint)
 	// to the mux; gate wraps a handler with the capability check.
 	Mount func(mux *http.ServeMux, gate func(http.HandlerFunc) http.HandlerFunc)
+	// Metrics counts requests by route (nil: none).
+	Metrics *metrics.Metrics
 }
 
 // Handler returns the API's handler.
@@ -87,6 +90,7 @@ func Handler(o Options) http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusNotFound, shared.CodeNotFound, "no such route")
 	})
+	a.mux = mux
 	return a.accessLog(a.auth(mux))
 }
 
@@ -94,6 +98,7 @@ type api struct {
 	o         Options
 	tokenHash [32]byte
 	opHash    *[32]byte // the operator token's, when one is set
+	mux       *http.ServeMux
 }
 
 // operatorKey marks a request made with the operator's credential.
@@ -158,7 +163,11 @@ func (a *api) accessLog(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w}
+		// The route is the pattern that serves r ("" for none): the
+		// metrics' label, never the path with its ids.
+		_, route := a.mux.Handler(r)
 		next.ServeHTTP(sw, r)
+		a.o.Metrics.Request(route, sw.status, time.Since(start))
 		a.o.Log.Info().Str("method", r.Method).Str("path", r.URL.Path).Int("status", sw.status).
 			Int64("duration_ms", time.Since(start).Milliseconds()).Msg("request")
 	})

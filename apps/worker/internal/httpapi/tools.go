@@ -60,6 +60,7 @@ func (a *api) callTool(w http.ResponseWriter, r *http.Request) {
 	}
 	sess.CheckScreen = machine.CheckScreen
 	sess.Secret, sess.SecretNames = a.o.Computers.SecretOpener(cid)
+	sess.Observe = a.o.Computers.ToolObserver(r.Context(), cid)
 	res := tools.Call(r.Context(), sess, name, req.Args)
 	sess.Release(r.Context())
 	writeJSON(w, res.Status, res)

@@ -23,6 +23,7 @@ import (
 	"github.com/open-bot/computer/apps/worker/internal/codexrpc"
 	"github.com/open-bot/computer/apps/worker/internal/computers"
 	"github.com/open-bot/computer/apps/worker/internal/machines"
+	"github.com/open-bot/computer/apps/worker/internal/metrics"
 	"github.com/open-bot/computer/apps/worker/internal/providers"
 	"github.com/open-bot/computer/apps/worker/internal/responses"
 	"github.com/open-bot/computer/apps/worker/internal/store"
@@ -116,6 +117,8 @@ type Options struct {
 	Responses *responses.Client
 	// Loop bounds the worker runtime's runs (defaults: DefaultLoop).
 	Loop LoopLimits
+	// Metrics counts the runs' ends (nil: none).
+	Metrics *metrics.Metrics
 }
 
 // Manager holds the live runs of this worker process (the store holds all).
@@ -294,6 +297,7 @@ func (m *Manager) Start(ctx context.Context, computerID string, req StartRequest
 	}
 	sess.CheckScreen = machine.CheckScreen
 	sess.Secret, sess.SecretNames = m.o.Computers.SecretOpener(c.ID)
+	sess.Observe = m.o.Computers.ToolObserver(ctx, c.ID)
 	tctx, cancel := context.WithTimeout(context.Background(), m.o.TurnTimeout)
 	rctx, abort := context.WithCancelCause(tctx)
 	r := &Run{m: m, id: id, botID: req.BotID, computerID: c.ID, machine: machine, leaseKey: key, epoch: lease.Epoch,
@@ -488,6 +492,7 @@ func (m *Manager) resume(sr store.Run, lease store.Lease) {
 		}
 		sess.CheckScreen = machine.CheckScreen
 		sess.Secret, sess.SecretNames = m.o.Computers.SecretOpener(sr.ComputerID)
+		sess.Observe = m.o.Computers.ToolObserver(ctx, sr.ComputerID)
 		sess.Takeover = r.waitTakeover
 		r.mu.Lock()
 		r.machine, r.session = machine, sess
@@ -670,6 +675,9 @@ func (r *Run) setStatus(s Status, errMsg string) {
 		return
 	}
 	r.snap.Status = s
+	if s.Ended() {
+		r.m.o.Metrics.RunEnded(string(s))
+	}
 	errMsg = codexrpc.Clip(errMsg, MaxReason)
 	if errMsg != "" {
 		r.snap.Error = errMsg

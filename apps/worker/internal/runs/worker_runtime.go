@@ -178,10 +178,12 @@ func (r *Run) driveWorker(ctx context.Context, prompt, model string, resumed boo
 		if step > lim.MaxSteps {
 			return fmt.Errorf("the run reached its step limit: %d model requests (WORKER_RUN_MAX_STEPS)", lim.MaxSteps)
 		}
+		asked := time.Now()
 		res, err := c.Create(ctx, responses.Request{Model: model, Instructions: instr, Input: inputOf(conv, lim.KeepScreenshots),
 			Tools: fns, ToolChoice: "auto"}, func(attempt int, err error, wait time.Duration) {
 			r.emit("model_retry", map[string]any{"attempt": attempt, "error": codexrpc.Clip(err.Error(), MaxNoteField), "waitSeconds": wait.Seconds()})
 		})
+		r.m.o.Metrics.ModelRequest(err == nil, time.Since(asked))
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()

@@ -61,6 +61,9 @@ type Session struct {
 	// SecretNames lists the names the vault holds (for error text).
 	Secret      func(ctx context.Context, name string) (origin, value string, visible bool, err error)
 	SecretNames func(ctx context.Context) []string
+	// Observe, when set, is told of each call's tool, success and time
+	// (the worker's metrics).
+	Observe func(tool string, ok bool, d time.Duration)
 
 	// mu guards leases.
 	mu     sync.Mutex

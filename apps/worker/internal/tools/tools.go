@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/open-bot/computer/apps/worker/internal/machines"
@@ -124,15 +125,19 @@ func Find(name string) (Tool, bool) {
 // Call runs tool name with args for s. It never panics on bad input: a
 // malformed call is a failed Result the model can read.
 func Call(ctx context.Context, s *Session, name string, args json.RawMessage) (res Result) {
+	t, ok := Find(name)
+	if !ok {
+		return failed(&ToolError{Code: shared.CodeNotFound, Msg: fmt.Sprintf("no tool named %q", name)}, 404)
+	}
+	if s.Observe != nil {
+		start := time.Now()
+		defer func() { s.Observe(t.Name, res.Success, time.Since(start)) }()
+	}
 	defer func() {
 		if v := recover(); v != nil {
 			res = failed(fmt.Errorf("internal error in %s", name), 500)
 		}
 	}()
-	t, ok := Find(name)
-	if !ok {
-		return failed(&ToolError{Code: shared.CodeNotFound, Msg: fmt.Sprintf("no tool named %q", name)}, 404)
-	}
 	if len(bytes.TrimSpace(args)) == 0 || string(bytes.TrimSpace(args)) == "null" {
 		args = json.RawMessage("{}")
 	}

@@ -1,0 +1,72 @@
+package computers
+
+import (
+	"context"
+	"time"
+
+	"github.com/open-bot/computer/apps/worker/internal/store"
+)
+
+// ToolObserver is the metrics' observer of tool calls on computer id (its
+// provider looked up once, now): nil without metrics.
+func (s *Service) ToolObserver(ctx context.Context, id string) func(tool string, ok bool, d time.Duration) {
+	if s.o.Metrics == nil {
+		return nil
+	}
+	provider := "unknown"
+	if c, err := s.o.Store.GetComputer(ctx, id); err == nil {
+		provider = c.Provider
+	}
+	m := s.o.Metrics
+	return func(tool string, ok bool, d time.Duration) { m.ToolCall(tool, provider, ok, d) }
+}
+
+// MetricsSource is what a metrics scrape reads of this service: the
+// store's computers and live runs, and the warm pool.
+func (s *Service) MetricsSource() MetricsSource { return MetricsSource{s: s} }
+
+// MetricsSource implements metrics.Source.
+type MetricsSource struct{ s *Service }
+
+// Computers counts the store's computers by provider and observed state,
+// destroyed ones left out.
+func (ms MetricsSource) Computers(ctx context.Context) (map[[2]string]int, error) {
+	cs, err := ms.s.o.Store.ListComputers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := map[[2]string]int{}
+	for _, c := range cs {
+		if c.ObservedState == store.StateDestroyed {
+			continue
+		}
+		out[[2]string{c.Provider, c.ObservedState}]++
+	}
+	return out, nil
+}
+
+// LiveRuns counts the store's runs in each live state (zero included).
+func (ms MetricsSource) LiveRuns(ctx context.Context) (map[string]int, error) {
+	live := []string{store.RunQueued, store.RunRunning, store.RunWaitingTakeover}
+	rs, err := ms.s.o.Store.ListRuns(ctx, "", live...)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int{}
+	for _, st := range live {
+		out[st] = 0
+	}
+	for _, r := range rs {
+		out[r.State]++
+	}
+	return out, nil
+}
+
+// PoolReady counts the warm pool's ready machines by kind.
+func (ms MetricsSource) PoolReady() map[string]int {
+	out := map[string]int{}
+	for _, k := range ms.s.Pool() {
+		out[k.Provider] = len(k.Ready)
+	}
+	return out
+}
