@@ -34,9 +34,12 @@ import (
 	"github.com/open-bot/computer/apps/botd/internal/testenv"
 )
 
+// xsqViewPortBase is below the kernel's ephemeral range (32768-60999
+// here): the squatter binds all 64 ports from it, and one an outgoing
+// connection of another test had taken made it fail (EADDRINUSE) in CI.
 const (
 	xsqDisplayBase  = 2000
-	xsqViewPortBase = 35200
+	xsqViewPortBase = 24600
 )
 
 // xSquatter binds the abstract X socket names of displays as user, as a
