@@ -25,6 +25,13 @@ var dirs = []string{
 	"DawnGraphiteCache",
 	"DawnWebGPUCache",
 	"Crashpad",
+	// Chromium's own usage metrics: histograms persisted while it runs
+	// (BrowserMetrics/*.pma) and the segmentation platform's databases,
+	// both written until the browser's last moment and made again at its
+	// next start. A desktop sandbox's checkpoint failed in CI on each
+	// ("file changed as we read it", a -wal gone mid-copy).
+	"BrowserMetrics",
+	"segmentation_platform",
 }
 
 // filePrefixes and fileNames are non-directories inside a Chromium profile

@@ -19,6 +19,9 @@ func TestTransient(t *testing.T) {
 		{"Default/Code Cache", true, true},
 		{"GrShaderCache", true, true},
 		{"Crashpad/settings.dat", false, true},
+		{"BrowserMetrics/BrowserMetrics-6B119D7F-3C1.pma", false, true},
+		{"segmentation_platform/ukm_db-wal", false, true},
+		{"Default/segmentation_platform", true, true},
 		{"Default/Cache", false, false}, // a file named like a cache dir stays
 		{"SingletonLock", false, true},
 		{"SingletonSocket", false, true},
