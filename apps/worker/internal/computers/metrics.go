@@ -7,9 +7,19 @@ import (
 	"github.com/open-bot/computer/apps/worker/internal/store"
 )
 
-// ToolObserver is the metrics' observer of tool calls on computer id (its
-// provider looked up once, now): nil without metrics.
-func (s *Service) ToolObserver(ctx context.Context, id string) func(tool string, ok bool, d time.Duration) {
+// ToolObserver is the metrics' observer of tool calls on a computer of
+// provider kind provider: nil without metrics.
+func (s *Service) ToolObserver(provider string) func(tool string, ok bool, d time.Duration) {
+	m := s.o.Metrics
+	if m == nil {
+		return nil
+	}
+	return func(tool string, ok bool, d time.Duration) { m.ToolCall(tool, provider, ok, d) }
+}
+
+// ToolObserverOf is ToolObserver for computer id, for a caller without its
+// row at hand (its provider read once, now; "unknown" when it cannot be).
+func (s *Service) ToolObserverOf(ctx context.Context, id string) func(tool string, ok bool, d time.Duration) {
 	if s.o.Metrics == nil {
 		return nil
 	}
@@ -17,8 +27,7 @@ func (s *Service) ToolObserver(ctx context.Context, id string) func(tool string,
 	if c, err := s.o.Store.GetComputer(ctx, id); err == nil {
 		provider = c.Provider
 	}
-	m := s.o.Metrics
-	return func(tool string, ok bool, d time.Duration) { m.ToolCall(tool, provider, ok, d) }
+	return s.ToolObserver(provider)
 }
 
 // MetricsSource is what a metrics scrape reads of this service: the

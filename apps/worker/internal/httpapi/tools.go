@@ -44,7 +44,8 @@ func (a *api) callTool(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	cid := r.PathValue("id")
-	if _, err := a.o.Computers.HasBot(r.Context(), cid, req.BotID); err != nil {
+	c, err := a.o.Computers.HasBot(r.Context(), cid, req.BotID)
+	if err != nil {
 		fail(w, err)
 		return
 	}
@@ -60,7 +61,7 @@ func (a *api) callTool(w http.ResponseWriter, r *http.Request) {
 	}
 	sess.CheckScreen = machine.CheckScreen
 	sess.Secret, sess.SecretNames = a.o.Computers.SecretOpener(cid)
-	sess.Observe = a.o.Computers.ToolObserver(r.Context(), cid)
+	sess.Observe = a.o.Computers.ToolObserver(c.Provider)
 	res := tools.Call(r.Context(), sess, name, req.Args)
 	sess.Release(r.Context())
 	writeJSON(w, res.Status, res)

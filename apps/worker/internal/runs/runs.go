@@ -297,7 +297,7 @@ func (m *Manager) Start(ctx context.Context, computerID string, req StartRequest
 	}
 	sess.CheckScreen = machine.CheckScreen
 	sess.Secret, sess.SecretNames = m.o.Computers.SecretOpener(c.ID)
-	sess.Observe = m.o.Computers.ToolObserver(ctx, c.ID)
+	sess.Observe = m.o.Computers.ToolObserver(c.Provider)
 	tctx, cancel := context.WithTimeout(context.Background(), m.o.TurnTimeout)
 	rctx, abort := context.WithCancelCause(tctx)
 	r := &Run{m: m, id: id, botID: req.BotID, computerID: c.ID, machine: machine, leaseKey: key, epoch: lease.Epoch,
@@ -492,7 +492,7 @@ func (m *Manager) resume(sr store.Run, lease store.Lease) {
 		}
 		sess.CheckScreen = machine.CheckScreen
 		sess.Secret, sess.SecretNames = m.o.Computers.SecretOpener(sr.ComputerID)
-		sess.Observe = m.o.Computers.ToolObserver(ctx, sr.ComputerID)
+		sess.Observe = m.o.Computers.ToolObserverOf(ctx, sr.ComputerID)
 		sess.Takeover = r.waitTakeover
 		r.mu.Lock()
 		r.machine, r.session = machine, sess
