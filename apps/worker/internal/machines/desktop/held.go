@@ -358,7 +358,7 @@ func (m *Machine) streamInput(ctx context.Context, s *screen, a shared.Action) (
 	case shared.ActionType:
 		text := *a.Text
 		for _, r := range text {
-			if (r < 0x20 || r > 0x7e) && r != '\n' && r != '\t' {
+			if !keymapRune(r) {
 				return false, nil
 			}
 		}

@@ -18,6 +18,14 @@ const (
 	dragStep    = 16  // pixels between intermediate drag positions
 	dragHold    = "0.04"
 	typeDelayMs = 8
+	// borrowDelayMs is the delay xdotool types a character the keymap
+	// lacks with. xdotool maps such a character onto a spare keycode for
+	// the key's press and unmaps it half its delay after: a client that
+	// reads the key after the unmapping types nothing (a loaded machine
+	// dropped "é" and "à" at 8 ms). 300 ms keeps the keycode mapped for
+	// 150 ms, botd's own settle for a remapped keycode (keyboard.go's
+	// mapSettle) that never dropped one.
+	borrowDelayMs = 300
 	// typeChunk is how many characters one xdotool type command carries:
 	// the lease is checked between chunks, so a person taking the screen
 	// stops a long text within one chunk.
@@ -116,6 +124,38 @@ func typeChunks(text string) []string {
 		text = text[i:]
 	}
 	return out
+}
+
+// typeRun is a piece of a chunk that one xdotool type command types, with
+// its delay.
+type typeRun struct {
+	text    string
+	delayMs int
+}
+
+// typeRuns splits a chunk into runs of keymap characters (printable ASCII,
+// "\n", "\t": typed at typeDelayMs) and runs of other characters (typed at
+// borrowDelayMs, see there).
+func typeRuns(chunk string) []typeRun {
+	var out []typeRun
+	for _, r := range chunk {
+		d := typeDelayMs
+		if !keymapRune(r) {
+			d = borrowDelayMs
+		}
+		if n := len(out); n > 0 && out[n-1].delayMs == d {
+			out[n-1].text += string(r)
+			continue
+		}
+		out = append(out, typeRun{text: string(r), delayMs: d})
+	}
+	return out
+}
+
+// keymapRune reports whether r is on a US keymap, so xdotool types it with
+// its own key rather than a borrowed keycode.
+func keymapRune(r rune) bool {
+	return (r >= 0x20 && r <= 0x7e) || r == '\n' || r == '\t'
 }
 
 func deref(p *int) int {

@@ -59,3 +59,16 @@ func TestLeaseRules(t *testing.T) {
 }
 
 var timeZero time.Time
+
+// TestTypeRuns: characters the keymap lacks are typed in their own runs at
+// borrowDelayMs; keymap characters around them keep the fast delay.
+func TestTypeRuns(t *testing.T) {
+	require.Equal(t, []typeRun{
+		{text: "echo 'h", delayMs: typeDelayMs},
+		{text: "é", delayMs: borrowDelayMs},
+		{text: "llo w", delayMs: typeDelayMs},
+		{text: "€日", delayMs: borrowDelayMs},
+		{text: "'\n\t~", delayMs: typeDelayMs},
+	}, typeRuns("echo 'héllo w€日'\n\t~"))
+	require.Empty(t, typeRuns(""))
+}

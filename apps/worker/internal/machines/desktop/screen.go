@@ -388,8 +388,10 @@ func (m *Machine) do(ctx context.Context, s *screen, a shared.Action) error {
 					continue
 				}
 			}
-			if err := run([]string{"xdotool", "type", "--delay", strconv.Itoa(typeDelayMs), "--", chunk}); err != nil {
-				return err
+			for _, tr := range typeRuns(chunk) {
+				if err := run([]string{"xdotool", "type", "--delay", strconv.Itoa(tr.delayMs), "--", tr.text}); err != nil {
+					return err
+				}
 			}
 		}
 		return nil
