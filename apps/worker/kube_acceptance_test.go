@@ -204,6 +204,11 @@ func TestAcceptanceReplaceKubernetes(t *testing.T) {
 		ctx := t.Context()
 		row, err := e.w.Store.GetComputer(ctx, e.computer)
 		require.NoError(t, err)
+		// A file no checkpoint holds: only the claim has it.
+		code, text := toolCall(t, e, "bob", "file_write", map[string]any{"path": "bots/bob/kept-volume.txt", "content": "kept on the volume\n"})
+		require.Equal(t, http.StatusOK, code, text)
+		claim, err := cs.CoreV1().PersistentVolumeClaims(ns).Get(ctx, row.ProviderRef+"-home", metav1.GetOptions{})
+		require.NoError(t, err)
 		var out struct {
 			RestoreKey string `json:"restoreKey"`
 			Computer   struct{ State, LastError string }
@@ -211,14 +216,19 @@ func TestAcceptanceReplaceKubernetes(t *testing.T) {
 		require.Equal(t, http.StatusOK, e.do(t, "DELETE", "?keepHome=true", nil, &out))
 		require.Equal(t, "destroyed", out.Computer.State, out.Computer.LastError)
 		require.NotEmpty(t, out.RestoreKey, "the kept home's restore key")
-		// The computer's resources go, its claim with them; the home is
-		// kept in the home store.
-		waitFor(t, "the destroyed computer's pod, claim and secret to go", 2*time.Minute, func() bool {
+		// The computer's pod, Service and Secret go; its home claim stays,
+		// marked kept (and its checkpoints stay in the home store).
+		waitFor(t, "the destroyed computer's pod and secret to go", 2*time.Minute, func() bool {
 			_, perr := cs.CoreV1().Pods(ns).Get(context.Background(), row.ProviderRef, metav1.GetOptions{})
-			_, cerr := cs.CoreV1().PersistentVolumeClaims(ns).Get(context.Background(), row.ProviderRef+"-home", metav1.GetOptions{})
 			_, serr := cs.CoreV1().Secrets(ns).Get(context.Background(), row.ProviderRef, metav1.GetOptions{})
-			return apierrors.IsNotFound(perr) && apierrors.IsNotFound(cerr) && apierrors.IsNotFound(serr)
+			_, verr := cs.CoreV1().Services(ns).Get(context.Background(), row.ProviderRef, metav1.GetOptions{})
+			return apierrors.IsNotFound(perr) && apierrors.IsNotFound(serr) && apierrors.IsNotFound(verr)
 		})
+		kept, err := cs.CoreV1().PersistentVolumeClaims(ns).Get(ctx, row.ProviderRef+"-home", metav1.GetOptions{})
+		require.NoError(t, err, "the home claim is kept")
+		require.Equal(t, claim.UID, kept.UID)
+		require.Nil(t, kept.DeletionTimestamp)
+		require.Equal(t, "true", kept.Labels["dev.open-bot/kept-home"])
 		body, _ := json.Marshal(map[string]any{"scope": map[string]string{"team": "t1"}})
 		req, _ := http.NewRequestWithContext(ctx, "POST", e.url+"/v1/computers", bytes.NewReader(body))
 		req.Header.Set("Authorization", "Bearer "+e.token)
@@ -239,13 +249,44 @@ func TestAcceptanceReplaceKubernetes(t *testing.T) {
 		require.True(t, created.Restored, "the kept home was restored")
 		require.Equal(t, "running", created.Computer.State, created.Computer.LastError)
 		e.computer, e.capa = created.Computer.ID, created.Capability
+		// The new computer's pod runs on the kept claim, taken over: the
+		// file no checkpoint holds is there.
+		now, err := e.w.Store.GetComputer(ctx, e.computer)
+		require.NoError(t, err)
+		require.NotEqual(t, row.ProviderRef, now.ProviderRef, "a new machine")
+		pod, err := cs.CoreV1().Pods(ns).Get(ctx, now.ProviderRef, metav1.GetOptions{})
+		require.NoError(t, err)
+		var claimName string
+		for _, v := range pod.Spec.Volumes {
+			if v.Name == "home" && v.PersistentVolumeClaim != nil {
+				claimName = v.PersistentVolumeClaim.ClaimName
+			}
+		}
+		require.Equal(t, kept.Name, claimName, "the new pod's home is the kept claim")
+		taken, err := cs.CoreV1().PersistentVolumeClaims(ns).Get(ctx, kept.Name, metav1.GetOptions{})
+		require.NoError(t, err)
+		require.Equal(t, claim.UID, taken.UID)
+		require.Empty(t, taken.Labels["dev.open-bot/kept-home"], "no longer kept: the new computer's")
+		require.Equal(t, now.ProviderRef, taken.Labels["dev.open-bot/machine"])
 		botd, err := e.w.Computers.Machine(ctx, e.computer)
 		require.NoError(t, err)
+		got, err := botd.ReadFile(ctx, "bots/bob/kept-volume.txt", 1<<10)
+		require.NoError(t, err, "the file written after the last checkpoint came back with the claim")
+		require.Equal(t, "kept on the volume\n", string(got))
 		for _, m := range flow.mates {
 			res, err := botd.ReadFile(ctx, "bots/"+m.bot+"/result.txt", 1<<20)
 			require.NoError(t, err, "%s's file in the new computer", m.bot)
 			require.Equal(t, "the button was pressed\n", string(res))
 		}
+
+		// A destroy without keepHome deletes the claim it took over.
+		var gone struct{ Computer struct{ State, LastError string } }
+		require.Equal(t, http.StatusOK, e.do(t, "DELETE", "", nil, &gone))
+		require.Equal(t, "destroyed", gone.Computer.State, gone.Computer.LastError)
+		waitFor(t, "the taken-over claim to go with its computer", 2*time.Minute, func() bool {
+			_, cerr := cs.CoreV1().PersistentVolumeClaims(ns).Get(context.Background(), kept.Name, metav1.GetOptions{})
+			return apierrors.IsNotFound(cerr)
+		})
 	})
 }
 

@@ -348,8 +348,17 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (out Created, e
 			s.o.RestoreKeys.Release(claim)
 		}
 	}()
-	if pe := s.takePooled(ctx, c.Provider); pe != nil {
-		return s.createPooled(ctx, c, pe, claim)
+	if claim.Home != "" {
+		if spec.KeptHome, err = s.keptVolume(ctx, c.Provider, claim.Home); err != nil {
+			return Created{}, err
+		}
+	}
+	// A kept home volume is taken over by a machine made for it: a pooled
+	// one has its own.
+	if spec.KeptHome == "" {
+		if pe := s.takePooled(ctx, c.Provider); pe != nil {
+			return s.createPooled(ctx, c, pe, claim)
+		}
 	}
 	sealed, err := s.o.Sealer.Seal([]byte(spec.BotdToken), c.ID)
 	if err != nil {
@@ -403,7 +412,7 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (out Created, e
 		c, _ = s.o.Store.GetComputer(context.WithoutCancel(ctx), c.ID)
 		return Created{View: ViewOf(c), Capability: cap}, nil // created; the state says what went wrong
 	}
-	restored := s.restoreScopeAfterCreate(ctx, c, m, claim)
+	restored := s.restoreScopeAfterCreate(ctx, c, m, claim, spec.KeptHome)
 	c, err = s.o.Store.GetComputer(ctx, c.ID)
 	return Created{View: ViewOf(c), Capability: cap, Restored: restored}, err
 }
@@ -713,7 +722,7 @@ func (s *Service) Destroy(ctx context.Context, id string) (View, error) {
 // operator retries, or keeps the home). It forgets again once the machine
 // is gone, in case a checkpoint (a run ending) raced the destroy.
 func (s *Service) DestroyWith(ctx context.Context, id string, o DestroyOptions) (View, error) {
-	return s.destroy(ctx, id, !o.KeepHome)
+	return s.destroy(ctx, id, !o.KeepHome, o.KeepHome)
 }
 
 // forgetHome removes c's checkpoints from the home store.
@@ -726,10 +735,13 @@ func (s *Service) forgetHome(ctx context.Context, c store.Computer) error {
 }
 
 // destroy destroys computer id; forget removes its home from the home
-// store. A destroy that a crash interrupted is finished by Reconcile
-// without forget: the operator's choice is not recorded, and a home that
-// was to go was forgotten before the destroy began.
-func (s *Service) destroy(ctx context.Context, id string, forget bool) (View, error) {
+// store; keepVolume keeps the machine's home volume where its provider
+// has one (providers.HomeKeeper: a kubernetes home claim). A destroy that
+// a crash interrupted is finished by Reconcile without forget and without
+// keepVolume: the operator's choice is not recorded, a home that was to go
+// was forgotten before the destroy began, and a kept home is still in the
+// home store.
+func (s *Service) destroy(ctx context.Context, id string, forget, keepVolume bool) (View, error) {
 	c, err := s.Get(ctx, id)
 	if err != nil {
 		return View{}, err
@@ -750,7 +762,11 @@ func (s *Service) destroy(ctx context.Context, id string, forget bool) (View, er
 	}
 	s.drop(id)
 	s.forgetSecrets(ctx, id)
-	if err := p.Destroy(ctx, c.ProviderRef); err != nil && !errors.Is(err, providers.ErrUnsupported) {
+	destroy := p.Destroy
+	if hk, ok := p.(providers.HomeKeeper); ok && keepVolume {
+		destroy = hk.DestroyKeepingHome
+	}
+	if err := destroy(ctx, c.ProviderRef); err != nil && !errors.Is(err, providers.ErrUnsupported) {
 		s.fail(id, err)
 		c, _ = s.o.Store.GetComputer(ctx, id)
 		return ViewOf(c), nil
@@ -787,7 +803,7 @@ func (s *Service) Reconcile(ctx context.Context) error {
 		case c.DesiredState == store.StateDestroyed:
 			// A destroy that a crash interrupted: finish it.
 			wg.Add(1)
-			go func() { defer wg.Done(); _, _ = s.destroy(ctx, c.ID, false) }()
+			go func() { defer wg.Done(); _, _ = s.destroy(ctx, c.ID, false, false) }()
 		case suspended(c):
 			continue // idle-suspended: the next use starts it
 		case c.DesiredState == store.StateRunning:

@@ -91,7 +91,7 @@ func (s *Service) hasCheckpoint(ctx context.Context, key string) (bool, error) {
 // no home store, an attached botd, no checkpoint, or a destroy that did
 // not finish).
 func (s *Service) DestroyKeepingHome(ctx context.Context, id string) (View, string, error) {
-	v, err := s.destroy(ctx, id, false)
+	v, err := s.destroy(ctx, id, false, true)
 	if err != nil || v.State != store.StateDestroyed {
 		return v, "", err
 	}
@@ -143,11 +143,47 @@ func (s *Service) restoreScope(ctx context.Context, c store.Computer, key string
 	return ok, nil
 }
 
+// keptVolume is the ref of the destroyed machine of provider kind whose
+// home volume was kept for home key (a HomeKeeper kind's destroy with
+// keepHome), "" when kind keeps no volumes or the home was of another
+// kind.
+func (s *Service) keptVolume(ctx context.Context, kind, key string) (string, error) {
+	if _, ok := s.o.Providers[kind].(providers.HomeKeeper); !ok {
+		return "", nil
+	}
+	cs, err := s.o.Store.ListComputers(ctx)
+	if err != nil {
+		return "", err
+	}
+	for i := len(cs) - 1; i >= 0; i-- { // newest last
+		o := cs[i]
+		if o.HomeKey == key && o.Provider == kind && o.ObservedState == store.StateDestroyed && o.ProviderRef != "" {
+			return o.ProviderRef, nil
+		}
+	}
+	return "", nil
+}
+
 // restoreScopeAfterCreate is restoreScope for a computer Create made
 // without the pool, once its machine runs: the kept home claim opens, if
-// any. A failed restore is recorded on the computer.
-func (s *Service) restoreScopeAfterCreate(ctx context.Context, c store.Computer, m providers.Machine, claim capability.Claim) bool {
-	if claim.Home == "" || s.o.Homes == nil {
+// any. A machine that took over the kept home volume (kept, the destroyed
+// machine's ref) has it already: nothing is imported. A failed restore is
+// recorded on the computer.
+func (s *Service) restoreScopeAfterCreate(ctx context.Context, c store.Computer, m providers.Machine, claim capability.Claim, kept string) bool {
+	if claim.Home == "" {
+		return false
+	}
+	if hk, ok := s.o.Providers[c.Provider].(providers.HomeKeeper); ok && kept != "" {
+		adopted, err := hk.HomeAdopted(ctx, c.ProviderRef)
+		if err != nil {
+			s.o.Log.Warn().Str("computer", c.ID).Err(err).Msg("whether the new machine took over the kept home is unknown; importing the checkpoint")
+		}
+		if adopted {
+			s.o.Log.Info().Str("computer", c.ID).Str("from", claim.Home).Msg("the new computer took over the scope's kept home volume (its restore key presented)")
+			return true
+		}
+	}
+	if s.o.Homes == nil {
 		return false
 	}
 	ok, err := s.restoreScope(ctx, c, claim.Home, m)

@@ -45,6 +45,12 @@ const (
 	kubeLabelComputer = "dev.open-bot/computer"
 	kubeAnnotComputer = "dev.open-bot/computer-id"
 	kubeLabelMachine  = "dev.open-bot/machine"
+	// kubeLabelKeptHome marks a home claim a destroy with keepHome left
+	// (its machine label still names the destroyed machine's ref);
+	// kubeAnnotHomeClaim, on a computer's Secret, names the kept claim its
+	// machine took over instead of making its own.
+	kubeLabelKeptHome  = "dev.open-bot/kept-home"
+	kubeAnnotHomeClaim = "dev.open-bot/home-claim"
 )
 
 // Ways the worker reaches a pod's botd.
@@ -230,6 +236,15 @@ func kubeLabelValue(computerID string) string {
 
 func homeClaim(ref string) string { return ref + "-home" }
 
+// claimOf is the home claim of the computer whose Secret is s: the kept
+// one it took over, or its own.
+func claimOf(s *corev1.Secret, ref string) string {
+	if c := s.Annotations[kubeAnnotHomeClaim]; c != "" {
+		return c
+	}
+	return homeClaim(ref)
+}
+
 // Close ends every port-forward connection.
 func (k *Kubernetes) Close() {
 	k.mu.Lock()
@@ -300,6 +315,13 @@ func (k *Kubernetes) Provision(ctx context.Context, spec Spec) (string, error) {
 		return "", errors.New("kubernetes provider: a worker-owned home directory cannot be mounted in a cluster (the home is the computer's claim)")
 	}
 	ref := kubeMachineName(spec.ComputerID)
+	var kept string
+	if spec.KeptHome != "" && !k.sandboxMode() {
+		var err error
+		if kept, err = k.takeKeptHome(ctx, spec.KeptHome, spec.ComputerID, ref); err != nil {
+			return "", err
+		}
+	}
 	data := map[string][]byte{"botd_token": []byte(spec.BotdToken)}
 	for _, kv := range k.o.Env {
 		if v, ok := strings.CutPrefix(kv, "MODEL_API_KEY="); ok {
@@ -308,15 +330,26 @@ func (k *Kubernetes) Provision(ctx context.Context, spec Spec) (string, error) {
 	}
 	immutable := true
 	sec := &corev1.Secret{ObjectMeta: k.meta(ref, spec.ComputerID, ref), Type: corev1.SecretTypeOpaque, Data: data, Immutable: &immutable}
+	if kept != "" {
+		sec.Annotations[kubeAnnotHomeClaim] = kept
+	}
+	undo := func(err error) (string, error) {
+		if kept != "" {
+			// The kept home goes back to what it was: kept for the
+			// restore key's next use.
+			k.giveBackKeptHome(context.WithoutCancel(ctx), kept, spec.KeptHome)
+		}
+		_ = k.Destroy(context.WithoutCancel(ctx), ref)
+		return "", err
+	}
 	if err := k.call(ctx, "create secret", func(ctx context.Context) error {
 		_, err := k.cs.CoreV1().Secrets(k.o.Namespace).Create(ctx, sec, metav1.CreateOptions{})
 		return err
 	}); err != nil {
+		if kept != "" {
+			return undo(k.notReady(err))
+		}
 		return "", k.notReady(err)
-	}
-	undo := func(err error) (string, error) {
-		_ = k.Destroy(context.WithoutCancel(ctx), ref)
-		return "", err
 	}
 	if k.sandboxMode() {
 		if err := k.provisionSandbox(ctx, sec, ref); err != nil {
@@ -334,11 +367,13 @@ func (k *Kubernetes) Provision(ctx context.Context, spec Spec) (string, error) {
 		sc := k.o.StorageClass
 		pvc.Spec.StorageClassName = &sc
 	}
-	if err := k.call(ctx, "create home claim", func(ctx context.Context) error {
-		_, err := k.cs.CoreV1().PersistentVolumeClaims(k.o.Namespace).Create(ctx, pvc, metav1.CreateOptions{})
-		return err
-	}); err != nil {
-		return undo(err)
+	if kept == "" {
+		if err := k.call(ctx, "create home claim", func(ctx context.Context) error {
+			_, err := k.cs.CoreV1().PersistentVolumeClaims(k.o.Namespace).Create(ctx, pvc, metav1.CreateOptions{})
+			return err
+		}); err != nil {
+			return undo(err)
+		}
 	}
 	svc := &corev1.Service{ObjectMeta: k.meta(ref, spec.ComputerID, ref),
 		Spec: corev1.ServiceSpec{
@@ -358,8 +393,85 @@ func (k *Kubernetes) Provision(ctx context.Context, spec Spec) (string, error) {
 	}); err != nil {
 		return undo(err)
 	}
-	k.log.Info().Str("ref", ref).Str("computer", spec.ComputerID).Msg("provisioned")
+	k.log.Info().Str("ref", ref).Str("computer", spec.ComputerID).Str("kept_home", kept).Msg("provisioned")
 	return ref, nil
+}
+
+// keptHomes lists the home claims kept for the destroyed machine ref.
+func (k *Kubernetes) keptHomes(ctx context.Context, ref string) ([]corev1.PersistentVolumeClaim, error) {
+	var l *corev1.PersistentVolumeClaimList
+	err := k.call(ctx, "list kept home claims", func(ctx context.Context) error {
+		var err error
+		l, err = k.cs.CoreV1().PersistentVolumeClaims(k.o.Namespace).List(ctx, metav1.ListOptions{
+			LabelSelector: kubeManagedBy + "=" + kubeManagedByValue + "," + kubeLabelMachine + "=" + ref + "," + kubeLabelKeptHome + "=true"})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return l.Items, nil
+}
+
+// takeKeptHome makes the home claim kept for the destroyed machine kept
+// the claim of the new machine ref (of computerID), and returns its name;
+// "" when none is kept (an operator deleted it): the new machine then
+// makes its own. The update carries the claim's resourceVersion, so two
+// takers never both win.
+func (k *Kubernetes) takeKeptHome(ctx context.Context, kept, computerID, ref string) (string, error) {
+	if !kubeRef.MatchString(kept) {
+		return "", fmt.Errorf("kubernetes provider: kept home %q is no machine of this provider", kept)
+	}
+	claims, err := k.keptHomes(ctx, kept)
+	if err != nil || len(claims) == 0 {
+		return "", err
+	}
+	c := claims[0]
+	if c.DeletionTimestamp != nil {
+		return "", nil
+	}
+	for name, v := range k.labels(computerID, ref) {
+		c.Labels[name] = v
+	}
+	delete(c.Labels, kubeLabelKeptHome)
+	if c.Annotations == nil {
+		c.Annotations = map[string]string{}
+	}
+	c.Annotations[kubeAnnotComputer] = computerID
+	if err := k.call(ctx, "take over the kept home claim", func(ctx context.Context) error {
+		_, err := k.cs.CoreV1().PersistentVolumeClaims(k.o.Namespace).Update(ctx, &c, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
+		return "", err
+	}
+	k.log.Info().Str("ref", ref).Str("claim", c.Name).Str("from", kept).Msg("took over a kept home claim")
+	return c.Name, nil
+}
+
+// giveBackKeptHome marks claim kept for the destroyed machine kept again
+// (a provision that took it over failed).
+func (k *Kubernetes) giveBackKeptHome(ctx context.Context, claim, kept string) {
+	err := k.call(ctx, "give back the kept home claim", func(ctx context.Context) error {
+		c, err := k.cs.CoreV1().PersistentVolumeClaims(k.o.Namespace).Get(ctx, claim, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		c.Labels[kubeLabelMachine] = kept
+		c.Labels[kubeLabelKeptHome] = "true"
+		_, err = k.cs.CoreV1().PersistentVolumeClaims(k.o.Namespace).Update(ctx, c, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		k.log.Warn().Err(err).Str("claim", claim).Msg("a kept home claim taken by a failed provision could not be marked kept again")
+	}
+}
+
+// HomeAdopted reports whether ref's machine took over a kept home claim.
+func (k *Kubernetes) HomeAdopted(ctx context.Context, ref string) (bool, error) {
+	s, err := k.secret(ctx, ref)
+	if err != nil {
+		return false, err
+	}
+	return s.Annotations[kubeAnnotHomeClaim] != "", nil
 }
 
 // networkPolicy is computer ref's ingress policy: only pods that match
@@ -478,7 +590,7 @@ func (k *Kubernetes) pod(s *corev1.Secret, ref string) *corev1.Pod {
 				VolumeMounts: mounts,
 			}},
 			Volumes: []corev1.Volume{
-				{Name: "home", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: homeClaim(ref)}}},
+				{Name: "home", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claimOf(s, ref)}}},
 				{Name: "secrets", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: ref, Items: items, DefaultMode: &readOnly}}},
 				{Name: "shm", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: &shm}}},
 			},
@@ -631,15 +743,15 @@ func (k *Kubernetes) ensurePod(ctx context.Context, s *corev1.Secret, ref string
 			var claim *corev1.PersistentVolumeClaim
 			if err := k.call(ctx, "get home claim", func(ctx context.Context) error {
 				var err error
-				claim, err = k.cs.CoreV1().PersistentVolumeClaims(k.o.Namespace).Get(ctx, homeClaim(ref), metav1.GetOptions{})
+				claim, err = k.cs.CoreV1().PersistentVolumeClaims(k.o.Namespace).Get(ctx, claimOf(s, ref), metav1.GetOptions{})
 				return err
 			}); apierrors.IsNotFound(err) {
-				return "", fmt.Errorf("%w: the home claim %s of %s is gone", ErrGone, homeClaim(ref), ref)
+				return "", fmt.Errorf("%w: the home claim %s of %s is gone", ErrGone, claimOf(s, ref), ref)
 			} else if err != nil {
 				return "", err
 			}
 			if claim.DeletionTimestamp != nil {
-				return "", fmt.Errorf("%w: the home claim %s of %s is being deleted", ErrGone, homeClaim(ref), ref)
+				return "", fmt.Errorf("%w: the home claim %s of %s is being deleted", ErrGone, claimOf(s, ref), ref)
 			}
 			err = k.call(ctx, "create pod", func(ctx context.Context) error {
 				_, err := pods.Create(ctx, k.pod(s, ref), metav1.CreateOptions{})
@@ -824,6 +936,38 @@ func (k *Kubernetes) Stop(ctx context.Context, ref string) error {
 // volume goes by the storage class's reclaim policy). A gone computer, or
 // one partly gone, is fine.
 func (k *Kubernetes) Destroy(ctx context.Context, ref string) error {
+	return k.destroy(ctx, ref, false)
+}
+
+// DestroyKeepingHome is Destroy leaving the home claim, marked kept for
+// ref: the scope's next computer, created with its restore key, takes it
+// over (Spec.KeptHome). In agent-sandbox mode the claim is the Sandbox's
+// (its controller deletes it with the Sandbox): the home is kept in the
+// home store only, as for every other kind.
+func (k *Kubernetes) DestroyKeepingHome(ctx context.Context, ref string) error {
+	if k.sandboxMode() {
+		return k.destroy(ctx, ref, false)
+	}
+	return k.destroy(ctx, ref, true)
+}
+
+// ownHomes lists the home claims of machine ref that are not kept: its
+// own, or the kept one it took over.
+func (k *Kubernetes) ownHomes(ctx context.Context, ref string) ([]corev1.PersistentVolumeClaim, error) {
+	var l *corev1.PersistentVolumeClaimList
+	err := k.call(ctx, "list home claims", func(ctx context.Context) error {
+		var err error
+		l, err = k.cs.CoreV1().PersistentVolumeClaims(k.o.Namespace).List(ctx, metav1.ListOptions{
+			LabelSelector: kubeManagedBy + "=" + kubeManagedByValue + "," + kubeLabelMachine + "=" + ref + ",!" + kubeLabelKeptHome})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return l.Items, nil
+}
+
+func (k *Kubernetes) destroy(ctx context.Context, ref string, keepHome bool) error {
 	if !kubeRef.MatchString(ref) {
 		return nil
 	}
@@ -848,7 +992,26 @@ func (k *Kubernetes) Destroy(ctx context.Context, ref string) error {
 			return k.cs.NetworkingV1().NetworkPolicies(ns).Delete(ctx, ref, metav1.DeleteOptions{})
 		}},
 		{"delete home claim", func(ctx context.Context) error {
-			return k.cs.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, homeClaim(ref), metav1.DeleteOptions{})
+			if k.sandboxMode() {
+				return k.cs.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, homeClaim(ref), metav1.DeleteOptions{})
+			}
+			claims, err := k.ownHomes(ctx, ref)
+			if err != nil {
+				return err
+			}
+			var errs []error
+			for _, c := range claims {
+				if keepHome {
+					c.Labels[kubeLabelKeptHome] = "true"
+					_, err = k.cs.CoreV1().PersistentVolumeClaims(ns).Update(ctx, &c, metav1.UpdateOptions{})
+				} else {
+					err = k.cs.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, c.Name, metav1.DeleteOptions{})
+				}
+				if err != nil && !apierrors.IsNotFound(err) {
+					errs = append(errs, err)
+				}
+			}
+			return errors.Join(errs...)
 		}},
 		{"delete secret", func(ctx context.Context) error {
 			return k.cs.CoreV1().Secrets(ns).Delete(ctx, ref, metav1.DeleteOptions{})
@@ -861,7 +1024,7 @@ func (k *Kubernetes) Destroy(ctx context.Context, ref string) error {
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	k.log.Info().Str("ref", ref).Msg("destroyed")
+	k.log.Info().Str("ref", ref).Bool("home_kept", keepHome).Msg("destroyed")
 	return nil
 }
 

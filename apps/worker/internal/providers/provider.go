@@ -69,6 +69,26 @@ type Spec struct {
 	// at create ("" for a provider without templates): a replacement is
 	// made from the same one.
 	Template string
+	// KeptHome, for a HomeKeeper kind, is the ref of a machine of this
+	// kind destroyed keeping its home (a create that presents the scope's
+	// restore key): the new machine takes that home volume over when it is
+	// still there (HomeAdopted then says so), and starts with an empty one
+	// otherwise.
+	KeptHome string
+}
+
+// HomeKeeper is a provider whose machines keep their home on a volume of
+// their own (kubernetes: the home claim). A destroy with keepHome keeps
+// the volume, and the scope's next computer, created with the restore key,
+// takes it over: every file comes back, those written after the last
+// checkpoint included, and nothing is imported.
+type HomeKeeper interface {
+	// DestroyKeepingHome is Destroy leaving ref's home volume, marked
+	// kept.
+	DestroyKeepingHome(ctx context.Context, ref string) error
+	// HomeAdopted reports whether ref's machine took over a kept home
+	// (Spec.KeptHome) when it was provisioned.
+	HomeAdopted(ctx context.Context, ref string) (bool, error)
 }
 
 // Provider makes, finds and ends machines of one kind.
