@@ -280,7 +280,9 @@ func TestAcceptanceReplaceKubernetes(t *testing.T) {
 		}
 
 		// A destroy without keepHome deletes the claim it took over.
-		var gone struct{ Computer struct{ State, LastError string } }
+		var gone struct {
+			Computer struct{ State, LastError string }
+		}
 		require.Equal(t, http.StatusOK, e.do(t, "DELETE", "", nil, &gone))
 		require.Equal(t, "destroyed", gone.Computer.State, gone.Computer.LastError)
 		waitFor(t, "the taken-over claim to go with its computer", 2*time.Minute, func() bool {
