@@ -99,6 +99,10 @@ type KubernetesOptions struct {
 	// missing), run by agent-sandbox's controller.
 	SandboxAPI      string
 	SandboxTemplate string
+	// SandboxWarmPool (KUBERNETES_SANDBOX_WARM_POOL, agent-sandbox mode
+	// only) is how many ready Sandboxes a SandboxWarmPool keeps; a computer
+	// is then a SandboxClaim on it (kubewarmpool.go). 0: none.
+	SandboxWarmPool int
 	// ReadyTimeout bounds the wait for a pod to run and its botd to answer
 	// (default 180 s: a cold node pulls or unpacks the image).
 	ReadyTimeout time.Duration
@@ -135,6 +139,10 @@ type Kubernetes struct {
 
 	mu      sync.Mutex
 	dialers map[string]*podDialer
+
+	// poolMu guards poolReady: the warm pool's objects are made.
+	poolMu    sync.Mutex
+	poolReady bool
 }
 
 // NewKubernetes returns the kubernetes provider. It does not call the API
@@ -175,6 +183,12 @@ func NewKubernetes(o KubernetesOptions) (*Kubernetes, error) {
 	}
 	if o.SandboxTemplate == "" {
 		o.SandboxTemplate = DefaultSandboxTemplate
+	}
+	switch {
+	case o.SandboxWarmPool < 0 || o.SandboxWarmPool > MaxSandboxWarmPool:
+		return nil, fmt.Errorf("kubernetes provider: sandbox warm pool %d: want 0 to %d", o.SandboxWarmPool, MaxSandboxWarmPool)
+	case o.SandboxWarmPool > 0 && o.SandboxAPI != KubeSandboxAPIAgentSandbox:
+		return nil, fmt.Errorf("kubernetes provider: a sandbox warm pool needs KUBERNETES_SANDBOX_API=%s (the plain mode's pool is WORKER_POOL=kubernetes=N)", KubeSandboxAPIAgentSandbox)
 	}
 	if !kubeDNSLabel.MatchString(o.SandboxTemplate) {
 		return nil, fmt.Errorf("kubernetes provider: sandbox template %q is not a DNS label", o.SandboxTemplate)
@@ -333,6 +347,9 @@ func (k *Kubernetes) Provision(ctx context.Context, spec Spec) (string, error) {
 	if kept != "" {
 		sec.Annotations[kubeAnnotHomeClaim] = kept
 	}
+	if k.warmPoolMode() {
+		sec.Annotations[kubeAnnotWarmPool] = k.poolName()
+	}
 	undo := func(err error) (string, error) {
 		if kept != "" {
 			// The kept home goes back to what it was: kept for the
@@ -350,6 +367,13 @@ func (k *Kubernetes) Provision(ctx context.Context, spec Spec) (string, error) {
 			return undo(k.notReady(err))
 		}
 		return "", k.notReady(err)
+	}
+	if k.warmPoolMode() {
+		if err := k.provisionClaim(ctx, sec, ref); err != nil {
+			return undo(err)
+		}
+		k.log.Info().Str("ref", ref).Str("computer", spec.ComputerID).Str("pool", k.poolName()).Msg("claimed a sandbox of the warm pool")
+		return ref, nil
 	}
 	if k.sandboxMode() {
 		if err := k.provisionSandbox(ctx, sec, ref); err != nil {
@@ -612,7 +636,7 @@ func (k *Kubernetes) Reconnect(ctx context.Context, ref string, _ Spec) (Machine
 		return nil, fmt.Errorf("kubernetes provider: secret %s holds no botd token", ref)
 	}
 	if k.sandboxMode() {
-		return k.reconnectSandbox(ctx, ref, token)
+		return k.reconnectSandbox(ctx, s, ref, token)
 	}
 	deadline := time.Now().Add(k.o.ReadyTimeout)
 	uid, err := k.ensurePod(ctx, s, ref, deadline)
@@ -922,12 +946,17 @@ func (k *Kubernetes) deletePod(ctx context.Context, ref string, grace int64) err
 // keeps its claim, Secret and Service: Reconnect makes the pod again on
 // the same home.
 func (k *Kubernetes) Stop(ctx context.Context, ref string) error {
-	if _, err := k.secret(ctx, ref); err != nil {
+	s, err := k.secret(ctx, ref)
+	if err != nil {
 		return err
 	}
 	k.dropDialer(ref)
 	if k.sandboxMode() {
-		return k.stopSandbox(ctx, ref)
+		name, err := k.sandboxOf(ctx, s, ref, time.Now())
+		if err != nil {
+			return err
+		}
+		return k.stopSandbox(ctx, name)
 	}
 	return k.deletePod(ctx, ref, 20)
 }

@@ -2,6 +2,7 @@ package providers
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/rs/zerolog"
@@ -26,6 +27,7 @@ import (
 //	KUBERNETES_IMAGE_PULL_POLICY    IfNotPresent  (Always, Never)
 //	KUBERNETES_SANDBOX_API          (none)        agent-sandbox: computers are agent-sandbox Sandboxes
 //	KUBERNETES_SANDBOX_TEMPLATE     open-bot-computer  the SandboxTemplate they are made from
+//	KUBERNETES_SANDBOX_WARM_POOL    0             agent-sandbox mode: a SandboxWarmPool of N; computers are SandboxClaims on it
 //	KUBERNETES_WORKER_LABELS        app.kubernetes.io/name=open-bot-worker  the worker's pods: the only ones a computer's NetworkPolicy admits
 //	WORKER_IMAGE                    open-bot/computer:dev
 func kubernetesFromEnv(getenv func(string) string, wanted bool, env []string, log *zerolog.Logger) (*Kubernetes, error) {
@@ -75,6 +77,13 @@ func kubernetesFromEnv(getenv func(string) string, wanted bool, env []string, lo
 		o.PullPolicy = p
 	default:
 		return nil, fmt.Errorf("KUBERNETES_IMAGE_PULL_POLICY: want Always, IfNotPresent or Never, got %q", p)
+	}
+	if v := str("KUBERNETES_SANDBOX_WARM_POOL", "0"); v != "0" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > MaxSandboxWarmPool {
+			return nil, fmt.Errorf("KUBERNETES_SANDBOX_WARM_POOL: want 0 to %d ready sandboxes, got %q", MaxSandboxWarmPool, v)
+		}
+		o.SandboxWarmPool = n
 	}
 	if o.HomeSize, err = qty("KUBERNETES_HOME_SIZE", "10Gi"); err != nil {
 		return nil, err

@@ -94,10 +94,19 @@ current-context: c
 		"KUBERNETES_SANDBOX_API":       "want agent-sandbox",
 		"KUBERNETES_SANDBOX_TEMPLATE":  "not a DNS label",
 		"KUBERNETES_WORKER_LABELS":     "want key=value pairs",
+		"KUBERNETES_SANDBOX_WARM_POOL": "want 0 to 64",
 	} {
 		_, err := kubernetesFromEnv(env(map[string]string{"KUBECONFIG": kc, bad: "Bad_Value"}), true, nil, nil)
 		require.ErrorContains(t, err, why, bad)
 	}
+	_, err = kubernetesFromEnv(env(map[string]string{"KUBECONFIG": kc, "KUBERNETES_SANDBOX_WARM_POOL": "65", "KUBERNETES_SANDBOX_API": "agent-sandbox"}), true, nil, nil)
+	require.ErrorContains(t, err, "want 0 to 64")
+	_, err = kubernetesFromEnv(env(map[string]string{"KUBECONFIG": kc, "KUBERNETES_SANDBOX_WARM_POOL": "3"}), true, nil, nil)
+	require.ErrorContains(t, err, "needs KUBERNETES_SANDBOX_API=agent-sandbox")
+	k, err = kubernetesFromEnv(env(map[string]string{"KUBECONFIG": kc, "KUBERNETES_SANDBOX_WARM_POOL": "3", "KUBERNETES_SANDBOX_API": "agent-sandbox"}), true, nil, nil)
+	require.NoError(t, err)
+	require.Equal(t, 3, k.o.SandboxWarmPool)
+	require.True(t, k.warmPoolMode())
 	_, err = kubernetesFromEnv(env(map[string]string{"KUBECONFIG": kc, "KUBERNETES_CPU_REQUEST": "3"}), true, nil, nil)
 	require.ErrorContains(t, err, "request is above its limit")
 	_, err = kubernetesFromEnv(env(map[string]string{"KUBECONFIG": filepath.Join(t.TempDir(), "none")}), true, nil, nil)

@@ -49,8 +49,13 @@ func (k *Kubernetes) createCR(ctx context.Context, what string, obj map[string]a
 		return fmt.Errorf("kubernetes provider: %w", err)
 	}
 	gvr := agentsandbox.Sandboxes
-	if obj["kind"] == "SandboxTemplate" {
+	switch obj["kind"] {
+	case "SandboxTemplate":
 		gvr = agentsandbox.SandboxTemplates
+	case "SandboxClaim":
+		gvr = agentsandbox.SandboxClaims
+	case "SandboxWarmPool":
+		gvr = agentsandbox.SandboxWarmPools
 	}
 	return k.call(ctx, what, func(ctx context.Context) error {
 		_, err := k.dyn.Resource(gvr).Namespace(k.o.Namespace).Create(ctx, &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{})
@@ -287,41 +292,61 @@ func (k *Kubernetes) waitSandbox(ctx context.Context, ref string, deadline time.
 // reconnectSandbox is Reconnect in agent-sandbox mode: a suspended
 // Sandbox is set Running; once its Ready condition is True, botd is
 // reached on its pod (status.selector) or at status.serviceFQDN.
-func (k *Kubernetes) reconnectSandbox(ctx context.Context, ref, token string) (Machine, error) {
-	st, err := k.getSandbox(ctx, ref)
+func (k *Kubernetes) reconnectSandbox(ctx context.Context, s *corev1.Secret, ref, token string) (Machine, error) {
+	deadline := time.Now().Add(k.o.ReadyTimeout)
+	name, err := k.sandboxOf(ctx, s, ref, deadline)
+	if err != nil {
+		return nil, err
+	}
+	st, err := k.getSandbox(ctx, name)
 	if err != nil {
 		return nil, err
 	}
 	if st.mode == "Suspended" {
-		if err := k.setMode(ctx, ref, "Running"); err != nil {
+		if err := k.setMode(ctx, name, "Running"); err != nil {
 			return nil, err
 		}
 	}
-	deadline := time.Now().Add(k.o.ReadyTimeout)
-	st, err = k.waitSandbox(ctx, ref, deadline, "ready", func(st sandboxStatus) bool {
+	st, err = k.waitSandbox(ctx, name, deadline, "ready", func(st sandboxStatus) bool {
 		c := st.cond("Ready")
 		return c != nil && c.Status == metav1.ConditionTrue && st.mode != "Suspended"
 	})
 	if err != nil {
 		return nil, err
 	}
-	var m Machine
+	var c *client.Client
 	if k.o.Connect == KubeConnectService {
 		if st.fqdn == "" {
-			return nil, fmt.Errorf("kubernetes provider: sandbox %s is ready but has no serviceFQDN", ref)
+			return nil, fmt.Errorf("kubernetes provider: sandbox %s is ready but has no serviceFQDN", name)
 		}
-		m = machines.NewBotd(fmt.Sprintf("http://%s:%d", st.fqdn, containerAPIPort), token)
+		c = client.New(fmt.Sprintf("http://%s:%d", st.fqdn, containerAPIPort), token, nil)
 	} else {
-		pod, err := k.sandboxPod(ctx, ref, st.selector)
+		pod, err := k.sandboxPod(ctx, name, st.selector)
 		if err != nil {
 			return nil, err
 		}
 		d := k.dialerFor(ref, pod)
 		tr := &http.Transport{DialContext: d.DialContext, MaxIdleConnsPerHost: 16, IdleConnTimeout: 90 * time.Second}
-		m = machines.BotdOf(client.New("http://botd", token, &http.Client{Transport: tr}))
+		c = client.New("http://botd", token, &http.Client{Transport: tr})
 	}
+	if s.Annotations[kubeAnnotWarmPool] != "" {
+		// A pooled Sandbox's botd starts on the pool's token: it takes
+		// the computer's now (and again after a restart).
+		pool, err := k.poolSecret(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("kubernetes provider: the warm pool's secret: %w", err)
+		}
+		adopted, err := adoptToken(ctx, c, strings.TrimSpace(string(pool.Data["botd_token"])), deadline)
+		if err != nil {
+			return nil, fmt.Errorf("kubernetes provider: sandbox %s of claim %s: %w", name, ref, err)
+		}
+		if adopted {
+			k.log.Info().Str("ref", ref).Str("sandbox", name).Msg("the claimed sandbox's botd took the computer's token")
+		}
+	}
+	m := machines.BotdOf(c)
 	if err := awaitHealthy(ctx, m, time.Until(deadline), nil); err != nil {
-		return nil, fmt.Errorf("kubernetes provider: sandbox %s: %w", ref, err)
+		return nil, fmt.Errorf("kubernetes provider: sandbox %s: %w", name, err)
 	}
 	return m, nil
 }
@@ -367,9 +392,28 @@ func (k *Kubernetes) stopSandbox(ctx context.Context, ref string) error {
 }
 
 // destroySandbox deletes the Sandbox (its controller deletes its pod and
-// Service) and the home claims it made (by label).
+// Service) and the home claims it made (by label); with a warm pool, the
+// SandboxClaim and the Sandbox it was bound to.
 func (k *Kubernetes) destroySandbox(ctx context.Context, ref string) error {
 	var errs []error
+	if k.warmPoolMode() {
+		bound, err := k.claimedSandbox(ctx, ref, time.Now())
+		if err != nil && !errors.Is(err, ErrGone) && !strings.Contains(err.Error(), "has not bound") && !isNoCRD(err) {
+			errs = append(errs, err)
+		}
+		if err := k.call(ctx, "delete sandbox claim", func(ctx context.Context) error {
+			return k.dyn.Resource(agentsandbox.SandboxClaims).Namespace(k.o.Namespace).Delete(ctx, ref, metav1.DeleteOptions{})
+		}); err != nil && !apierrors.IsNotFound(err) && !isNoCRD(err) {
+			errs = append(errs, err)
+		}
+		if bound != "" {
+			if err := k.call(ctx, "delete the claimed sandbox", func(ctx context.Context) error {
+				return k.dyn.Resource(agentsandbox.Sandboxes).Namespace(k.o.Namespace).Delete(ctx, bound, metav1.DeleteOptions{})
+			}); err != nil && !apierrors.IsNotFound(err) {
+				errs = append(errs, err)
+			}
+		}
+	}
 	if err := k.call(ctx, "delete sandbox", func(ctx context.Context) error {
 		return k.dyn.Resource(agentsandbox.Sandboxes).Namespace(k.o.Namespace).Delete(ctx, ref, metav1.DeleteOptions{})
 	}); err != nil && !apierrors.IsNotFound(err) && !isNoCRD(err) {
