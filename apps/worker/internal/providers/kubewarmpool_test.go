@@ -122,7 +122,7 @@ func TestKubernetesAgentSandboxWarmPool(t *testing.T) {
 	// ready, with a selector no pod matches (no controller made one).
 	sb := map[string]any{"apiVersion": agentsandbox.APIVersionAgents, "kind": "Sandbox",
 		"metadata": map[string]any{"name": bound, "namespace": ns},
-		"spec": map[string]any{"podTemplate": ptRaw, "volumeClaimTemplates": vct, "operatingMode": "Running"}}
+		"spec":     map[string]any{"podTemplate": ptRaw, "volumeClaimTemplates": vct, "operatingMode": "Running"}}
 	require.NoError(t, agentsandbox.Validate(sb))
 	created, err := dyn.Resource(agentsandbox.Sandboxes).Namespace(ns).Create(ctx, &unstructured.Unstructured{Object: sb}, metav1.CreateOptions{})
 	require.NoError(t, err)
