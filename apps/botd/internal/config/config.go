@@ -77,6 +77,16 @@ type Config struct {
 // ErrShortToken is returned when BOTD_TOKEN is missing or too short.
 var ErrShortToken = fmt.Errorf("BOTD_TOKEN must be at least %d characters", MinTokenLen)
 
+// ValidToken is the one rule a bearer token must meet, whether it comes
+// from BOTD_TOKEN, BOTD_TOKEN_FILE or a rotation (PUT /token): at least
+// MinTokenLen bytes (ErrShortToken otherwise).
+func ValidToken(tok string) error {
+	if len(tok) < MinTokenLen {
+		return ErrShortToken
+	}
+	return nil
+}
+
 // FromEnv reads the configuration from getenv (os.Getenv when nil).
 func FromEnv(getenv func(string) string) (Config, error) {
 	if getenv == nil {
@@ -147,8 +157,8 @@ func FromEnv(getenv func(string) string) (Config, error) {
 			c.Token = tok
 		}
 	}
-	if len(c.Token) < MinTokenLen {
-		return c, ErrShortToken
+	if err := ValidToken(c.Token); err != nil {
+		return c, err
 	}
 	if p, err := egresspolicy.Parse(getenv("EGRESS_ALLOW")); err != nil {
 		errs = append(errs, err)

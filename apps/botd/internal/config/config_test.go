@@ -109,3 +109,27 @@ func TestTokenFileRefusedUnlessPrivate(t *testing.T) {
 		require.ErrorContains(t, err, "owned by uid 60101")
 	}
 }
+
+// TestValidToken: ValidToken is the rule FromEnv applies to BOTD_TOKEN (and
+// PUT /token to a rotation's token): both accept and refuse the same ones.
+func TestValidToken(t *testing.T) {
+	for _, tc := range []struct {
+		tok string
+		ok  bool
+	}{
+		{"", false},
+		{"fifteen-chars!!", false},
+		{"0123456789abcdef", true},
+		{"a-longer-token-0123456789abcdef", true},
+	} {
+		err := ValidToken(tc.tok)
+		_, envErr := FromEnv(env(map[string]string{"BOTD_TOKEN": tc.tok}))
+		if tc.ok {
+			require.NoError(t, err, "%q", tc.tok)
+			require.NoError(t, envErr, "%q", tc.tok)
+		} else {
+			require.ErrorIs(t, err, ErrShortToken, "%q", tc.tok)
+			require.ErrorIs(t, envErr, ErrShortToken, "%q", tc.tok)
+		}
+	}
+}
