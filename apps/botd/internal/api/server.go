@@ -1,7 +1,8 @@
 // Package api is botd's HTTP front door: bearer auth (fails closed), the one
 // error envelope for unknown routes and methods, panic recovery, access logs
-// without secrets, and the health and event routes. Domain packages register
-// their own routes on the mux it hands out.
+// without secrets, the health and event routes, and the rotation of the
+// bearer token (token.go). Domain packages register their own routes on the
+// mux it hands out.
 package api
 
 import (
@@ -10,6 +11,8 @@ import (
 	"crypto/subtle"
 	"net/http"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -21,7 +24,8 @@ import (
 
 // Options configures the server.
 type Options struct {
-	// Token is BOTD_TOKEN; compared in constant time, never logged.
+	// Token is BOTD_TOKEN at start (PUT /token replaces it in memory);
+	// compared in constant time, never logged.
 	Token  string
 	Log    zerolog.Logger
 	Hub    *health.Hub
@@ -30,19 +34,32 @@ type Options struct {
 
 // Server routes botd's API.
 type Server struct {
-	mux       *http.ServeMux
-	tokenHash [32]byte
-	log       zerolog.Logger
-	hub       *health.Hub
-	health    *health.Model
+	mux *http.ServeMux
+	// tokenHash is the SHA-256 of the current bearer token, swapped whole
+	// by a rotation: a request is checked against the old token or the new
+	// one, never a mix.
+	tokenHash atomic.Pointer[[32]byte]
+	// rotateMu serializes rotations: one rotation's check of the current
+	// token, its swap and its onRotate hooks end before the next begins, so
+	// every consumer ends on the same token.
+	rotateMu sync.Mutex
+	// onRotate are told the new token after each rotation (the viewer-link
+	// signer). Set during wiring, before serving; read-only after.
+	onRotate []func(string)
+	log      zerolog.Logger
+	hub      *health.Hub
+	health   *health.Model
 	// selfAuthMatch are narrow matchers for routes that check their own signed
 	// tokens (viewer links). Set during wiring, before serving; read-only after.
 	selfAuthMatch []func(*http.Request) bool
 }
 
-// New builds the server with /healthz, /health and /events registered.
+// New builds the server with /healthz, /health, /events and PUT /token
+// registered.
 func New(o Options) *Server {
-	s := &Server{mux: http.NewServeMux(), tokenHash: sha256.Sum256([]byte(o.Token)), log: o.Log, hub: o.Hub, health: o.Health}
+	s := &Server{mux: http.NewServeMux(), log: o.Log, hub: o.Hub, health: o.Health}
+	h := sha256.Sum256([]byte(o.Token))
+	s.tokenHash.Store(&h)
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("ok"))
@@ -51,6 +68,7 @@ func New(o Options) *Server {
 		httpx.WriteJSON(w, http.StatusOK, s.health.Snapshot())
 	})
 	s.mux.HandleFunc("GET /events", s.events)
+	s.mux.HandleFunc("PUT /token", s.rotate)
 	return s
 }
 
@@ -65,17 +83,23 @@ func (s *Server) Handler() http.Handler {
 // Authorized reports whether r carries the token: the Authorization header
 // always, ?token= only on a GET websocket upgrade (browsers cannot set
 // headers on a websocket; a POST with an Upgrade header is no websocket).
-// Hashing first makes the comparison constant-time in length too.
+// It always checks the current token: after a rotation the old one fails.
 func (s *Server) Authorized(r *http.Request) bool {
 	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if !ok && r.Method == http.MethodGet && isUpgrade(r) {
 		tok, ok = r.URL.Query().Get("token"), true
 	}
-	if !ok || tok == "" {
+	return ok && s.isToken(tok)
+}
+
+// isToken reports whether tok is the current bearer token. Hashing first
+// makes the comparison constant-time in length too.
+func (s *Server) isToken(tok string) bool {
+	if tok == "" {
 		return false
 	}
 	h := sha256.Sum256([]byte(tok))
-	return subtle.ConstantTimeCompare(h[:], s.tokenHash[:]) == 1
+	return subtle.ConstantTimeCompare(h[:], s.tokenHash.Load()[:]) == 1
 }
 
 func isUpgrade(r *http.Request) bool {
@@ -91,9 +115,14 @@ func (s *Server) authed(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		w.Header().Set("WWW-Authenticate", `Bearer realm="botd"`)
-		httpx.WriteError(w, http.StatusUnauthorized, shared.CodeUnauthorized, "missing or invalid bearer token")
+		unauthorized(w)
 	})
+}
+
+// unauthorized is the answer to a request without the current token.
+func unauthorized(w http.ResponseWriter) {
+	w.Header().Set("WWW-Authenticate", `Bearer realm="botd"`)
+	httpx.WriteError(w, http.StatusUnauthorized, shared.CodeUnauthorized, "missing or invalid bearer token")
 }
 
 // AllowSelfAuth lets a domain route check its own credentials (a signed
