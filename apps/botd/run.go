@@ -185,6 +185,11 @@ func run(ctx context.Context, cfg config.Config) error {
 	defer viewers.Close()
 	viewers.Routes(srv.Mux())
 	srv.AllowSelfAuth(viewers.SelfAuth)
+	// PUT /token (a warm pool's machine taking its computer's own token):
+	// the API's bearer check swaps first, then the viewer-link key, so every
+	// link signed under the old token stops working. In memory only: a
+	// restart reads BOTD_TOKEN_FILE again. cfg.Token is not read after here.
+	srv.OnTokenRotate(viewers.Rekey)
 	go jar.Run(ctx)
 	go screens.Run(ctx) // sweeps leases and idle screens every 5 s
 

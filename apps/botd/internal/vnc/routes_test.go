@@ -62,6 +62,7 @@ func unitServer(t *testing.T, novnc string) (*Server, *httptest.Server) {
 	v := New(Options{Screens: m, Token: testToken, Authorized: srv.Authorized, ListenHost: "127.0.0.1", NoVNCDir: novnc, Log: zerolog.Nop()})
 	v.Routes(srv.Mux())
 	srv.AllowSelfAuth(v.SelfAuth)
+	srv.OnTokenRotate(v.Rekey) // as run.go wires it
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(ts.Close)
 	t.Cleanup(v.Close)

@@ -62,7 +62,8 @@ const leasePoll = 50 * time.Millisecond
 type Options struct {
 	// Screens is the screen manager whose x11vnc servers are relayed.
 	Screens *screen.Manager
-	// Token is BOTD_TOKEN; the link key is derived from it.
+	// Token is BOTD_TOKEN at start; the link key is derived from it (and
+	// from the new token on each Rekey).
 	Token string
 	// Authorized reports whether a request carries the bearer token
 	// (api.Server.Authorized); the bearer also opens /vnc.
@@ -129,6 +130,12 @@ func New(o Options) *Server {
 
 // Signer mints and verifies the server's viewer links.
 func (s *Server) Signer() *Signer { return s.signer }
+
+// Rekey follows a rotation of the bearer token (api.Server.OnTokenRotate):
+// every link signed under the old token stops opening anything new.
+// Viewer connections already open stay open until their link expires, like
+// any request in flight.
+func (s *Server) Rekey(botdToken string) { s.signer.Rekey(botdToken) }
 
 // Routes registers the viewer routes on mux. Only viewer-token needs the
 // bearer; the others check their own link (see SelfAuth).

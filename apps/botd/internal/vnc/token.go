@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -58,21 +59,33 @@ type Claims struct {
 //	"vt1." base64url(json claims) "." base64url(HMAC-SHA256(key, "vt1." payload))
 //
 // with key = HMAC-SHA256(BOTD_TOKEN, "viewer-link-v1"). Changing BOTD_TOKEN
-// invalidates every link.
+// (a restart with another, or Rekey after PUT /token) invalidates every
+// link.
 type Signer struct {
-	key []byte
+	// key is the current link key, swapped whole by Rekey: a signature is
+	// made and checked with one key, the old or the new.
+	key atomic.Pointer[[]byte]
 	now func() time.Time
 }
 
 // NewSigner derives the link key from the bearer token. now is the clock
 // (time.Now when nil).
 func NewSigner(botdToken string, now func() time.Time) *Signer {
-	mac := hmac.New(sha256.New, []byte(botdToken))
-	mac.Write([]byte(keyLabel))
 	if now == nil {
 		now = time.Now
 	}
-	return &Signer{key: mac.Sum(nil), now: now}
+	s := &Signer{now: now}
+	s.Rekey(botdToken)
+	return s
+}
+
+// Rekey derives the link key from a new bearer token: every link signed
+// before no longer verifies, links minted after use the new key.
+func (s *Signer) Rekey(botdToken string) {
+	mac := hmac.New(sha256.New, []byte(botdToken))
+	mac.Write([]byte(keyLabel))
+	key := mac.Sum(nil)
+	s.key.Store(&key)
 }
 
 // ErrBadToken is every verification failure; callers answer 401 and never
@@ -92,7 +105,7 @@ func (s *Signer) Mint(screen string, mode Mode, holder string, ttl time.Duration
 }
 
 func (s *Signer) sign(payload string) []byte {
-	mac := hmac.New(sha256.New, s.key)
+	mac := hmac.New(sha256.New, *s.key.Load())
 	mac.Write([]byte(payload))
 	return mac.Sum(nil)
 }

@@ -78,3 +78,26 @@ func flip(s string) string {
 	}
 	return string(b)
 }
+
+// TestSignerRekey: a link signed before Rekey no longer verifies; one
+// signed after does, and is what a signer made with the new token signs.
+func TestSignerRekey(t *testing.T) {
+	const newToken = "computer-token-0123456789abcdef"
+	s := NewSigner(testToken, nil)
+	before, _ := s.Mint("alice", ModeControl, "alice-human", time.Minute)
+	_, err := s.Verify(before, "alice", ModeControl)
+	require.NoError(t, err)
+
+	s.Rekey(newToken)
+	_, err = s.Verify(before, "alice", ModeControl)
+	require.ErrorIs(t, err, ErrBadToken, "a link signed under the old token")
+	_, err = s.Parse(before)
+	require.ErrorIs(t, err, ErrBadToken)
+	after, _ := s.Mint("alice", ModeControl, "alice-human", time.Minute)
+	_, err = s.Verify(after, "alice", ModeControl)
+	require.NoError(t, err)
+	_, err = NewSigner(newToken, nil).Verify(after, "alice", ModeControl)
+	require.NoError(t, err, "Rekey derives the key NewSigner would")
+	_, err = NewSigner(testToken, nil).Verify(after, "alice", ModeControl)
+	require.ErrorIs(t, err, ErrBadToken)
+}

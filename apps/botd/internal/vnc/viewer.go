@@ -83,6 +83,16 @@ func (s *Server) handleMint(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	tok, c := s.signer.Mint(id, req.Mode, holder, ttl)
+	// The bearer again, after signing: a request that passed the bearer
+	// check with a token rotated away meanwhile (its body sent late) could
+	// otherwise be handed a link under the new key. A rotation swaps the
+	// bearer before it re-keys, so a link signed with the new key is only
+	// answered to the new bearer.
+	if s.o.Authorized == nil || !s.o.Authorized(r) {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="botd"`)
+		httpx.WriteError(w, http.StatusUnauthorized, shared.CodeUnauthorized, "missing or invalid bearer token")
+		return
+	}
 	q := url.Values{"token": {tok}}.Encode()
 	httpx.WriteJSON(w, http.StatusOK, MintResponse{
 		Token: tok, Screen: id, Mode: req.Mode, Holder: holder, ExpiresAt: c.Expires.UTC(),
