@@ -54,6 +54,12 @@ func (s *Server) rotate(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteError(w, http.StatusBadRequest, shared.CodeBadRequest, "new token refused: "+err.Error())
 		return
 	}
+	if !headerSafe(req.Token) {
+		// Whitespace, control bytes or a token too long for a header
+		// would lock every caller out until botd restarts.
+		httpx.WriteError(w, http.StatusBadRequest, shared.CodeBadRequest, "new token refused: at most 512 printable ASCII characters, no spaces")
+		return
+	}
 	newHash := sha256.Sum256([]byte(req.Token))
 
 	s.rotateMu.Lock()
@@ -84,4 +90,18 @@ func (s *Server) rotate(w http.ResponseWriter, r *http.Request) {
 func (s *Server) bearerHeader(r *http.Request) bool {
 	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	return ok && s.isToken(tok)
+}
+
+// headerSafe reports whether tok can be sent as a bearer token: 1-512
+// printable ASCII characters, no space.
+func headerSafe(tok string) bool {
+	if len(tok) == 0 || len(tok) > 512 {
+		return false
+	}
+	for i := 0; i < len(tok); i++ {
+		if tok[i] <= ' ' || tok[i] > '~' {
+			return false
+		}
+	}
+	return true
 }
