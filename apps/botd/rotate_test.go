@@ -29,7 +29,7 @@ func TestTokenRotationLastsUntilRestart(t *testing.T) {
 	home := tempHome(t)
 	tokenFile := filepath.Join(t.TempDir(), "botd-token")
 	require.NoError(t, os.WriteFile(tokenFile, []byte(poolToken+"\n"), 0o600))
-	fromFile := []string{"BOTD_TOKEN=", "BOTD_TOKEN_FILE=" + tokenFile, "DISPLAY_BASE=560", "VIEW_PORT_BASE=14100"}
+	fromFile := []string{"BOTD_TOKEN=", "BOTD_TOKEN_FILE=" + tokenFile, "DISPLAY_BASE=870", "VIEW_PORT_BASE=25800"}
 	ctx := testenv.Context(t, 3*time.Minute)
 
 	d := startDaemon(t, home, poolToken, fromFile...)
