@@ -276,14 +276,7 @@ func TestKubernetesAgentSandboxMode(t *testing.T) {
 
 	// The status a controller writes is what Reconnect reads: Ready with
 	// a selector no pod matches (none runs: no controller made one).
-	writeStatus := func(status map[string]any) {
-		t.Helper()
-		cur, err := dyn.Resource(agentsandbox.Sandboxes).Namespace(ns).Get(ctx, ref, metav1.GetOptions{})
-		require.NoError(t, err)
-		cur.Object["status"] = status
-		_, err = dyn.Resource(agentsandbox.Sandboxes).Namespace(ns).UpdateStatus(ctx, cur, metav1.UpdateOptions{})
-		require.NoError(t, err)
-	}
+	writeStatus := sandboxStatusWriter(t, ctx, dyn, ns, ref)
 	now := metav1.Now().UTC().Format(time.RFC3339)
 	writeStatus(map[string]any{
 		"conditions":  []any{map[string]any{"type": "Ready", "status": "False", "reason": "DependenciesNotReady", "message": "pod is pending", "lastTransitionTime": now}},
@@ -301,18 +294,7 @@ func TestKubernetesAgentSandboxMode(t *testing.T) {
 	require.ErrorContains(t, err, "no running pod matches \""+kubeLabelMachine+"="+ref+"\"")
 
 	// Stop sets Suspended and returns once the controller says so.
-	done := make(chan error, 1)
-	go func() { done <- k.Stop(ctx, ref) }()
-	require.Eventually(t, func() bool {
-		cur, err := dyn.Resource(agentsandbox.Sandboxes).Namespace(ns).Get(ctx, ref, metav1.GetOptions{})
-		m, _, _ := unstructured.NestedString(cur.Object, "spec", "operatingMode")
-		return err == nil && m == "Suspended"
-	}, 10*time.Second, 50*time.Millisecond, "Stop sets operatingMode Suspended")
-	writeStatus(map[string]any{"conditions": []any{
-		map[string]any{"type": "Ready", "status": "False", "reason": "Suspended", "message": "", "lastTransitionTime": now},
-		map[string]any{"type": "Suspended", "status": "True", "reason": "Suspended", "message": "", "lastTransitionTime": now},
-	}})
-	require.NoError(t, <-done)
+	requireStopSuspends(t, ctx, k, dyn, ns, ref, ref)
 	// Resume sets Running again (and waits for Ready, which nothing writes).
 	_, err = k.Reconnect(ctx, ref, spec)
 	require.Error(t, err)

@@ -1,6 +1,7 @@
 package providers
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"strings"
@@ -127,14 +128,7 @@ func TestKubernetesAgentSandboxWarmPool(t *testing.T) {
 	created, err := dyn.Resource(agentsandbox.Sandboxes).Namespace(ns).Create(ctx, &unstructured.Unstructured{Object: sb}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	now := metav1.Now().UTC().Format(time.RFC3339)
-	writeStatus := func(status map[string]any) {
-		t.Helper()
-		cur, err := dyn.Resource(agentsandbox.Sandboxes).Namespace(ns).Get(ctx, bound, metav1.GetOptions{})
-		require.NoError(t, err)
-		cur.Object["status"] = status
-		_, err = dyn.Resource(agentsandbox.Sandboxes).Namespace(ns).UpdateStatus(ctx, cur, metav1.UpdateOptions{})
-		require.NoError(t, err)
-	}
+	writeStatus := sandboxStatusWriter(t, ctx, dyn, ns, bound)
 	selector := "agents.x-k8s.io/sandbox-name-hash=" + string(created.GetUID())[:8]
 	writeStatus(map[string]any{
 		"conditions": []any{map[string]any{"type": "Ready", "status": "True", "reason": "DependenciesReady", "message": "", "lastTransitionTime": now}},
@@ -144,18 +138,7 @@ func TestKubernetesAgentSandboxWarmPool(t *testing.T) {
 	require.ErrorContains(t, err, "sandbox "+bound+" is ready but no running pod matches \""+selector+"\"")
 
 	// Stop suspends the bound Sandbox.
-	done := make(chan error, 1)
-	go func() { done <- k.Stop(ctx, ref) }()
-	require.Eventually(t, func() bool {
-		cur, err := dyn.Resource(agentsandbox.Sandboxes).Namespace(ns).Get(ctx, bound, metav1.GetOptions{})
-		m, _, _ := unstructured.NestedString(cur.Object, "spec", "operatingMode")
-		return err == nil && m == "Suspended"
-	}, 10*time.Second, 50*time.Millisecond, "Stop sets the bound Sandbox Suspended")
-	writeStatus(map[string]any{"conditions": []any{
-		map[string]any{"type": "Ready", "status": "False", "reason": "Suspended", "message": "", "lastTransitionTime": now},
-		map[string]any{"type": "Suspended", "status": "True", "reason": "Suspended", "message": "", "lastTransitionTime": now},
-	}})
-	require.NoError(t, <-done)
+	requireStopSuspends(t, ctx, k, dyn, ns, ref, bound)
 
 	// Another worker's provider with another size resizes the pool.
 	k2, err := NewKubernetes(func() KubernetesOptions { o := k.o; o.SandboxWarmPool = 3; return o }())
@@ -239,4 +222,36 @@ func TestAdoptTokenRealBotd(t *testing.T) {
 	_, err = adoptToken(ctx, client.New(b2.URL, testToken(), nil), "", time.Now().Add(time.Minute))
 	require.ErrorContains(t, err, "refuses the computer's token")
 	require.False(t, strings.Contains(err.Error(), mine) || strings.Contains(err.Error(), poolToken), "no token in the error")
+}
+
+// sandboxStatusWriter writes a Sandbox's status through the status
+// subresource, as agent-sandbox's controller would.
+func sandboxStatusWriter(t *testing.T, ctx context.Context, dyn dynamic.Interface, ns, name string) func(map[string]any) {
+	return func(status map[string]any) {
+		t.Helper()
+		cur, err := dyn.Resource(agentsandbox.Sandboxes).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+		require.NoError(t, err)
+		cur.Object["status"] = status
+		_, err = dyn.Resource(agentsandbox.Sandboxes).Namespace(ns).UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+		require.NoError(t, err)
+	}
+}
+
+// requireStopSuspends: Stop of ref sets Sandbox name Suspended and returns
+// once the status (written here, as the controller would) says so.
+func requireStopSuspends(t *testing.T, ctx context.Context, k *Kubernetes, dyn dynamic.Interface, ns, ref, name string) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- k.Stop(ctx, ref) }()
+	require.Eventually(t, func() bool {
+		cur, err := dyn.Resource(agentsandbox.Sandboxes).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+		m, _, _ := unstructured.NestedString(cur.Object, "spec", "operatingMode")
+		return err == nil && m == "Suspended"
+	}, 10*time.Second, 50*time.Millisecond, "Stop sets operatingMode Suspended")
+	now := metav1.Now().UTC().Format(time.RFC3339)
+	sandboxStatusWriter(t, ctx, dyn, ns, name)(map[string]any{"conditions": []any{
+		map[string]any{"type": "Ready", "status": "False", "reason": "Suspended", "message": "", "lastTransitionTime": now},
+		map[string]any{"type": "Suspended", "status": "True", "reason": "Suspended", "message": "", "lastTransitionTime": now},
+	}})
+	require.NoError(t, <-done)
 }
