@@ -336,14 +336,8 @@ func (k *Kubernetes) Provision(ctx context.Context, spec Spec) (string, error) {
 			return "", err
 		}
 	}
-	data := map[string][]byte{"botd_token": []byte(spec.BotdToken)}
-	for _, kv := range k.o.Env {
-		if v, ok := strings.CutPrefix(kv, "MODEL_API_KEY="); ok {
-			data["model_api_key"] = []byte(v)
-		}
-	}
 	immutable := true
-	sec := &corev1.Secret{ObjectMeta: k.meta(ref, spec.ComputerID, ref), Type: corev1.SecretTypeOpaque, Data: data, Immutable: &immutable}
+	sec := &corev1.Secret{ObjectMeta: k.meta(ref, spec.ComputerID, ref), Type: corev1.SecretTypeOpaque, Data: k.secretData(spec.BotdToken), Immutable: &immutable}
 	if kept != "" {
 		sec.Annotations[kubeAnnotHomeClaim] = kept
 	}
@@ -421,13 +415,32 @@ func (k *Kubernetes) Provision(ctx context.Context, spec Spec) (string, error) {
 	return ref, nil
 }
 
-// keptHomes lists the home claims kept for the destroyed machine ref.
-func (k *Kubernetes) keptHomes(ctx context.Context, ref string) ([]corev1.PersistentVolumeClaim, error) {
+// secretData is what a computer's Secret (or the warm pool's) holds: the
+// botd token, and the model key when the worker has one.
+func (k *Kubernetes) secretData(token string) map[string][]byte {
+	data := map[string][]byte{"botd_token": []byte(token)}
+	for _, kv := range k.o.Env {
+		if v, ok := strings.CutPrefix(kv, "MODEL_API_KEY="); ok {
+			data["model_api_key"] = []byte(v)
+		}
+	}
+	return data
+}
+
+// homeClaims lists machine ref's home claims: the ones kept for it (a
+// destroy with keepHome) when kept, else its own (or the kept one it took
+// over).
+func (k *Kubernetes) homeClaims(ctx context.Context, ref string, kept bool) ([]corev1.PersistentVolumeClaim, error) {
+	sel := kubeManagedBy + "=" + kubeManagedByValue + "," + kubeLabelMachine + "=" + ref + ","
+	if kept {
+		sel += kubeLabelKeptHome + "=true"
+	} else {
+		sel += "!" + kubeLabelKeptHome
+	}
 	var l *corev1.PersistentVolumeClaimList
-	err := k.call(ctx, "list kept home claims", func(ctx context.Context) error {
+	err := k.call(ctx, "list home claims", func(ctx context.Context) error {
 		var err error
-		l, err = k.cs.CoreV1().PersistentVolumeClaims(k.o.Namespace).List(ctx, metav1.ListOptions{
-			LabelSelector: kubeManagedBy + "=" + kubeManagedByValue + "," + kubeLabelMachine + "=" + ref + "," + kubeLabelKeptHome + "=true"})
+		l, err = k.cs.CoreV1().PersistentVolumeClaims(k.o.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel})
 		return err
 	})
 	if err != nil {
@@ -445,7 +458,7 @@ func (k *Kubernetes) takeKeptHome(ctx context.Context, kept, computerID, ref str
 	if !kubeRef.MatchString(kept) {
 		return "", fmt.Errorf("kubernetes provider: kept home %q is no machine of this provider", kept)
 	}
-	claims, err := k.keptHomes(ctx, kept)
+	claims, err := k.homeClaims(ctx, kept, true)
 	if err != nil || len(claims) == 0 {
 		return "", err
 	}
@@ -980,22 +993,6 @@ func (k *Kubernetes) DestroyKeepingHome(ctx context.Context, ref string) error {
 	return k.destroy(ctx, ref, true)
 }
 
-// ownHomes lists the home claims of machine ref that are not kept: its
-// own, or the kept one it took over.
-func (k *Kubernetes) ownHomes(ctx context.Context, ref string) ([]corev1.PersistentVolumeClaim, error) {
-	var l *corev1.PersistentVolumeClaimList
-	err := k.call(ctx, "list home claims", func(ctx context.Context) error {
-		var err error
-		l, err = k.cs.CoreV1().PersistentVolumeClaims(k.o.Namespace).List(ctx, metav1.ListOptions{
-			LabelSelector: kubeManagedBy + "=" + kubeManagedByValue + "," + kubeLabelMachine + "=" + ref + ",!" + kubeLabelKeptHome})
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	return l.Items, nil
-}
-
 func (k *Kubernetes) destroy(ctx context.Context, ref string, keepHome bool) error {
 	if !kubeRef.MatchString(ref) {
 		return nil
@@ -1024,7 +1021,7 @@ func (k *Kubernetes) destroy(ctx context.Context, ref string, keepHome bool) err
 			if k.sandboxMode() {
 				return k.cs.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, homeClaim(ref), metav1.DeleteOptions{})
 			}
-			claims, err := k.ownHomes(ctx, ref)
+			claims, err := k.homeClaims(ctx, ref, false)
 			if err != nil {
 				return err
 			}

@@ -397,8 +397,8 @@ func (k *Kubernetes) stopSandbox(ctx context.Context, ref string) error {
 func (k *Kubernetes) destroySandbox(ctx context.Context, ref string) error {
 	var errs []error
 	if k.warmPoolMode() {
-		bound, err := k.claimedSandbox(ctx, ref, time.Now())
-		if err != nil && !errors.Is(err, ErrGone) && !strings.Contains(err.Error(), "has not bound") && !isNoCRD(err) {
+		bound, err := k.boundSandbox(ctx, ref)
+		if err != nil && !errors.Is(err, ErrGone) && !isNoCRD(err) {
 			errs = append(errs, err)
 		}
 		if err := k.call(ctx, "delete sandbox claim", func(ctx context.Context) error {

@@ -31,7 +31,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -78,12 +77,7 @@ func (k *Kubernetes) ensureWarmPool(ctx context.Context) error {
 	if errors.Is(err, ErrGone) {
 		var tok [32]byte
 		_, _ = rand.Read(tok[:])
-		data := map[string][]byte{"botd_token": []byte(hex.EncodeToString(tok[:]))}
-		for _, kv := range k.o.Env {
-			if v, ok := strings.CutPrefix(kv, "MODEL_API_KEY="); ok {
-				data["model_api_key"] = []byte(v)
-			}
-		}
+		data := k.secretData(hex.EncodeToString(tok[:]))
 		immutable := true
 		sec = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: k.o.Namespace,
 			Labels:      map[string]string{kubeManagedBy: kubeManagedByValue, kubeLabelPool: "true"},
@@ -189,28 +183,35 @@ func (k *Kubernetes) provisionClaim(ctx context.Context, s *corev1.Secret, ref s
 	return k.createCR(ctx, "create sandbox claim", obj)
 }
 
-// claimedSandbox is the name of the Sandbox the controller bound to claim
-// ref (status.sandbox.name), waiting for it until deadline; ErrGone when
-// the claim is gone.
+// boundSandbox is the name of the Sandbox the controller bound to claim
+// ref (status.sandbox.name), "" while none is; ErrGone when the claim is
+// gone.
+func (k *Kubernetes) boundSandbox(ctx context.Context, ref string) (string, error) {
+	var u *unstructured.Unstructured
+	err := k.call(ctx, "get sandbox claim", func(ctx context.Context) error {
+		var err error
+		u, err = k.dyn.Resource(agentsandbox.SandboxClaims).Namespace(k.o.Namespace).Get(ctx, ref, metav1.GetOptions{})
+		return err
+	})
+	if apierrors.IsNotFound(err) {
+		return "", fmt.Errorf("%w: sandbox claim %s is gone", ErrGone, ref)
+	}
+	if err != nil {
+		return "", err
+	}
+	if u.GetDeletionTimestamp() != nil {
+		return "", fmt.Errorf("%w: sandbox claim %s is being deleted", ErrGone, ref)
+	}
+	name, _, _ := unstructured.NestedString(u.Object, "status", "sandbox", "name")
+	return name, nil
+}
+
+// claimedSandbox is boundSandbox waiting for the binding until deadline.
 func (k *Kubernetes) claimedSandbox(ctx context.Context, ref string, deadline time.Time) (string, error) {
 	for {
-		var u *unstructured.Unstructured
-		err := k.call(ctx, "get sandbox claim", func(ctx context.Context) error {
-			var err error
-			u, err = k.dyn.Resource(agentsandbox.SandboxClaims).Namespace(k.o.Namespace).Get(ctx, ref, metav1.GetOptions{})
-			return err
-		})
-		if apierrors.IsNotFound(err) {
-			return "", fmt.Errorf("%w: sandbox claim %s is gone", ErrGone, ref)
-		}
-		if err != nil {
-			return "", err
-		}
-		if u.GetDeletionTimestamp() != nil {
-			return "", fmt.Errorf("%w: sandbox claim %s is being deleted", ErrGone, ref)
-		}
-		if name, _, _ := unstructured.NestedString(u.Object, "status", "sandbox", "name"); name != "" {
-			return name, nil
+		name, err := k.boundSandbox(ctx, ref)
+		if err != nil || name != "" {
+			return name, err
 		}
 		if time.Now().After(deadline) {
 			return "", fmt.Errorf("kubernetes provider: the warm pool %s has not bound sandbox claim %s after %s: no controller has written its status (is agent-sandbox's controller installed in the cluster, and does the pool have ready sandboxes?)", k.poolName(), ref, k.o.ReadyTimeout)
