@@ -18,6 +18,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"regexp"
 	"strings"
 	"time"
 
@@ -139,6 +140,38 @@ func Operator(h http.HandlerFunc) http.HandlerFunc {
 type statusWriter struct {
 	http.ResponseWriter
 	status int
+	// internal is the error fail answered 500 for: the caller sees
+	// "internal error", the access log the cause (logCause).
+	internal error
+}
+
+// noteInternal hands err to the access log's statusWriter under w.
+func noteInternal(w http.ResponseWriter, err error) {
+	for w != nil {
+		if sw, ok := w.(*statusWriter); ok {
+			sw.internal = err
+			return
+		}
+		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			return
+		}
+		w = u.Unwrap()
+	}
+}
+
+// urlQuery is a URL's query in an error's text.
+var urlQuery = regexp.MustCompile(`(https?://[^\s?"']*)\?[^\s"']*`)
+
+// logCause is an internal error's text as the log may keep it: URLs lose
+// their query (a credential could ride in one; the clients put theirs in
+// headers and scrub their errors), and it is cut at 400 bytes.
+func logCause(err error) string {
+	s := urlQuery.ReplaceAllString(err.Error(), "$1?…")
+	if len(s) > 400 {
+		s = strings.ToValidUTF8(s[:400], "") + "…"
+	}
+	return s
 }
 
 func (s *statusWriter) WriteHeader(code int) {
@@ -168,7 +201,11 @@ func (a *api) accessLog(next http.Handler) http.Handler {
 		_, route := a.mux.Handler(r)
 		next.ServeHTTP(sw, r)
 		a.o.Metrics.Request(route, sw.status, time.Since(start))
-		a.o.Log.Info().Str("method", r.Method).Str("path", r.URL.Path).Int("status", sw.status).
+		ev := a.o.Log.Info()
+		if sw.internal != nil {
+			ev = a.o.Log.Error().Str("cause", logCause(sw.internal))
+		}
+		ev.Str("method", r.Method).Str("path", r.URL.Path).Int("status", sw.status).
 			Int64("duration_ms", time.Since(start).Milliseconds()).Msg("request")
 	})
 }
@@ -236,6 +273,7 @@ func fail(w http.ResponseWriter, err error) {
 	case errors.Is(err, store.ErrStaleEpoch):
 		writeErr(w, http.StatusConflict, shared.CodeConflict, "stale lease epoch: another holder owns this bot now")
 	default:
+		noteInternal(w, err)
 		writeErr(w, http.StatusInternalServerError, shared.CodeInternal, "internal error")
 	}
 }
