@@ -12,6 +12,7 @@ package main
 // emulator made.
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"os"
@@ -70,6 +71,23 @@ func daytonaContainer(t testing.TB, ref string) string {
 	r, err := daytona.ParseRef(ref)
 	require.NoError(t, err)
 	return "daytona-emu-" + r.SandboxID
+}
+
+// daytonaBotdLogOnFailure prints the end of botd's log in the computer's
+// sandbox (the one it has then: recover may have replaced it) when t
+// failed, before the sandbox is deleted: what botd saw of a failed call.
+func daytonaBotdLogOnFailure(t *testing.T, e *workerEnv) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		c, err := e.w.Store.GetComputer(context.Background(), e.computer)
+		if err != nil || c.ProviderRef == "" {
+			return
+		}
+		out, _ := exec.Command("docker", "exec", daytonaContainer(t, c.ProviderRef), "tail", "-n", "60", "/var/log/open-bot-botd.log").CombinedOutput()
+		t.Logf("botd's log in the sandbox:\n%s", out)
+	})
 }
 
 // loseDaytona deletes the sandbox behind ref behind the worker's back:
@@ -145,6 +163,7 @@ func TestAcceptanceReplaceDaytona(t *testing.T) {
 	flow.addBots(t, e)
 	c, err := e.w.Store.GetComputer(t.Context(), e.computer)
 	require.NoError(t, err)
+	daytonaBotdLogOnFailure(t, e)
 	startPage(c.ProviderRef)
 	// The model key reaches the sandbox as a root-only file, never in the
 	// container's configuration.

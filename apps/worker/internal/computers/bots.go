@@ -91,9 +91,9 @@ func (s *Service) AddBot(ctx context.Context, computerID, botID string) (store.B
 		}
 		dir := "bots/" + botID
 		for _, argv := range [][]string{{"mkdir", "-p", "--", dir}, {"chmod", "2775", "--", dir}} {
-			res, err := m.Exec(ctx, client.ExecRequest{Argv: argv})
+			res, err := execIdempotent(ctx, m, argv)
 			if err != nil {
-				return store.Bot{}, err
+				return store.Bot{}, upstreamErr("make "+dir+" on the computer", err)
 			}
 			if res.ExitCode != 0 {
 				return store.Bot{}, shared.Errorf(http.StatusBadGateway, shared.CodeInternal, "make %s on the computer: %s exited %d", dir, argv[0], res.ExitCode)
@@ -114,6 +114,38 @@ func (s *Service) AddBot(ctx context.Context, computerID, botID string) (store.B
 		return store.Bot{}, err
 	}
 	return b, nil
+}
+
+// execIdempotent runs argv, a command that may run twice (mkdir -p,
+// chmod), on m: once more after a moment when the machine's answer did not
+// come from the command (the way to botd failed: a vendor's proxy, a
+// dropped connection, botd busy). A refusal of botd's own is final.
+func execIdempotent(ctx context.Context, m interface {
+	Exec(context.Context, client.ExecRequest) (client.ExecResult, error)
+}, argv []string) (client.ExecResult, error) {
+	res, err := m.Exec(ctx, client.ExecRequest{Argv: argv})
+	if err == nil || !transientExec(err) {
+		return res, err
+	}
+	select {
+	case <-ctx.Done():
+		return res, err
+	case <-time.After(300 * time.Millisecond):
+	}
+	return m.Exec(ctx, client.ExecRequest{Argv: argv})
+}
+
+// transientExec: err says nothing ran (502, 503 or 504 on the way, or no
+// answer at all), not that botd refused the command.
+func transientExec(err error) bool {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var be *client.Error
+	if errors.As(err, &be) {
+		return be.Status == http.StatusBadGateway || be.Status == http.StatusServiceUnavailable || be.Status == http.StatusGatewayTimeout
+	}
+	return true
 }
 
 // soleFree refuses a second bot on a Private computer.
