@@ -3,10 +3,11 @@ SHELL := /bin/bash
 GO ?= go
 PKGS := ./apps/botd/... ./apps/worker/... ./pkg/shared/...
 IMAGE ?= open-bot/computer:dev
+WORKER_IMAGE_TAG ?= open-bot/worker:dev
 STATE_DIR ?= $(HOME)/.open-bot
 TEST_TIMEOUT ?= 75m
 
-.PHONY: build test test-live bench run image lint fmt clean
+.PHONY: build test test-live bench run image worker-image lint fmt clean
 
 build: bin/botd bin/worker
 
@@ -52,6 +53,12 @@ run:
 
 image:
 	IMAGE=$(IMAGE) ./scripts/build-image.sh
+
+# The worker's own image (WORKER_IMAGE_TAG, default open-bot/worker:dev): the
+# static worker FROM scratch, no registry; deploy/ runs it
+# (scripts/build-worker-image.sh; docs/operations.md).
+worker-image:
+	WORKER_IMAGE_TAG=$(WORKER_IMAGE_TAG) ./scripts/build-worker-image.sh
 
 lint:
 	@out=$$(gofmt -l apps pkg); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
