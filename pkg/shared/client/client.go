@@ -114,7 +114,7 @@ func (c *Client) raw(ctx context.Context, method, path string, body io.Reader, c
 	if body != nil {
 		req.Header.Set("Content-Type", ctype)
 	}
-	resp, err := c.http.Do(req)
+	resp, err := hooked(ctx, req, path, func() (*http.Response, error) { return c.http.Do(req) })
 	if err != nil {
 		return nil, fmt.Errorf("botd %s %s: %w", method, path, scrub(err, c.token))
 	}
