@@ -32,6 +32,7 @@ import (
 	"github.com/open-bot/computer/apps/worker/internal/secret"
 	"github.com/open-bot/computer/apps/worker/internal/store"
 	"github.com/open-bot/computer/apps/worker/internal/takeover"
+	"github.com/open-bot/computer/apps/worker/internal/tracing"
 )
 
 // serveConfig is the worker's configuration (flags default to the env).
@@ -257,6 +258,10 @@ func runServe(ctx context.Context, args []string) error {
 		}
 		fmt.Fprintf(os.Stderr, "worker: metrics on http://%s/metrics (operator only)\n", mln.Addr())
 	}
+	if w.Tracing != nil {
+		// Not the URL: a collector's address may carry a credential.
+		fmt.Fprintf(os.Stderr, "worker: traces on (OTLP/HTTP to OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT, service %s)\n", w.Tracing.Service())
+	}
 	fmt.Fprintf(os.Stderr, "worker: operator socket %s (adopt, dashboard links, attach: `worker computers adopt`, `worker dashboard` as root or this user)\n", sock)
 	// The sign-in link is a secret for the person at this terminal: printed
 	// only when stderr is one, never into a log file.
@@ -291,6 +296,8 @@ type worker struct {
 	apiMux *http.ServeMux
 	// Metrics are the worker's series (served by serveMetrics).
 	Metrics *metrics.Metrics
+	// Tracing sends the worker's spans (nil: off, no OTLP endpoint set).
+	Tracing *tracing.Tracing
 }
 
 // Close stops the background loop and closes the store.
@@ -307,6 +314,10 @@ func (w *worker) Close() error {
 		cancel()
 	}
 	errs = append(errs, w.Store.Close())
+	// The spans go last: the ones ended while closing are sent too.
+	tctx, tcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	errs = append(errs, w.Tracing.Shutdown(tctx))
+	tcancel()
 	return errors.Join(errs...)
 }
 
@@ -371,7 +382,19 @@ func newWorker(ctx context.Context, c serveConfig, log zerolog.Logger) (*worker,
 		st.Close()
 	}
 	mets := metrics.New()
-	comps, err := computers.New(computers.Options{Store: st, Metrics: mets, Providers: reg, DefaultProvider: def, Sealer: sealer,
+	trc, err := tracing.FromEnv(ctx, getenv)
+	if err != nil {
+		closeAll()
+		return nil, err
+	}
+	closeAll = func() {
+		if setup != nil {
+			setup.Close(context.Background())
+		}
+		st.Close()
+		_ = trc.Shutdown(context.Background())
+	}
+	comps, err := computers.New(computers.Options{Store: st, Metrics: mets, Tracing: trc, Providers: reg, DefaultProvider: def, Sealer: sealer,
 		Caps: capability.NewSet(), Log: log.With().Str("sub", "computers").Logger(),
 		Homes: checkpointer, IdleAfter: c.IdleAfter, LiveHomes: liveHomes(c, setup)})
 	if err != nil {
@@ -391,7 +414,7 @@ func newWorker(ctx context.Context, c serveConfig, log zerolog.Logger) (*worker,
 	tk := takeover.New(takeover.Options{Computers: comps, Store: st, Log: log.With().Str("sub", "takeover").Logger()})
 	comps.OnBotRemoved(tk.BotRemoved)
 	mets.Watch(comps.MetricsSource())
-	m := runs.NewManager(runs.Options{Store: st, Computers: comps, Metrics: mets, Model: c.Model, ModelProvider: c.ModelProvider,
+	m := runs.NewManager(runs.Options{Store: st, Computers: comps, Metrics: mets, Tracing: trc, Model: c.Model, ModelProvider: c.ModelProvider,
 		Approvals: runs.ApprovalPolicy(c.Approvals), AskFor: c.AskFor, Log: log.With().Str("sub", "runs").Logger(), TakeoverLink: tk.ForRun, TakeoverDone: tk.Done,
 		Responses: model, Loop: loop})
 	tk.SetRuns(m)
@@ -418,7 +441,7 @@ func newWorker(ctx context.Context, c serveConfig, log zerolog.Logger) (*worker,
 	}
 	go ppl.Events.Run(bg)
 	var apiMux *http.ServeMux
-	h := httpapi.Handler(httpapi.Options{Token: c.Token, OperatorToken: c.OperatorToken, Computers: comps, Runs: m, Metrics: mets, Log: log.With().Str("sub", "api").Logger(),
+	h := httpapi.Handler(httpapi.Options{Token: c.Token, OperatorToken: c.OperatorToken, Computers: comps, Runs: m, Metrics: mets, Tracing: trc, Log: log.With().Str("sub", "api").Logger(),
 		Mount: func(mux *http.ServeMux, gate func(http.HandlerFunc) http.HandlerFunc) {
 			apiMux = mux
 			httpapi.MountTakeover(mux, gate, tk)
@@ -434,7 +457,7 @@ func newWorker(ctx context.Context, c serveConfig, log zerolog.Logger) (*worker,
 			mux.Handle(mcp.Path, mcp.Handler(mcp.Options{Computers: comps, Log: log.With().Str("sub", "mcp").Logger()}))
 		}})
 	return &worker{Store: st, Computers: comps, Runs: m, Handler: ppl.Handler(h), People: ppl, stop: stop, setup: setup,
-		DefaultProvider: def, Homes: homesName, apiMux: apiMux, Metrics: mets}, nil
+		DefaultProvider: def, Homes: homesName, apiMux: apiMux, Metrics: mets, Tracing: trc}, nil
 }
 
 // liveHomes is where the worker keeps the homes its local and docker

@@ -24,6 +24,7 @@ import (
 	"github.com/open-bot/computer/apps/worker/internal/providers"
 	"github.com/open-bot/computer/apps/worker/internal/secret"
 	"github.com/open-bot/computer/apps/worker/internal/store"
+	"github.com/open-bot/computer/apps/worker/internal/tracing"
 	"github.com/open-bot/computer/pkg/shared"
 )
 
@@ -47,6 +48,8 @@ type Options struct {
 	// Metrics takes the checkpoints, pool hand-outs and tool calls (nil:
 	// none).
 	Metrics *metrics.Metrics
+	// Tracing makes the tool calls' spans (nil: none).
+	Tracing *tracing.Tracing
 	// Providers maps a kind to its provider; DefaultProvider names the one
 	// used when a create request names none.
 	Providers       map[string]providers.Provider

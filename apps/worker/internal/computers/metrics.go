@@ -79,3 +79,28 @@ func (ms MetricsSource) PoolReady() map[string]int {
 	}
 	return out
 }
+
+// ToolTracer starts the span of each tool call on computer id (of
+// provider kind provider), for tools.Session.Trace: nil without tracing.
+func (s *Service) ToolTracer(provider, id string) func(ctx context.Context, tool string) (context.Context, func(ok bool, code string)) {
+	t := s.o.Tracing
+	if t == nil {
+		return nil
+	}
+	return func(ctx context.Context, tool string) (context.Context, func(bool, string)) {
+		return t.Tool(ctx, tool, provider, id)
+	}
+}
+
+// ToolTracerOf is ToolTracer for a caller without the computer's row at
+// hand (its provider read once, now; "unknown" when it cannot be).
+func (s *Service) ToolTracerOf(ctx context.Context, id string) func(ctx context.Context, tool string) (context.Context, func(ok bool, code string)) {
+	if s.o.Tracing == nil {
+		return nil
+	}
+	provider := "unknown"
+	if c, err := s.o.Store.GetComputer(ctx, id); err == nil {
+		provider = c.Provider
+	}
+	return s.ToolTracer(provider, id)
+}

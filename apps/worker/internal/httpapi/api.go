@@ -30,6 +30,7 @@ import (
 	"github.com/open-bot/computer/apps/worker/internal/openapi"
 	"github.com/open-bot/computer/apps/worker/internal/runs"
 	"github.com/open-bot/computer/apps/worker/internal/store"
+	"github.com/open-bot/computer/apps/worker/internal/tracing"
 	"github.com/open-bot/computer/pkg/shared"
 )
 
@@ -47,6 +48,8 @@ type Options struct {
 	Mount func(mux *http.ServeMux, gate func(http.HandlerFunc) http.HandlerFunc)
 	// Metrics counts requests by route (nil: none).
 	Metrics *metrics.Metrics
+	// Tracing makes a server span of each request (nil: none).
+	Tracing *tracing.Tracing
 }
 
 // Handler returns the API's handler.
@@ -191,21 +194,27 @@ func (s *statusWriter) Write(b []byte) (int, error) {
 func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
 // accessLog logs method, path, status and duration: never a header, query
-// or body (credentials travel in headers).
+// or body (credentials travel in headers). With tracing on, the request
+// is a server span named by its route and the line carries its trace_id.
 func (a *api) accessLog(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w}
 		// The route is the pattern that serves r ("" for none): the
-		// metrics' label, never the path with its ids.
+		// metrics' label and the span's name, never the path with its ids.
 		_, route := a.mux.Handler(r)
+		ctx, endSpan := a.o.Tracing.Request(r.Context(), r.Method, route)
+		if ctx != r.Context() {
+			r = r.WithContext(ctx)
+		}
 		next.ServeHTTP(sw, r)
+		endSpan(sw.status)
 		a.o.Metrics.Request(route, sw.status, time.Since(start))
 		ev := a.o.Log.Info()
 		if sw.internal != nil {
 			ev = a.o.Log.Error().Str("cause", logCause(sw.internal))
 		}
-		ev.Str("method", r.Method).Str("path", r.URL.Path).Int("status", sw.status).
+		tracing.Log(ctx, ev).Str("method", r.Method).Str("path", r.URL.Path).Int("status", sw.status).
 			Int64("duration_ms", time.Since(start).Milliseconds()).Msg("request")
 	})
 }

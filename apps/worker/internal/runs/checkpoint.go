@@ -26,7 +26,7 @@ func (r *Run) checkpointAtEnd() {
 	start := time.Now()
 	cp, err := r.m.o.Computers.Checkpoint(ctx, r.computerID, &computers.Fence{LeaseKey: r.leaseKey, Epoch: r.epoch})
 	if err != nil {
-		r.m.o.Log.Warn().Str("run", r.id).Err(err).Msg("checkpoint at the end of the run failed")
+		r.traced(r.m.o.Log.Warn()).Str("run", r.id).Err(err).Msg("checkpoint at the end of the run failed")
 		r.emit("checkpoint_failed", map[string]string{"error": err.Error(), "note": "the previous checkpoint is kept"})
 		return
 	}

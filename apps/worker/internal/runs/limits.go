@@ -43,7 +43,7 @@ func (r *Run) violateLocked(err *codexrpc.LimitError) {
 		return
 	}
 	r.violation = err
-	r.m.o.Log.Warn().Str("run", r.id).Str("reason", err.Error()).Msg("the computer exceeded a cap; the run fails")
+	r.traced(r.m.o.Log.Warn()).Str("run", r.id).Str("reason", err.Error()).Msg("the computer exceeded a cap; the run fails")
 	if r.abort != nil {
 		r.abort(err)
 	} else if r.cancel != nil {

@@ -85,7 +85,7 @@ func (r *Run) startRecording(ctx context.Context) {
 	r.emitLocked(EventRecording, rr)
 	r.mu.Unlock()
 	if rr.Error != "" {
-		r.m.o.Log.Warn().Str("run", r.id).Str("error", rr.Error).Msg("the run's recording did not start")
+		r.traced(r.m.o.Log.Warn()).Str("run", r.id).Str("error", rr.Error).Msg("the run's recording did not start")
 	}
 }
 

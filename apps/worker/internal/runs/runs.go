@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/open-bot/computer/apps/worker/internal/codexrpc"
 	"github.com/open-bot/computer/apps/worker/internal/computers"
@@ -28,6 +29,7 @@ import (
 	"github.com/open-bot/computer/apps/worker/internal/responses"
 	"github.com/open-bot/computer/apps/worker/internal/store"
 	"github.com/open-bot/computer/apps/worker/internal/tools"
+	"github.com/open-bot/computer/apps/worker/internal/tracing"
 	"github.com/open-bot/computer/pkg/shared"
 	"github.com/open-bot/computer/pkg/shared/client"
 )
@@ -119,6 +121,9 @@ type Options struct {
 	Loop LoopLimits
 	// Metrics counts the runs' ends (nil: none).
 	Metrics *metrics.Metrics
+	// Tracing makes each run's span, the parent of its tool calls' (nil:
+	// none).
+	Tracing *tracing.Tracing
 }
 
 // Manager holds the live runs of this worker process (the store holds all).
@@ -221,6 +226,11 @@ type Run struct {
 	private bool
 	// runtime is providers.RuntimeWorker or providers.RuntimeMachine.
 	runtime string
+	// span is the run's span (invalid without tracing), the parent of
+	// tool calls that arrive on a context without it (Codex's); endSpan
+	// ends it. Both are set (traceRun) before the run's goroutines start.
+	span    trace.SpanContext
+	endSpan func(state string)
 
 	// mu guards everything below.
 	mu        sync.Mutex
@@ -298,13 +308,16 @@ func (m *Manager) Start(ctx context.Context, computerID string, req StartRequest
 	sess.CheckScreen = machine.CheckScreen
 	sess.Secret, sess.SecretNames = m.o.Computers.SecretOpener(c.ID)
 	sess.Observe = m.o.Computers.ToolObserver(c.Provider)
-	tctx, cancel := context.WithTimeout(context.Background(), m.o.TurnTimeout)
+	sess.Trace = m.o.Computers.ToolTracer(c.Provider, c.ID)
+	// The run outlives the request but stays in its trace.
+	tctx, cancel := context.WithTimeout(m.o.Tracing.Detach(ctx), m.o.TurnTimeout)
 	rctx, abort := context.WithCancelCause(tctx)
 	r := &Run{m: m, id: id, botID: req.BotID, computerID: c.ID, machine: machine, leaseKey: key, epoch: lease.Epoch,
 		session: sess, cancel: cancel, abort: abort, subs: map[chan Event]struct{}{}, runtime: rt,
 		done: make(chan struct{}), turnDone: make(chan codexrpc.Turn, 4),
 		snap: Snapshot{ID: id, ComputerID: c.ID, BotID: req.BotID, Runtime: rt, Status: StatusQueued, StartedAt: time.Now().UTC(), ToolCalls: []ToolCall{}}}
 	sess.Takeover = r.waitTakeover
+	rctx = r.traceRun(rctx)
 	m.mu.Lock()
 	m.runs[id] = r
 	m.mu.Unlock()
@@ -346,7 +359,7 @@ func (r *Run) fence() {
 	r.mu.Lock()
 	r.fenced = true
 	r.mu.Unlock()
-	r.m.o.Log.Warn().Str("run", r.id).Msg("run lost its bot lease (stale epoch); stopping it")
+	r.traced(r.m.o.Log.Warn()).Str("run", r.id).Msg("run lost its bot lease (stale epoch); stopping it")
 	r.cancel()
 }
 
@@ -477,6 +490,7 @@ func (m *Manager) resume(sr store.Run, lease store.Lease) {
 			}
 		}
 	}
+	ctx = r.traceRun(ctx)
 	m.mu.Lock()
 	m.runs[r.id] = r
 	m.mu.Unlock()
@@ -493,6 +507,7 @@ func (m *Manager) resume(sr store.Run, lease store.Lease) {
 		sess.CheckScreen = machine.CheckScreen
 		sess.Secret, sess.SecretNames = m.o.Computers.SecretOpener(sr.ComputerID)
 		sess.Observe = m.o.Computers.ToolObserverOf(ctx, sr.ComputerID)
+		sess.Trace = m.o.Computers.ToolTracerOf(ctx, sr.ComputerID)
 		sess.Takeover = r.waitTakeover
 		r.mu.Lock()
 		r.machine, r.session = machine, sess
@@ -631,7 +646,7 @@ func (r *Run) emitLocked(typ string, data any) {
 			r.fenced = true
 			go r.fence()
 		case err != nil:
-			r.m.o.Log.Warn().Str("run", r.id).Err(err).Msg("record run event")
+			r.traced(r.m.o.Log.Warn()).Str("run", r.id).Err(err).Msg("record run event")
 		default:
 			e.Seq = int(seq)
 		}
@@ -658,7 +673,7 @@ func (r *Run) persistLocked(u store.RunUpdate) {
 		r.fenced = true
 		go r.fence()
 	} else if err != nil {
-		r.m.o.Log.Warn().Str("run", r.id).Err(err).Msg("record run")
+		r.traced(r.m.o.Log.Warn()).Str("run", r.id).Err(err).Msg("record run")
 	}
 }
 
@@ -686,9 +701,21 @@ func (r *Run) setStatus(s Status, errMsg string) {
 	r.emitLocked("status", map[string]string{"status": string(s), "error": errMsg})
 }
 
+// traceRun starts the run's span under ctx and returns ctx under it; its
+// botd calls and tool calls are the span's children.
+func (r *Run) traceRun(ctx context.Context) context.Context {
+	ctx, r.endSpan = r.m.o.Tracing.Run(ctx, r.id, r.botID, r.runtime, r.computerID)
+	r.span = tracing.SpanContext(ctx)
+	return ctx
+}
+
+// traced adds the run's trace_id and span_id to a log line about it
+// (nothing without tracing).
+func (r *Run) traced(ev *zerolog.Event) *zerolog.Event { return tracing.LogSpan(r.span, ev) }
+
 // run is the run's whole life.
 func (r *Run) run(ctx context.Context, drive func(context.Context) error) {
-	log := r.m.o.Log.With().Str("run", r.id).Str("bot", r.botID).Logger()
+	log := tracing.Logger(ctx, r.m.o.Log.With().Str("run", r.id).Str("bot", r.botID)).Logger()
 	defer func() {
 		rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -721,7 +748,11 @@ func (r *Run) run(ctx context.Context, drive func(context.Context) error) {
 		r.m.mu.Lock()
 		delete(r.m.runs, r.id) // the store has it from now on
 		r.m.mu.Unlock()
-		log.Info().Str("status", string(r.Snapshot().Status)).Msg("run ended")
+		final := string(r.Snapshot().Status)
+		log.Info().Str("status", final).Msg("run ended")
+		if r.endSpan != nil {
+			r.endSpan(final)
+		}
 	}()
 	if err := drive(ctx); err != nil {
 		r.mu.Lock()
@@ -946,7 +977,7 @@ func (r *Run) waitTakeover(ctx context.Context, screen, reason string) error {
 	ev := map[string]any{"status": string(StatusWaitingTakeover), "screen": screen, "reason": reason}
 	if link := r.m.o.TakeoverLink; link != nil {
 		if u, exp, err := link(ctx, r.computerID, r.botID, screen); err != nil {
-			r.m.o.Log.Warn().Str("run", r.id).Err(err).Msg("take the screen for a person")
+			r.traced(r.m.o.Log.Warn()).Str("run", r.id).Err(err).Msg("take the screen for a person")
 			ev["controlError"] = err.Error()
 		} else {
 			ev["controlUrl"], ev["expiresAt"] = u, exp
@@ -1107,7 +1138,7 @@ func (r *Run) execTool(ctx context.Context, callID, tool string, args json.RawMe
 		return tools.Result{Success: false, Content: []tools.Content{{Type: "text", Text: errFencedCall}}}
 	}
 	start := time.Now()
-	res := tools.Call(ctx, r.session, tool, args)
+	res := tools.Call(r.m.o.Tracing.Under(ctx, r.span), r.session, tool, args)
 	rec := ToolCall{CallID: callID, Tool: tool, Arguments: trimParams(args), Success: res.Success, Ms: time.Since(start).Milliseconds()}
 	for _, c := range res.Content {
 		if c.Type == "image" {

@@ -64,6 +64,10 @@ type Session struct {
 	// Observe, when set, is told of each call's tool, success and time
 	// (the worker's metrics).
 	Observe func(tool string, ok bool, d time.Duration)
+	// Trace, when set, starts each call's span (the worker's traces): the
+	// call runs under the context it returns, and end is told its
+	// outcome and, failed, its code.
+	Trace func(ctx context.Context, tool string) (_ context.Context, end func(ok bool, code string))
 
 	// mu guards leases.
 	mu     sync.Mutex

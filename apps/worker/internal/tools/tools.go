@@ -133,6 +133,11 @@ func Call(ctx context.Context, s *Session, name string, args json.RawMessage) (r
 		start := time.Now()
 		defer func() { s.Observe(t.Name, res.Success, time.Since(start)) }()
 	}
+	if s.Trace != nil {
+		var end func(bool, string)
+		ctx, end = s.Trace(ctx, t.Name)
+		defer func() { end(res.Success, string(res.Code)) }()
+	}
 	defer func() {
 		if v := recover(); v != nil {
 			res = failed(fmt.Errorf("internal error in %s", name), 500)
