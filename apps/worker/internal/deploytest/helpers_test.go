@@ -11,34 +11,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/open-bot/computer/apps/worker/internal/testenv"
 )
-
-// unavailable skips on a laptop and fails under CI=true (the testenv rule).
-func unavailable(t *testing.T, format string, args ...any) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("CI=true but integration prerequisite missing: "+format, args...)
-	}
-	t.Skipf("integration prerequisite missing: "+format, args...)
-}
-
-func repoRoot(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("no go.work above the test's directory")
-		}
-		dir = parent
-	}
-}
 
 // run runs argv (no shell) and returns its stdout; stderr goes in the error.
 func run(ctx context.Context, name string, args ...string) (string, error) {
@@ -65,7 +40,7 @@ func workerReads(t *testing.T, name string) bool {
 	t.Helper()
 	sourceOnce.Do(func() {
 		var b strings.Builder
-		root := filepath.Join(repoRoot(t), "apps", "worker")
+		root := filepath.Join(testenv.RepoRoot(t), "apps", "worker")
 		_ = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 			if err != nil || d.IsDir() || !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
 				return nil

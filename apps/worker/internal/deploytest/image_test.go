@@ -17,6 +17,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/open-bot/computer/apps/worker/internal/testenv"
 )
 
 func workerImageTag() string {
@@ -49,7 +51,7 @@ func dockerSocket(t *testing.T) string {
 	}
 	p, ok := strings.CutPrefix(h, "unix://")
 	if !ok {
-		unavailable(t, "DOCKER_HOST=%s is not a unix socket this host can mount into the worker's container", h)
+		testenv.Unavailable(t, "DOCKER_HOST=%s is not a unix socket this host can mount into the worker's container", h)
 	}
 	return p
 }
@@ -118,21 +120,21 @@ func (a *api) do(t *testing.T, method, path string, body any, want int) map[stri
 // configuration carry neither the worker token nor the capability.
 func TestWorkerImageRunsAComputer(t *testing.T) {
 	if os.Geteuid() != 0 {
-		unavailable(t, "root (the worker's machines directory and token files are root's, as under make run)")
+		testenv.Unavailable(t, "root (the worker's machines directory and token files are root's, as under make run)")
 	}
 	if _, err := exec.LookPath("docker"); err != nil {
-		unavailable(t, "docker not on PATH (scripts/docker-engine.sh start installs it)")
+		testenv.Unavailable(t, "docker not on PATH (scripts/docker-engine.sh start installs it)")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	if _, err := run(ctx, "docker", "info"); err != nil {
-		unavailable(t, "no Docker engine answers (scripts/docker-engine.sh start): %v", err)
+		testenv.Unavailable(t, "no Docker engine answers (scripts/docker-engine.sh start): %v", err)
 	}
 	if _, err := run(ctx, "docker", "image", "inspect", computerImage()); err != nil {
-		unavailable(t, "the computer image %s is missing (make image; make test builds it first)", computerImage())
+		testenv.Unavailable(t, "the computer image %s is missing (make image; make test builds it first)", computerImage())
 	}
 	sock := dockerSocket(t)
-	root := repoRoot(t)
+	root := testenv.RepoRoot(t)
 
 	start := time.Now()
 	build := exec.CommandContext(ctx, "bash", filepath.Join(root, "scripts", "build-worker-image.sh"))

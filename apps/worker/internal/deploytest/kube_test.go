@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/open-bot/computer/apps/worker/internal/kubetest"
+	"github.com/open-bot/computer/apps/worker/internal/testenv"
 )
 
 // readManifest decodes every object of a multi-document YAML file.
@@ -204,7 +205,7 @@ func itoa(n int32) string {
 // pods cannot reach its API server either), and the objects the server
 // answers are checked again.
 func TestWorkerManifestKubernetes(t *testing.T) {
-	root := repoRoot(t)
+	root := testenv.RepoRoot(t)
 	worker := readManifest(t, filepath.Join(root, "deploy", "kubernetes", "worker.yaml"))
 	rbac := readManifest(t, filepath.Join(root, "deploy", "kubernetes", "worker-rbac.yaml"))
 	sa := find(rbac, "ServiceAccount", "")
@@ -215,7 +216,7 @@ func TestWorkerManifestKubernetes(t *testing.T) {
 
 	kc := os.Getenv("KUBE_TEST_KUBECONFIG")
 	if kc == "" {
-		unavailable(t, "KUBE_TEST_KUBECONFIG is not set (scripts/kube.sh start makes the cluster and prints its kubeconfig)")
+		testenv.Unavailable(t, "KUBE_TEST_KUBECONFIG is not set (scripts/kube.sh start makes the cluster and prints its kubeconfig)")
 	}
 	kubetest.Shared(t, kc)
 	cfg, err := clientcmd.BuildConfigFromFlags("", kc)
@@ -227,7 +228,7 @@ func TestWorkerManifestKubernetes(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := cs.Discovery().ServerVersion(); err != nil {
-		unavailable(t, "the cluster of %s does not answer: %v", kc, err)
+		testenv.Unavailable(t, "the cluster of %s does not answer: %v", kc, err)
 	}
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/open-bot/computer/apps/worker/internal/testenv"
 )
 
 // unit is a systemd unit file: section -> key -> every value given.
@@ -55,7 +57,7 @@ func parseUnit(t *testing.T, path string) unit {
 // and worker.env.example set is one the worker reads; and `systemd-analyze
 // verify` has nothing to say about it (systemd need not be PID 1 for that).
 func TestWorkerSystemdUnit(t *testing.T) {
-	root := repoRoot(t)
+	root := testenv.RepoRoot(t)
 	path := filepath.Join(root, "deploy", "systemd", "open-bot-worker.service")
 	u := parseUnit(t, path)
 	s := u["Service"]
@@ -134,7 +136,7 @@ func TestWorkerSystemdUnit(t *testing.T) {
 
 	t.Run("systemd-analyze verify", func(t *testing.T) {
 		if _, err := exec.LookPath("systemd-analyze"); err != nil {
-			unavailable(t, "systemd-analyze not on PATH (Debian's systemd package)")
+			testenv.Unavailable(t, "systemd-analyze not on PATH (Debian's systemd package)")
 		}
 		// verify wants ExecStart's program to exist: this test's own
 		// binary stands in for the installed worker.

@@ -13,26 +13,9 @@ import (
 	"strings"
 	"testing"
 	"unicode"
-)
 
-// repoRoot walks up from the test's directory to the one holding go.work.
-func repoRoot(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("no go.work above the test's directory")
-		}
-		dir = parent
-	}
-}
+	"github.com/open-bot/computer/apps/worker/internal/testenv"
+)
 
 // doc is one Markdown file split into prose (code spans blanked) and code
 // (fenced blocks line by line, inline spans whole).
@@ -170,7 +153,7 @@ var schemeRE = regexp.MustCompile(`^[a-zA-Z][a-zA-Z0-9+.-]*:`)
 // repository, and an anchor into a Markdown file names one of its headings.
 // README.md links to every docs page.
 func TestDocLinks(t *testing.T) {
-	root := repoRoot(t)
+	root := testenv.RepoRoot(t)
 	docs := map[string]doc{}
 	files := docFiles(t, root)
 	for _, f := range files {
@@ -267,7 +250,7 @@ var (
 
 // TestDocMakeTargets: every `make <target>` shown in code is a Makefile target.
 func TestDocMakeTargets(t *testing.T) {
-	root := repoRoot(t)
+	root := testenv.RepoRoot(t)
 	targets := makeTargets(t, root)
 	if !targets["run"] || !targets["test"] {
 		t.Fatalf("the Makefile parse found no run/test targets: %v", targets)
@@ -420,7 +403,7 @@ func workerCLI(t *testing.T, root string) map[string][]string {
 // TestDocWorkerCommands: every `worker <command> [<subcommand>]` shown in code
 // (bin/worker too; a|b|c lists each) is one the worker's CLI dispatches.
 func TestDocWorkerCommands(t *testing.T) {
-	root := repoRoot(t)
+	root := testenv.RepoRoot(t)
 	cli := workerCLI(t, root)
 	if len(cli["computers"]) == 0 || len(cli["runs"]) == 0 {
 		t.Fatalf("the CLI parse found no computers/runs subcommands: %v", cli)

@@ -23,6 +23,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/open-bot/computer/apps/worker/internal/testenv"
 )
 
 // The server a page is served from inside the container: "/" says whether the
@@ -56,36 +58,11 @@ const (
 	keepText = "written by the first container\n"
 )
 
-// unavailable skips on a laptop and fails under CI=true (the testenv rule).
-func unavailable(t *testing.T, format string, args ...any) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("CI=true but integration prerequisite missing: "+format, args...)
-	}
-	t.Skipf("integration prerequisite missing: "+format, args...)
-}
-
 func imageTag() string {
 	if s := os.Getenv("IMAGETEST_IMAGE"); s != "" {
 		return s
 	}
 	return "open-bot/computer:dev"
-}
-
-func repoRoot(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	require.NoError(t, err)
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("no go.work above the test's directory")
-		}
-		dir = parent
-	}
 }
 
 func docker(ctx context.Context, args ...string) (string, error) {
@@ -123,14 +100,14 @@ var (
 func requireImage(t *testing.T) string {
 	t.Helper()
 	if _, err := exec.LookPath("docker"); err != nil {
-		unavailable(t, "docker not on PATH (scripts/docker-engine.sh start installs it)")
+		testenv.Unavailable(t, "docker not on PATH (scripts/docker-engine.sh start installs it)")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	if _, err := docker(ctx, "info"); err != nil {
-		unavailable(t, "no Docker engine answers (scripts/docker-engine.sh start): %v", err)
+		testenv.Unavailable(t, "no Docker engine answers (scripts/docker-engine.sh start): %v", err)
 	}
-	root := repoRoot(t)
+	root := testenv.RepoRoot(t)
 	buildOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
 		defer cancel()
@@ -613,7 +590,7 @@ func TestImageFailedBuildKeepsTag(t *testing.T) {
 
 	df := filepath.Join(t.TempDir(), "Dockerfile")
 	require.NoError(t, os.WriteFile(df, []byte("FROM "+img+"\nCOPY scripts/provision.sh /tmp/half-built\nRUN echo half-way && exit 3\n"), 0o644))
-	root := repoRoot(t)
+	root := testenv.RepoRoot(t)
 	cmd := exec.CommandContext(ctx, "bash", filepath.Join(root, "scripts/build-image.sh"))
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "IMAGE="+tag, "DOCKERFILE="+df)
@@ -630,9 +607,9 @@ func TestImageFailedBuildKeepsTag(t *testing.T) {
 // before building anything.
 func TestImageNoEngine(t *testing.T) {
 	if _, err := exec.LookPath("docker"); err != nil {
-		unavailable(t, "docker CLI not on PATH")
+		testenv.Unavailable(t, "docker CLI not on PATH")
 	}
-	root := repoRoot(t)
+	root := testenv.RepoRoot(t)
 	sock := "unix://" + filepath.Join(t.TempDir(), "no-engine.sock")
 	for _, argv := range [][]string{
 		{"bash", filepath.Join(root, "scripts/build-image.sh")},
@@ -653,20 +630,20 @@ func TestImageNoEngine(t *testing.T) {
 func TestImageFullDisk(t *testing.T) {
 	requireImage(t) // an engine; the base below is made, never used
 	if os.Geteuid() != 0 {
-		unavailable(t, "needs root (debootstrap, mount)")
+		testenv.Unavailable(t, "needs root (debootstrap, mount)")
 	}
 	if _, err := exec.LookPath("debootstrap"); err != nil {
-		unavailable(t, "debootstrap not on PATH")
+		testenv.Unavailable(t, "debootstrap not on PATH")
 	}
 	dir := t.TempDir()
 	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", dir).CombinedOutput(); err != nil {
-		unavailable(t, "cannot mount a small tmpfs: %v %s", err, out)
+		testenv.Unavailable(t, "cannot mount a small tmpfs: %v %s", err, out)
 	}
 	t.Cleanup(func() { _ = exec.Command("umount", dir).Run() })
 	// Nearly full before debootstrap starts: it fails on its first download.
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "filler"), make([]byte, 7<<20+512<<10), 0o600))
 	base := "open-bot/imagetest-nobase:" + randName("")
-	root := repoRoot(t)
+	root := testenv.RepoRoot(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	for _, tc := range []struct{ skipCheck, want string }{
@@ -693,14 +670,14 @@ func TestImageFullDisk(t *testing.T) {
 // /run and data-root, so the machine's engine is neither seen nor touched.
 func TestDockerEngineScript(t *testing.T) {
 	if os.Geteuid() != 0 {
-		unavailable(t, "needs root (unshare, dockerd)")
+		testenv.Unavailable(t, "needs root (unshare, dockerd)")
 	}
 	for _, tool := range []string{"unshare", "dockerd", "docker"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			unavailable(t, "%s not on PATH (scripts/docker-engine.sh start installs docker.io)", tool)
+			testenv.Unavailable(t, "%s not on PATH (scripts/docker-engine.sh start installs docker.io)", tool)
 		}
 	}
-	script := filepath.Join(repoRoot(t), "scripts/docker-engine.sh")
+	script := filepath.Join(testenv.RepoRoot(t), "scripts/docker-engine.sh")
 	sh := `set -u
 mount -t tmpfs tmpfs /run && mount -t tmpfs tmpfs /var/lib/docker && ip link set lo up || exit 90
 export OPEN_BOT_ENGINE_DIR=/run/eng
