@@ -375,24 +375,19 @@ func newWorker(ctx context.Context, c serveConfig, log zerolog.Logger) (*worker,
 		st.Close()
 		return nil, err
 	}
+	var trc *tracing.Tracing // nil (off) until FromEnv; Shutdown takes nil
 	closeAll := func() {
 		if setup != nil {
 			setup.Close(context.Background())
 		}
 		st.Close()
+		_ = trc.Shutdown(context.Background())
 	}
 	mets := metrics.New()
-	trc, err := tracing.FromEnv(ctx, getenv)
+	trc, err = tracing.FromEnv(ctx, getenv)
 	if err != nil {
 		closeAll()
 		return nil, err
-	}
-	closeAll = func() {
-		if setup != nil {
-			setup.Close(context.Background())
-		}
-		st.Close()
-		_ = trc.Shutdown(context.Background())
 	}
 	comps, err := computers.New(computers.Options{Store: st, Metrics: mets, Tracing: trc, Providers: reg, DefaultProvider: def, Sealer: sealer,
 		Caps: capability.NewSet(), Log: log.With().Str("sub", "computers").Logger(),

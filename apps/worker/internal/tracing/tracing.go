@@ -252,11 +252,7 @@ func SpanContext(ctx context.Context) trace.SpanContext {
 // Log adds ctx's trace_id and span_id to a log line; with tracing off
 // (no span in ctx) it adds nothing.
 func Log(ctx context.Context, ev *zerolog.Event) *zerolog.Event {
-	sc := trace.SpanContextFromContext(ctx)
-	if !sc.IsValid() {
-		return ev
-	}
-	return ev.Str("trace_id", sc.TraceID().String()).Str("span_id", sc.SpanID().String())
+	return LogSpan(trace.SpanContextFromContext(ctx), ev)
 }
 
 // Logger is Log for a sub-logger's context: every line it writes carries
