@@ -5,29 +5,32 @@ import (
 	"time"
 
 	"github.com/open-bot/computer/apps/worker/internal/store"
+	"github.com/open-bot/computer/apps/worker/internal/tools"
 )
 
-// ToolObserver is the metrics' observer of tool calls on a computer of
-// provider kind provider: nil without metrics.
-func (s *Service) ToolObserver(provider string) func(tool string, ok bool, d time.Duration) {
-	m := s.o.Metrics
-	if m == nil {
-		return nil
+// InstrumentTools sets sess's Observe (the metrics) and Trace (the
+// traces) for tool calls on computer id of provider kind provider; each
+// stays nil when that is off. provider "" is read from the store, once
+// and only when either is on ("unknown" when it cannot be).
+func (s *Service) InstrumentTools(ctx context.Context, sess *tools.Session, id, provider string) {
+	m, t := s.o.Metrics, s.o.Tracing
+	if m == nil && t == nil {
+		return
 	}
-	return func(tool string, ok bool, d time.Duration) { m.ToolCall(tool, provider, ok, d) }
-}
-
-// ToolObserverOf is ToolObserver for computer id, for a caller without its
-// row at hand (its provider read once, now; "unknown" when it cannot be).
-func (s *Service) ToolObserverOf(ctx context.Context, id string) func(tool string, ok bool, d time.Duration) {
-	if s.o.Metrics == nil {
-		return nil
+	if provider == "" {
+		provider = "unknown"
+		if c, err := s.o.Store.GetComputer(ctx, id); err == nil {
+			provider = c.Provider
+		}
 	}
-	provider := "unknown"
-	if c, err := s.o.Store.GetComputer(ctx, id); err == nil {
-		provider = c.Provider
+	if m != nil {
+		sess.Observe = func(tool string, ok bool, d time.Duration) { m.ToolCall(tool, provider, ok, d) }
 	}
-	return s.ToolObserver(provider)
+	if t != nil {
+		sess.Trace = func(ctx context.Context, tool string) (context.Context, func(bool, string)) {
+			return t.Tool(ctx, tool, provider, id)
+		}
+	}
 }
 
 // MetricsSource is what a metrics scrape reads of this service: the
@@ -78,29 +81,4 @@ func (ms MetricsSource) PoolReady() map[string]int {
 		out[k.Provider] = len(k.Ready)
 	}
 	return out
-}
-
-// ToolTracer starts the span of each tool call on computer id (of
-// provider kind provider), for tools.Session.Trace: nil without tracing.
-func (s *Service) ToolTracer(provider, id string) func(ctx context.Context, tool string) (context.Context, func(ok bool, code string)) {
-	t := s.o.Tracing
-	if t == nil {
-		return nil
-	}
-	return func(ctx context.Context, tool string) (context.Context, func(bool, string)) {
-		return t.Tool(ctx, tool, provider, id)
-	}
-}
-
-// ToolTracerOf is ToolTracer for a caller without the computer's row at
-// hand (its provider read once, now; "unknown" when it cannot be).
-func (s *Service) ToolTracerOf(ctx context.Context, id string) func(ctx context.Context, tool string) (context.Context, func(ok bool, code string)) {
-	if s.o.Tracing == nil {
-		return nil
-	}
-	provider := "unknown"
-	if c, err := s.o.Store.GetComputer(ctx, id); err == nil {
-		provider = c.Provider
-	}
-	return s.ToolTracer(provider, id)
 }

@@ -61,8 +61,7 @@ func (a *api) callTool(w http.ResponseWriter, r *http.Request) {
 	}
 	sess.CheckScreen = machine.CheckScreen
 	sess.Secret, sess.SecretNames = a.o.Computers.SecretOpener(cid)
-	sess.Observe = a.o.Computers.ToolObserver(c.Provider)
-	sess.Trace = a.o.Computers.ToolTracer(c.Provider, c.ID)
+	a.o.Computers.InstrumentTools(r.Context(), sess, c.ID, c.Provider)
 	res := tools.Call(r.Context(), sess, name, req.Args)
 	sess.Release(r.Context())
 	writeJSON(w, res.Status, res)

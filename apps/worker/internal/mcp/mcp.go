@@ -217,8 +217,7 @@ func (s *session) handler(name string) gomcp.ToolHandler {
 				return toolError(shared.CodeInvalidID, err.Error()), nil
 			}
 			ts.Secret, ts.SecretNames = s.h.o.Computers.SecretOpener(s.b.computer)
-			ts.Observe = s.h.o.Computers.ToolObserverOf(ctx, s.b.computer)
-			ts.Trace = s.h.o.Computers.ToolTracerOf(ctx, s.b.computer)
+			s.h.o.Computers.InstrumentTools(ctx, ts, s.b.computer, "")
 			s.ts = ts
 		}
 		// The computer's machine may have been replaced since the last

@@ -307,8 +307,7 @@ func (m *Manager) Start(ctx context.Context, computerID string, req StartRequest
 	}
 	sess.CheckScreen = machine.CheckScreen
 	sess.Secret, sess.SecretNames = m.o.Computers.SecretOpener(c.ID)
-	sess.Observe = m.o.Computers.ToolObserver(c.Provider)
-	sess.Trace = m.o.Computers.ToolTracer(c.Provider, c.ID)
+	m.o.Computers.InstrumentTools(ctx, sess, c.ID, c.Provider)
 	// The run outlives the request but stays in its trace.
 	tctx, cancel := context.WithTimeout(m.o.Tracing.Detach(ctx), m.o.TurnTimeout)
 	rctx, abort := context.WithCancelCause(tctx)
@@ -506,8 +505,7 @@ func (m *Manager) resume(sr store.Run, lease store.Lease) {
 		}
 		sess.CheckScreen = machine.CheckScreen
 		sess.Secret, sess.SecretNames = m.o.Computers.SecretOpener(sr.ComputerID)
-		sess.Observe = m.o.Computers.ToolObserverOf(ctx, sr.ComputerID)
-		sess.Trace = m.o.Computers.ToolTracerOf(ctx, sr.ComputerID)
+		m.o.Computers.InstrumentTools(ctx, sess, sr.ComputerID, "")
 		sess.Takeover = r.waitTakeover
 		r.mu.Lock()
 		r.machine, r.session = machine, sess
