@@ -250,6 +250,8 @@ type workerEnv struct {
 	dataDir string
 	// tweak, when set, adjusts the worker's serve config (e.g. approvals).
 	tweak func(*serveConfig)
+	// logs, when set, takes the worker's log (else it is dropped).
+	logs io.Writer
 }
 
 // startWorker serves the worker's API in-process against c.
@@ -283,7 +285,11 @@ func (e *workerEnv) serve(t testing.TB, model string) {
 	if e.tweak != nil {
 		e.tweak(&cfg)
 	}
-	w, err := newWorker(t.Context(), cfg, zerolog.Nop())
+	log := zerolog.Nop()
+	if e.logs != nil {
+		log = zerolog.New(e.logs)
+	}
+	w, err := newWorker(t.Context(), cfg, log)
 	require.NoError(t, err)
 	srv := httptest.NewServer(w.Handler)
 	t.Cleanup(func() { srv.Close(); w.Close() })

@@ -18,7 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
@@ -123,20 +122,16 @@ func spanAttrs(s *tracepb.Span) map[string]any {
 // process's (the model's, the OTLP endpoint), its log into logs.
 func tracedWorker(t testing.TB, env map[string]string, logs io.Writer) *workerEnv {
 	t.Helper()
-	e := &workerEnv{token: "worker-token-trace-" + randHex(8), op: "operator-token-trace-" + randHex(8), dataDir: t.TempDir()}
-	cfg := serveConfig{DataDir: e.dataDir, Provider: "attach", Token: e.token, OperatorToken: e.op, Model: "scripted-model",
-		ModelProvider: "botd", Approvals: "decline", Getenv: func(k string) string {
-			if v, ok := env[k]; ok {
-				return v
+	e := &workerEnv{token: "worker-token-trace-" + randHex(8), op: "operator-token-trace-" + randHex(8), dataDir: t.TempDir(), logs: logs,
+		tweak: func(cfg *serveConfig) {
+			cfg.Getenv = func(k string) string {
+				if v, ok := env[k]; ok {
+					return v
+				}
+				return os.Getenv(k)
 			}
-			return os.Getenv(k)
 		}}
-	w, err := newWorker(t.Context(), cfg, zerolog.New(logs))
-	require.NoError(t, err)
-	srv := httptest.NewServer(w.Handler)
-	t.Cleanup(func() { srv.Close(); w.Close() })
-	checkAPI(t, srv.URL)
-	e.url, e.w = srv.URL, w
+	e.serve(t, "scripted-model")
 	return e
 }
 

@@ -27,7 +27,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -253,15 +252,8 @@ func (p *procScan) end() map[string]string {
 // vaultWorker serves the worker in-process with its log captured.
 func vaultWorker(t testing.TB, c *computer, logs io.Writer, bots ...string) *workerEnv {
 	t.Helper()
-	e := &workerEnv{token: "worker-token-0123456789", op: "operator-token-0123456789", dataDir: t.TempDir()}
-	cfg := serveConfig{DataDir: e.dataDir, Provider: "attach", Token: e.token, OperatorToken: e.op, Model: "scripted-model",
-		ModelProvider: "botd", Approvals: "decline"}
-	w, err := newWorker(t.Context(), cfg, zerolog.New(logs))
-	require.NoError(t, err)
-	srv := httptest.NewServer(w.Handler)
-	t.Cleanup(func() { srv.Close(); w.Close() })
-	checkAPI(t, srv.URL)
-	e.url, e.w = srv.URL, w
+	e := &workerEnv{token: "worker-token-0123456789", op: "operator-token-0123456789", dataDir: t.TempDir(), logs: logs}
+	e.serve(t, "scripted-model")
 	return e.addComputer(t, c, map[string]any{"team": "t1"}, bots...)
 }
 
