@@ -1,12 +1,8 @@
 package deploytest
 
 import (
-	"bytes"
-	"context"
-	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -15,16 +11,8 @@ import (
 	"github.com/open-bot/computer/apps/worker/internal/testenv"
 )
 
-// run runs argv (no shell) and returns its stdout; stderr goes in the error.
-func run(ctx context.Context, name string, args ...string) (string, error) {
-	var out, errb bytes.Buffer
-	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	if err := cmd.Run(); err != nil {
-		return out.String(), fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(errb.String()))
-	}
-	return strings.TrimSpace(out.String()), nil
-}
+// run runs argv (no shell) and returns its stdout (testenv.Run).
+var run = testenv.Run
 
 var (
 	sourceOnce sync.Once

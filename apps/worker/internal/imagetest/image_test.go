@@ -66,14 +66,7 @@ func imageTag() string {
 }
 
 func docker(ctx context.Context, args ...string) (string, error) {
-	var out, errb bytes.Buffer
-	cmd := exec.CommandContext(ctx, "docker", args...)
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	if err != nil {
-		return out.String(), fmt.Errorf("docker %s: %w: %s", args[0], err, strings.TrimSpace(errb.String()))
-	}
-	return strings.TrimSpace(out.String()), nil
+	return testenv.Run(ctx, "docker", args...)
 }
 
 // logs is a container's log, stdout and stderr together (botd logs to stderr).

@@ -4,8 +4,13 @@
 package testenv
 
 import (
+	"bytes"
+	"context"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -36,4 +41,21 @@ func RepoRoot(t testing.TB) string {
 		}
 		dir = parent
 	}
+}
+
+// Run runs name with args (argv, no shell) and returns its stdout,
+// trimmed. A failure's error names the program and its first argument
+// only (the others may carry a secret's env) and ends with its stderr.
+func Run(ctx context.Context, name string, args ...string) (string, error) {
+	var out, errb bytes.Buffer
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		first := ""
+		if len(args) > 0 {
+			first = " " + args[0]
+		}
+		return out.String(), fmt.Errorf("%s%s: %w: %s", name, first, err, strings.TrimSpace(errb.String()))
+	}
+	return strings.TrimSpace(out.String()), nil
 }
