@@ -22,6 +22,7 @@ import (
 	"github.com/open-bot/computer/apps/worker/internal/capability"
 	cdpsession "github.com/open-bot/computer/apps/worker/internal/cdp"
 	"github.com/open-bot/computer/apps/worker/internal/computers"
+	"github.com/open-bot/computer/apps/worker/internal/group"
 	"github.com/open-bot/computer/apps/worker/internal/homes"
 	"github.com/open-bot/computer/apps/worker/internal/httpapi"
 	"github.com/open-bot/computer/apps/worker/internal/mcp"
@@ -56,6 +57,43 @@ type serveConfig struct {
 	IdleAfter time.Duration
 	// Getenv reads the providers' and home store's env (nil: os.Getenv).
 	Getenv func(string) string
+	// GroupToken (WORKER_GROUP_TOKEN(_FILE)) makes this worker a member of
+	// the worker group on DatabaseURL; GroupListen is the group listener's
+	// address (WORKER_GROUP_LISTEN) and GroupAddr the URL peers reach it
+	// at (WORKER_GROUP_ADDR, default http://GroupListen).
+	GroupToken, GroupListen, GroupAddr string
+	// GroupTTL is the ownership lease's lifetime (WORKER_GROUP_LEASE; 0:
+	// group.DefaultTTL).
+	GroupTTL time.Duration
+}
+
+// groupConfig reads the worker group's settings into c: none without
+// WORKER_GROUP_TOKEN(_FILE).
+func groupConfig(c *serveConfig) error {
+	tok, _, err := serverSecret("WORKER_GROUP_TOKEN")
+	if err != nil || tok == "" {
+		return err
+	}
+	switch {
+	case tok == c.Token || tok == c.OperatorToken:
+		return errors.New("WORKER_GROUP_TOKEN must differ from WORKER_TOKEN and WORKER_OPERATOR_TOKEN")
+	case c.DatabaseURL == "":
+		return errors.New("a worker group shares one Postgres: set WORKER_DATABASE_URL with WORKER_GROUP_TOKEN")
+	}
+	c.GroupToken = tok
+	c.GroupListen = envOr("WORKER_GROUP_LISTEN", "")
+	if c.GroupListen == "" {
+		return errors.New("WORKER_GROUP_LISTEN: the address this worker's peers relay to (host:port, reachable by the group only)")
+	}
+	c.GroupAddr = envOr("WORKER_GROUP_ADDR", "http://"+c.GroupListen)
+	if v := os.Getenv("WORKER_GROUP_LEASE"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < time.Second || d > 5*time.Minute {
+			return fmt.Errorf("WORKER_GROUP_LEASE: want a duration from 1s to 5m, got %q", v)
+		}
+		c.GroupTTL = d
+	}
+	return nil
 }
 
 func envOr(k, def string) string {
@@ -215,6 +253,9 @@ func runServe(ctx context.Context, args []string) error {
 	if !runs.ValidAskFor(c.AskFor) {
 		return fmt.Errorf("approval-policy: want never or untrusted, got %q", c.AskFor)
 	}
+	if err := groupConfig(&c); err != nil {
+		return err
+	}
 	log := zerolog.New(os.Stderr).With().Timestamp().Str("component", "worker").Logger()
 	w, err := newWorker(ctx, c, log)
 	if err != nil {
@@ -258,6 +299,9 @@ func runServe(ctx context.Context, args []string) error {
 		}
 		fmt.Fprintf(os.Stderr, "worker: metrics on http://%s/metrics (operator only)\n", mln.Addr())
 	}
+	if w.Group != nil {
+		fmt.Fprintf(os.Stderr, "worker: worker group member %s; peers relay to %s (group token from WORKER_GROUP_TOKEN)\n", w.Group.ID(), c.GroupAddr)
+	}
 	if w.Tracing != nil {
 		// Not the URL: a collector's address may carry a credential.
 		fmt.Fprintf(os.Stderr, "worker: traces on (OTLP/HTTP to OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT, service %s)\n", w.Tracing.Service())
@@ -298,12 +342,24 @@ type worker struct {
 	Metrics *metrics.Metrics
 	// Tracing sends the worker's spans (nil: off, no OTLP endpoint set).
 	Tracing *tracing.Tracing
+	// Group is this worker's membership of its worker group (nil: none).
+	Group *group.Group
+	// groupSrv serves the group listener.
+	groupSrv *http.Server
 }
 
 // Close stops the background loop and closes the store.
 func (w *worker) Close() error {
 	w.stop()
 	var errs []error
+	if w.Group != nil {
+		// Its leases freed first, so that peers claim its computers now.
+		select {
+		case <-w.Group.Done():
+		case <-time.After(5 * time.Second):
+		}
+		errs = append(errs, w.groupSrv.Close())
+	}
 	// The pooled machines go first, while their providers still run.
 	pctx, pcancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	w.Computers.ClosePool(pctx)
@@ -389,8 +445,32 @@ func newWorker(ctx context.Context, c serveConfig, log zerolog.Logger) (*worker,
 		closeAll()
 		return nil, err
 	}
-	comps, err := computers.New(computers.Options{Store: st, Metrics: mets, Tracing: trc, Providers: reg, DefaultProvider: def, Sealer: sealer,
-		Caps: capability.NewSet(), Log: log.With().Str("sub", "computers").Logger(),
+	caps := capability.NewSet()
+	// In a worker group the computers, runs and people see the store
+	// through the group: computer writes carry the ownership fence.
+	var grp *group.Group
+	var m *runs.Manager
+	var comps *computers.Service
+	var owns func(string) bool
+	if c.GroupToken != "" {
+		grp, err = group.New(group.Options{Store: st, Addr: c.GroupAddr, Token: c.GroupToken, TTL: c.GroupTTL, Caps: caps, Metrics: mets,
+			Log: log.With().Str("sub", "group").Logger(),
+			Gained: func(ctx context.Context, id string, epoch int64) {
+				go comps.Gained(context.WithoutCancel(ctx), id)
+				if err := m.RecoverComputer(context.WithoutCancel(ctx), id, store.Fence{Key: group.OwnerPrefix + id, Epoch: epoch}); err != nil {
+					log.Warn().Str("computer", id).Err(err).Msg("worker group: resume the runs of a computer this worker now owns")
+				}
+			},
+			Lost: func(id string) { m.Abandon(id); comps.Lost(id) }})
+		if err != nil {
+			closeAll()
+			return nil, err
+		}
+		st = grp.Store(st)
+		owns = func(id string) bool { _, ok := grp.Owns(id); return ok }
+	}
+	comps, err = computers.New(computers.Options{Store: st, Owns: owns, Metrics: mets, Tracing: trc, Providers: reg, DefaultProvider: def, Sealer: sealer,
+		Caps: caps, Log: log.With().Str("sub", "computers").Logger(),
 		Homes: checkpointer, IdleAfter: c.IdleAfter, LiveHomes: liveHomes(c, setup)})
 	if err != nil {
 		closeAll()
@@ -409,21 +489,27 @@ func newWorker(ctx context.Context, c serveConfig, log zerolog.Logger) (*worker,
 	tk := takeover.New(takeover.Options{Computers: comps, Store: st, Log: log.With().Str("sub", "takeover").Logger()})
 	comps.OnBotRemoved(tk.BotRemoved)
 	mets.Watch(comps.MetricsSource())
-	m := runs.NewManager(runs.Options{Store: st, Computers: comps, Metrics: mets, Tracing: trc, Model: c.Model, ModelProvider: c.ModelProvider,
+	m = runs.NewManager(runs.Options{Store: st, Computers: comps, Metrics: mets, Tracing: trc, Model: c.Model, ModelProvider: c.ModelProvider,
 		Approvals: runs.ApprovalPolicy(c.Approvals), AskFor: c.AskFor, Log: log.With().Str("sub", "runs").Logger(), TakeoverLink: tk.ForRun, TakeoverDone: tk.Done,
 		Responses: model, Loop: loop})
 	tk.SetRuns(m)
 	// Runs first: none a previous worker left may stay running; then
 	// machines are reconnected (in the background: a slow provider must not
 	// hold the API back).
-	if err := m.Recover(ctx); err != nil {
-		closeAll()
-		return nil, fmt.Errorf("recover runs: %w", err)
+	// In a group the members claim what nobody owns instead (group.Start):
+	// each computer's runs and machine come back with its ownership.
+	if grp == nil {
+		if err := m.Recover(ctx); err != nil {
+			closeAll()
+			return nil, fmt.Errorf("recover runs: %w", err)
+		}
 	}
 	bg, stop := context.WithCancel(context.WithoutCancel(ctx))
 	go func() {
-		if err := comps.Reconcile(bg); err != nil {
-			log.Warn().Err(err).Msg("reconcile computers")
+		if grp == nil {
+			if err := comps.Reconcile(bg); err != nil {
+				log.Warn().Err(err).Msg("reconcile computers")
+			}
 		}
 		comps.Watch(bg, 30*time.Second)
 	}()
@@ -451,8 +537,39 @@ func newWorker(ctx context.Context, c serveConfig, log zerolog.Logger) (*worker,
 			mountLogin(mux, ppl)
 			mux.Handle(mcp.Path, mcp.Handler(mcp.Options{Computers: comps, Log: log.With().Str("sub", "mcp").Logger()}))
 		}})
-	return &worker{Store: st, Computers: comps, Runs: m, Handler: ppl.Handler(h), People: ppl, stop: stop, setup: setup,
-		DefaultProvider: def, Homes: homesName, apiMux: apiMux, Metrics: mets, Tracing: trc}, nil
+	w := &worker{Store: st, Computers: comps, Runs: m, Handler: ppl.Handler(h), People: ppl, stop: stop, setup: setup,
+		DefaultProvider: def, Homes: homesName, apiMux: apiMux, Metrics: mets, Tracing: trc, Group: grp}
+	if grp != nil {
+		if err := w.joinGroup(bg, c.GroupListen, log); err != nil {
+			stop()
+			comps.ClosePool(context.Background())
+			closeAll()
+			return nil, err
+		}
+	}
+	return w, nil
+}
+
+// joinGroup serves the group listener (the peers' relay and capability
+// channel) and joins the group: from then on every request for a computer
+// another member owns is relayed to it.
+func (w *worker) joinGroup(ctx context.Context, listen string, log zerolog.Logger) error {
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return fmt.Errorf("WORKER_GROUP_LISTEN: %w", err)
+	}
+	w.groupSrv = &http.Server{Handler: w.Group.PeerHandler(w.Handler), ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := w.groupSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error().Err(err).Msg("worker group listener")
+		}
+	}()
+	if err := w.Group.Start(ctx); err != nil {
+		w.groupSrv.Close()
+		return err
+	}
+	w.Handler = w.Group.Relay(w.Handler)
+	return nil
 }
 
 // liveHomes is where the worker keeps the homes its local and docker

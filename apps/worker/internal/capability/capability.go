@@ -17,9 +17,58 @@ const Header = "X-Computer-Capability"
 
 // Set holds the hashes of the live capabilities, one per computer.
 type Set struct {
-	// mu guards hashes.
+	// mu guards hashes and onChange.
 	mu     sync.Mutex
 	hashes map[string][sha256.Size]byte
+	// onChange, when set, hears every Mint and Forget (a worker group
+	// passes them to its peers, in memory only).
+	onChange func(id string, hash []byte)
+}
+
+// Hash is a capability's SHA-256, as the set keeps it.
+type Hash = [sha256.Size]byte
+
+// OnChange sets fn to hear each Mint (id and the new hash) and Forget (id
+// and a nil hash), after the set has changed, on the caller's goroutine.
+func (s *Set) OnChange(fn func(id string, hash []byte)) {
+	s.mu.Lock()
+	s.onChange = fn
+	s.mu.Unlock()
+}
+
+func (s *Set) changed(id string, hash []byte) {
+	s.mu.Lock()
+	fn := s.onChange
+	s.mu.Unlock()
+	if fn != nil {
+		fn(id, hash)
+	}
+}
+
+// Put sets computer id's hash as a peer announced it (nil: forget it),
+// without telling OnChange.
+func (s *Set) Put(id string, hash []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if hash == nil {
+		delete(s.hashes, id)
+		return
+	}
+	var h Hash
+	if copy(h[:], hash) == len(h) && len(hash) == len(h) {
+		s.hashes[id] = h
+	}
+}
+
+// Snapshot copies every hash (for a peer that joins).
+func (s *Set) Snapshot() map[string][]byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string][]byte, len(s.hashes))
+	for id, h := range s.hashes {
+		out[id] = append([]byte(nil), h[:]...)
+	}
+	return out
 }
 
 // NewSet returns an empty set.
@@ -33,9 +82,11 @@ func (s *Set) Mint(id string) (string, error) {
 		return "", err
 	}
 	c := base64.RawURLEncoding.EncodeToString(b[:])
+	h := sha256.Sum256([]byte(c))
 	s.mu.Lock()
-	s.hashes[id] = sha256.Sum256([]byte(c))
+	s.hashes[id] = h
 	s.mu.Unlock()
+	s.changed(id, h[:])
 	return c, nil
 }
 
@@ -54,6 +105,7 @@ func (s *Set) Forget(id string) {
 	s.mu.Lock()
 	delete(s.hashes, id)
 	s.mu.Unlock()
+	s.changed(id, nil)
 }
 
 // Lookup returns the computer whose live capability presented is (for

@@ -69,7 +69,17 @@ type Options struct {
 	// computer and kind, kept across machines (see homedirect.go). ""
 	// leaves each machine its own home.
 	LiveHomes string
+	// Owns reports whether this worker acts for computer id (a worker
+	// group's owner); nil: every computer is this worker's.
+	Owns func(id string) bool
 }
+
+// owns reports whether this worker acts for computer id (Options.Owns).
+func (s *Service) owns(id string) bool { return s.o.Owns == nil || s.o.Owns(id) }
+
+// Owns reports whether this worker acts for computer id: always, but in a
+// worker group, where only the computer's owner does.
+func (s *Service) Owns(id string) bool { return s.owns(id) }
 
 // Service manages computers.
 type Service struct {
@@ -587,6 +597,9 @@ func (s *Service) Machine(ctx context.Context, id string) (providers.Machine, er
 	if m != nil {
 		return m, nil
 	}
+	if !s.owns(id) {
+		return nil, shared.Errorf(http.StatusServiceUnavailable, shared.CodeUnavailable, "another worker of the group owns this computer now; retry")
+	}
 	c, err := s.Get(ctx, id)
 	if err != nil {
 		return nil, err
@@ -800,29 +813,51 @@ func (s *Service) Reconcile(ctx context.Context) error {
 	}
 	var wg sync.WaitGroup
 	for _, c := range cs {
-		switch {
-		case c.ObservedState == store.StateDestroyed:
-			continue
-		case c.DesiredState == store.StateDestroyed:
-			// A destroy that a crash interrupted: finish it.
-			wg.Add(1)
-			go func() { defer wg.Done(); _, _ = s.destroy(ctx, c.ID, false, false) }()
-		case suspended(c):
-			continue // idle-suspended: the next use starts it
-		case c.DesiredState == store.StateRunning:
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if c.ProviderRef == "" {
-					s.fail(c.ID, errors.New("the worker stopped while this computer was being created; recover makes it"))
-					return
-				}
-				_, _ = s.connectWithin(ctx, c, ReconcileTimeout)
-			}()
-		}
+		wg.Add(1)
+		go func() { defer wg.Done(); s.reconcileOne(ctx, c) }()
 	}
 	wg.Wait()
 	return s.ReconcileMachines(ctx)
+}
+
+// reconcileOne brings computer c back as Reconcile does: a destroy a crash
+// interrupted is finished, a computer that should run is reconnected.
+func (s *Service) reconcileOne(ctx context.Context, c store.Computer) {
+	switch {
+	case c.ObservedState == store.StateDestroyed:
+	case c.DesiredState == store.StateDestroyed:
+		// A destroy that a crash interrupted: finish it.
+		_, _ = s.destroy(ctx, c.ID, false, false)
+	case suspended(c):
+		// idle-suspended: the next use starts it
+	case c.DesiredState == store.StateRunning:
+		if c.ProviderRef == "" {
+			s.fail(c.ID, errors.New("the worker stopped while this computer was being created; recover makes it"))
+			return
+		}
+		_, _ = s.connectWithin(ctx, c, ReconcileTimeout)
+	}
+}
+
+// Gained brings back computer id, which this worker just came to own in
+// its worker group: its machine is reconnected through providerRef (never
+// a second one provisioned), or an interrupted destroy finished.
+func (s *Service) Gained(ctx context.Context, id string) {
+	c, err := s.o.Store.GetComputer(ctx, id)
+	if err != nil {
+		s.o.Log.Warn().Str("computer", id).Err(err).Msg("reconnect a computer this worker now owns")
+		return
+	}
+	s.reconcileOne(ctx, c)
+}
+
+// Lost drops computer id's machine from this process without touching it:
+// another worker of the group owns the computer now.
+func (s *Service) Lost(id string) {
+	s.mu.Lock()
+	delete(s.machines, id)
+	delete(s.lastUsed, id)
+	s.mu.Unlock()
 }
 
 // SweepDeadlines moves every computer whose transitional state outlived its
@@ -835,6 +870,9 @@ func (s *Service) SweepDeadlines(ctx context.Context) error {
 	}
 	now := time.Now()
 	for _, c := range cs {
+		if !s.owns(c.ID) {
+			continue
+		}
 		switch c.ObservedState {
 		case store.StateCreating, store.StateStarting, store.StateStopping, store.StateDestroying:
 			if !c.StateDeadline.IsZero() && now.After(c.StateDeadline) {

@@ -216,7 +216,7 @@ func (s *Service) SuspendIdle(ctx context.Context, idle time.Duration) error {
 	}
 	now := time.Now()
 	for _, c := range cs {
-		if c.DesiredState != store.StateRunning || c.ObservedState != store.StateRunning || c.Provider == providers.KindAttach {
+		if c.DesiredState != store.StateRunning || c.ObservedState != store.StateRunning || c.Provider == providers.KindAttach || !s.owns(c.ID) {
 			continue
 		}
 		p := s.o.Providers[c.Provider]

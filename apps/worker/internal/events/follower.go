@@ -85,7 +85,7 @@ func (f *Follower) sync(ctx context.Context) {
 	}
 	want := map[string]bool{}
 	for _, c := range cs {
-		if c.State == "running" {
+		if c.State == "running" && f.comps.Owns(c.ID) { // a group's other members follow theirs
 			want[c.ID] = true
 		}
 	}

@@ -41,6 +41,8 @@ type Metrics struct {
 	checkpointBytes   prometheus.Histogram
 	checkpointSeconds *prometheus.HistogramVec
 	modelSeconds      *prometheus.HistogramVec
+	ownership         *prometheus.CounterVec
+	relaySeconds      *prometheus.HistogramVec
 }
 
 // New makes the series; Watch adds the ones read at each scrape.
@@ -76,8 +78,15 @@ func New() *Metrics {
 		Name: "openbot_worker_model_request_duration_seconds", Help: "The worker runtime's model upstream requests by outcome.",
 		Buckets: prometheus.ExponentialBuckets(0.01, 3, 10),
 	}, []string{"outcome"})
+	m.ownership = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "openbot_worker_group_ownership_changes_total", Help: "A worker group's computer ownership changes on this worker: gained (created, claimed from a lost owner) or lost (fenced, stale, let go).",
+	}, []string{"change"})
+	m.relaySeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "openbot_worker_group_relay_duration_seconds", Help: "Requests this worker relayed to the computer's owner in its group, by outcome (websockets: until they close).",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10),
+	}, []string{"outcome"})
 	m.reg.MustRegister(m.requests, m.requestSeconds, m.toolSeconds, m.runsEnded, m.poolHandout,
-		m.checkpointBytes, m.checkpointSeconds, m.modelSeconds,
+		m.checkpointBytes, m.checkpointSeconds, m.modelSeconds, m.ownership, m.relaySeconds,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -145,6 +154,22 @@ func (m *Metrics) ModelRequest(ok bool, d time.Duration) {
 		return
 	}
 	m.modelSeconds.WithLabelValues(outcome(ok)).Observe(d.Seconds())
+}
+
+// Ownership counts a group ownership change: "gained" or "lost".
+func (m *Metrics) Ownership(change string) {
+	if m == nil {
+		return
+	}
+	m.ownership.WithLabelValues(change).Inc()
+}
+
+// Relay records one request relayed to a peer.
+func (m *Metrics) Relay(ok bool, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.relaySeconds.WithLabelValues(outcome(ok)).Observe(d.Seconds())
 }
 
 func outcome(ok bool) string {

@@ -444,23 +444,74 @@ func (m *Manager) Recover(ctx context.Context) error {
 			m.o.Log.Warn().Str("run", sr.ID).Err(err).Msg("cannot fence a run left running; another holder has its bot")
 			continue
 		}
-		if (sr.ThreadID != "" || (sr.Runtime == providers.RuntimeWorker && m.o.Responses != nil)) && m.o.Computers != nil {
-			m.resume(sr, lease)
-			continue
-		}
-		msg := "the worker restarted while this run was " + sr.State + "; the run was not resumed"
-		if sr.ThreadID != "" {
-			msg += " (Codex thread " + sr.ThreadID + ")"
-		}
-		b, _ := json.Marshal(map[string]string{"status": string(StatusFailed), "error": msg})
-		_, _ = m.o.Store.AppendEvent(ctx, sr.ID, lease.Epoch, "status", b)
-		if _, err := m.o.Store.UpdateRun(ctx, sr.ID, lease.Epoch, store.RunUpdate{State: ptr(string(StatusFailed)), Error: &msg}); err != nil {
+		if err := m.recoverOne(ctx, sr, lease); err != nil {
 			return err
 		}
-		_ = m.o.Store.ReleaseLease(ctx, sr.LeaseKey, lease.Epoch)
-		m.o.Log.Info().Str("run", sr.ID).Str("bot", sr.BotID).Msg("run left by a previous worker failed with the reason")
-		go m.releaseScreens(context.WithoutCancel(ctx), sr.ComputerID, "run-"+sr.ID)
 	}
+	return nil
+}
+
+// RecoverComputer takes over the runs of computer computerID that its
+// previous owner in a worker group left (a worker that died or was cut
+// off): each run's lease is taken under fence, this worker's ownership of
+// the computer, whoever held it, and the run resumes from the store.
+func (m *Manager) RecoverComputer(ctx context.Context, computerID string, fence store.Fence) error {
+	left, err := m.o.Store.ListRuns(ctx, computerID, string(StatusQueued), string(StatusRunning), string(StatusWaitingTakeover))
+	if err != nil {
+		return err
+	}
+	for _, sr := range left {
+		if _, ok := m.Live(sr.ID); ok {
+			continue // still running here (this worker owned it all along)
+		}
+		lease, err := m.o.Store.TakeLease(ctx, sr.LeaseKey, sr.ID, LeaseTTL, fence.Key, fence.Epoch)
+		if err != nil {
+			m.o.Log.Warn().Str("run", sr.ID).Err(err).Msg("cannot take over a run of a computer this worker now owns")
+			continue
+		}
+		if err := m.recoverOne(ctx, sr, lease); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Abandon stops every run of computer computerID in this process without
+// writing anything: this worker no longer owns the computer, and the new
+// owner resumes the runs.
+func (m *Manager) Abandon(computerID string) {
+	m.mu.Lock()
+	var rs []*Run
+	for _, r := range m.runs {
+		if r.computerID == computerID {
+			rs = append(rs, r)
+		}
+	}
+	m.mu.Unlock()
+	for _, r := range rs {
+		r.fence()
+	}
+}
+
+// recoverOne resumes stored run sr under lease, or fails it with the
+// reason when it cannot be resumed.
+func (m *Manager) recoverOne(ctx context.Context, sr store.Run, lease store.Lease) error {
+	if (sr.ThreadID != "" || (sr.Runtime == providers.RuntimeWorker && m.o.Responses != nil)) && m.o.Computers != nil {
+		m.resume(sr, lease)
+		return nil
+	}
+	msg := "the worker restarted while this run was " + sr.State + "; the run was not resumed"
+	if sr.ThreadID != "" {
+		msg += " (Codex thread " + sr.ThreadID + ")"
+	}
+	b, _ := json.Marshal(map[string]string{"status": string(StatusFailed), "error": msg})
+	_, _ = m.o.Store.AppendEvent(ctx, sr.ID, lease.Epoch, "status", b)
+	if _, err := m.o.Store.UpdateRun(ctx, sr.ID, lease.Epoch, store.RunUpdate{State: ptr(string(StatusFailed)), Error: &msg}); err != nil {
+		return err
+	}
+	_ = m.o.Store.ReleaseLease(ctx, sr.LeaseKey, lease.Epoch)
+	m.o.Log.Info().Str("run", sr.ID).Str("bot", sr.BotID).Msg("run left by a previous worker failed with the reason")
+	go m.releaseScreens(context.WithoutCancel(ctx), sr.ComputerID, "run-"+sr.ID)
 	return nil
 }
 

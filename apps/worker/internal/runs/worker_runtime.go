@@ -149,6 +149,31 @@ func userMessage(text string) json.RawMessage {
 	return b
 }
 
+// recordedCalls is the conversation's calls and their outputs as a
+// resumed run's stored tool results hold them (text only: a screenshot's
+// bytes are not stored, so a note stands in for each).
+func (r *Run) recordedCalls() []convItem {
+	r.mu.Lock()
+	calls := append([]ToolCall(nil), r.snap.ToolCalls...)
+	r.mu.Unlock()
+	var out []convItem
+	for _, tc := range calls {
+		if tc.CallID == "" || tc.Tool == "" {
+			continue
+		}
+		raw, err := json.Marshal(map[string]string{"type": "function_call", "call_id": tc.CallID, "name": tc.Tool, "arguments": string(tc.Arguments)})
+		if err != nil {
+			continue
+		}
+		content := []tools.Content{{Type: "text", Text: tc.Output}}
+		if tc.Images > 0 {
+			content = append(content, tools.Content{Type: "text", Text: fmt.Sprintf("(%d screenshot(s) of this call are not kept across a worker restart)", tc.Images)})
+		}
+		out = append(out, convItem{raw: raw}, convItem{callID: tc.CallID, output: content})
+	}
+	return out
+}
+
 // driveWorker is a run's agent loop in the worker: ask the model, carry
 // out its calls, give back their results, until it answers without a
 // call (completed), a bound is reached, the model fails, or the run ends.
@@ -171,6 +196,11 @@ func (r *Run) driveWorker(ctx context.Context, prompt, model string, resumed boo
 	}
 	r.setStatus(StatusRunning, "")
 	conv := []convItem{{raw: userMessage(text)}}
+	if resumed {
+		// Continued from the store: every call whose result was recorded
+		// is given back as it was, so none is made twice.
+		conv = append(conv, r.recordedCalls()...)
+	}
 	fns := functionTools()
 	instr := instructions(r.botID, r.private)
 	var used int64

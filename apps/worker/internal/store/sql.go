@@ -159,12 +159,13 @@ func (s *sqlStore) UpdateComputer(ctx context.Context, id string, u StateUpdate)
 		add("template", *u.Template)
 	}
 	args = append(args, id)
-	res, err := s.db.ExecContext(ctx, s.q(`UPDATE computers SET `+strings.Join(sets, ", ")+` WHERE id=?`), args...)
+	where, fargs := ctxFence(ctx)
+	res, err := s.db.ExecContext(ctx, s.q(`UPDATE computers SET `+strings.Join(sets, ", ")+` WHERE id=?`+where), append(args, fargs...)...)
 	if err != nil {
 		return Computer{}, s.wrap(err)
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
-		return Computer{}, ErrNotFound
+		return Computer{}, s.fenceOrMissing(ctx, id, where)
 	}
 	return s.GetComputer(ctx, id)
 }
@@ -183,17 +184,55 @@ func (s *sqlStore) AddBot(ctx context.Context, b Bot) error {
 	if b.Sole {
 		sole = 1
 	}
+	if where, fargs := ctxFence(ctx); where != "" {
+		res, err := s.db.ExecContext(ctx, s.q(`INSERT INTO bots (computer_id, id, team_id, created_at, sole)
+			SELECT CAST(? AS TEXT), CAST(? AS TEXT), CAST(? AS TEXT), CAST(? AS BIGINT), CAST(? AS INTEGER) WHERE 1=1`+where),
+			append([]any{b.ComputerID, b.ID, b.TeamID, ms(now), sole}, fargs...)...)
+		if err != nil {
+			return s.wrap(err)
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return ErrStaleEpoch
+		}
+		return nil
+	}
 	_, err := s.db.ExecContext(ctx, s.q(`INSERT INTO bots (computer_id, id, team_id, created_at, sole) VALUES (?,?,?,?,?)`),
 		b.ComputerID, b.ID, b.TeamID, ms(now), sole)
 	return s.wrap(err)
 }
 
+// ctxFence is the condition (" AND EXISTS …") and its arguments that a
+// fence carried by ctx adds to a computer write; "" without one.
+func ctxFence(ctx context.Context) (string, []any) {
+	f, ok := FenceOf(ctx)
+	if !ok {
+		return "", nil
+	}
+	return ` AND EXISTS (SELECT 1 FROM bot_leases fl WHERE fl.lease_key=? AND fl.epoch=? AND fl.holder<>'')`, []any{f.Key, f.Epoch}
+}
+
+// fenceOrMissing tells why a fenced write changed nothing: the row is
+// missing, or the fence moved on.
+func (s *sqlStore) fenceOrMissing(ctx context.Context, id, where string) error {
+	if where == "" {
+		return ErrNotFound
+	}
+	if _, err := s.GetComputer(ctx, id); err != nil {
+		return err
+	}
+	return ErrStaleEpoch
+}
+
 func (s *sqlStore) RemoveBot(ctx context.Context, computerID, botID string) error {
-	res, err := s.db.ExecContext(ctx, s.q(`DELETE FROM bots WHERE computer_id=? AND id=?`), computerID, botID)
+	where, fargs := ctxFence(ctx)
+	res, err := s.db.ExecContext(ctx, s.q(`DELETE FROM bots WHERE computer_id=? AND id=?`+where), append([]any{computerID, botID}, fargs...)...)
 	if err != nil {
 		return s.wrap(err)
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
+		if f, ok := FenceOf(ctx); ok && !s.fenceHolds(ctx, f) {
+			return ErrStaleEpoch
+		}
 		return ErrNotFound
 	}
 	return nil
@@ -263,6 +302,46 @@ func (s *sqlStore) ReleaseLease(ctx context.Context, key string, epoch int64) er
 		return ErrStaleEpoch
 	}
 	return nil
+}
+
+// fenceHolds reports whether f's lease is still held at its epoch.
+func (s *sqlStore) fenceHolds(ctx context.Context, f Fence) bool {
+	l, err := s.GetLease(ctx, f.Key)
+	return err == nil && l.Epoch == f.Epoch && l.Holder != ""
+}
+
+func (s *sqlStore) ListLeases(ctx context.Context, prefix string) ([]Lease, error) {
+	rows, err := s.db.QueryContext(ctx, s.q(`SELECT lease_key, epoch, holder, expires_at FROM bot_leases WHERE substr(lease_key, 1, ?)=? ORDER BY lease_key`), len(prefix), prefix)
+	if err != nil {
+		return nil, s.wrap(err)
+	}
+	defer rows.Close()
+	var out []Lease
+	for rows.Next() {
+		l, err := scanLease(rows)
+		if err != nil {
+			return nil, s.wrap(err)
+		}
+		out = append(out, l)
+	}
+	return out, s.wrap(rows.Err())
+}
+
+func (s *sqlStore) TakeLease(ctx context.Context, key, holder string, ttl time.Duration, fenceKey string, fenceEpoch int64) (Lease, error) {
+	if holder == "" {
+		return Lease{}, errors.New("lease holder is required")
+	}
+	if _, err := s.db.ExecContext(ctx, s.q(`INSERT INTO bot_leases (lease_key, epoch, holder, expires_at) VALUES (?, 0, '', 0) ON CONFLICT (lease_key) DO NOTHING`), key); err != nil {
+		return Lease{}, s.wrap(err)
+	}
+	l, err := scanLease(s.db.QueryRowContext(ctx, s.q(`UPDATE bot_leases SET epoch=epoch+1, holder=?, expires_at=?
+ WHERE lease_key=? AND EXISTS (SELECT 1 FROM bot_leases f WHERE f.lease_key=? AND f.epoch=? AND f.holder<>'')
+ RETURNING lease_key, epoch, holder, expires_at`),
+		holder, ms(time.Now().Add(ttl)), key, fenceKey, fenceEpoch))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Lease{}, ErrStaleEpoch
+	}
+	return l, s.wrap(err)
 }
 
 func (s *sqlStore) GetLease(ctx context.Context, key string) (Lease, error) {
@@ -451,6 +530,16 @@ func (s *sqlStore) PutCheckpoint(ctx context.Context, c Checkpoint) error {
 		if n, err := res.RowsAffected(); err != nil {
 			return s.wrap(err)
 		} else if n == 0 {
+			return ErrStaleEpoch
+		}
+	} else if where, fargs := ctxFence(ctx); where != "" {
+		res, err := s.db.ExecContext(ctx, s.q(`INSERT INTO checkpoints (computer_id, revision, size, at)
+			SELECT CAST(? AS TEXT), CAST(? AS BIGINT), CAST(? AS BIGINT), CAST(? AS BIGINT) WHERE 1=1`+where),
+			append([]any{c.ComputerID, c.Revision, c.Size, ms(c.At)}, fargs...)...)
+		if err != nil {
+			return s.wrap(err)
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
 			return ErrStaleEpoch
 		}
 	} else if _, err := s.db.ExecContext(ctx, s.q(`INSERT INTO checkpoints (computer_id, revision, size, at) VALUES (?,?,?,?)`),

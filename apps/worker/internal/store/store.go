@@ -116,6 +116,29 @@ type Bot struct {
 	CreatedAt time.Time
 }
 
+// Fence names a lease and the epoch a write is made under: a write whose
+// context carries one (WithFence) is refused with ErrStaleEpoch unless that
+// lease is still held at that epoch. A worker group's owner of a computer
+// carries its ownership lease on every write it makes for the computer.
+type Fence struct {
+	Key   string
+	Epoch int64
+}
+
+type fenceKey struct{}
+
+// WithFence returns ctx carrying f for the store's computer writes
+// (UpdateComputer, AddBot, RemoveBot, PutCheckpoint).
+func WithFence(ctx context.Context, f Fence) context.Context {
+	return context.WithValue(ctx, fenceKey{}, f)
+}
+
+// FenceOf returns the fence ctx carries, if any.
+func FenceOf(ctx context.Context) (Fence, bool) {
+	f, ok := ctx.Value(fenceKey{}).(Fence)
+	return f, ok && f.Key != ""
+}
+
 // Lease is a fenced per-bot lease: each acquisition bumps the epoch, and
 // every write made under it names the epoch.
 type Lease struct {
@@ -216,6 +239,14 @@ type Store interface {
 	// ReleaseLease frees the lease at epoch; ErrStaleEpoch if it moved on.
 	ReleaseLease(ctx context.Context, key string, epoch int64) error
 	GetLease(ctx context.Context, key string) (Lease, error)
+	// ListLeases lists the leases whose key starts with prefix (held or
+	// not), by key.
+	ListLeases(ctx context.Context, prefix string) ([]Lease, error)
+	// TakeLease takes key's lease for holder until now+ttl whoever holds
+	// it, bumping the epoch, but only while fenceKey's lease is holder's
+	// at fenceEpoch (a worker group's new owner of a computer takes over
+	// its runs' leases); else ErrStaleEpoch.
+	TakeLease(ctx context.Context, key, holder string, ttl time.Duration, fenceKey string, fenceEpoch int64) (Lease, error)
 
 	// CreateRun records a run made under its lease (r.LeaseKey, r.Epoch).
 	CreateRun(ctx context.Context, r Run) error

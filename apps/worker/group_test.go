@@ -1,0 +1,367 @@
+package main
+
+import (
+	"crypto/rand"
+	"database/sql"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/open-bot/computer/apps/worker/internal/group"
+	"github.com/open-bot/computer/apps/worker/internal/mockmodel"
+	"github.com/open-bot/computer/apps/worker/internal/providers"
+	"github.com/open-bot/computer/apps/worker/internal/runs"
+	"github.com/open-bot/computer/apps/worker/internal/store/storetest"
+)
+
+// groupWorker is one `worker serve` process of a test's worker group, on
+// the group's Postgres through a proxy of its own that the test can cut.
+type groupWorker struct {
+	name, url, groupURL string
+	cmd                 *exec.Cmd
+	proxy               *storetest.CutProxy
+	logs                *syncBuffer
+}
+
+// groupSetup is what the members of one test group share.
+type groupSetup struct {
+	bin, dbURL, token, op, groupToken string
+	key                               []byte
+	env                               map[string]string
+}
+
+// newGroupSetup builds the worker and makes the group's schema, tokens and
+// shared secret key (every member unseals the same secrets).
+func newGroupSetup(t *testing.T, env map[string]string) *groupSetup {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "worker")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	require.NoError(t, err, "build the worker: %s", out)
+	key := make([]byte, 32)
+	_, _ = rand.Read(key)
+	return &groupSetup{bin: bin, dbURL: testDatabaseURL(t), token: "worker-token-group-" + randHex(8), op: "operator-token-group-" + randHex(8),
+		groupToken: "group-token-" + randHex(24), key: key, env: env}
+}
+
+// start runs one member; it is killed when the test ends.
+func (s *groupSetup) start(t *testing.T, name string) *groupWorker {
+	t.Helper()
+	u, err := url.Parse(s.dbURL)
+	require.NoError(t, err)
+	g := &groupWorker{name: name, logs: &syncBuffer{}}
+	g.proxy = storetest.StartCutProxy(t, "127.0.0.1:0", u.Host)
+	u.Host = g.proxy.Addr()
+	dataDir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dataDir, "secret.key"), s.key, 0o600))
+	listen, glisten := freeAddr(t), freeAddr(t)
+	g.url, g.groupURL = "http://"+listen, "http://"+glisten
+	g.cmd = exec.Command(s.bin, "serve")
+	g.cmd.Env = append(os.Environ(), "WORKER_DATABASE_URL="+u.String(), "DATA_DIR="+dataDir, "WORKER_MACHINES_DIR="+filepath.Join(dataDir, "machines"),
+		"WORKER_LISTEN="+listen, "WORKER_GROUP_LISTEN="+glisten, "WORKER_GROUP_TOKEN="+s.groupToken,
+		"WORKER_TOKEN="+s.token, "WORKER_OPERATOR_TOKEN="+s.op, "WORKER_PROVIDER=attach",
+		"WORKER_MODEL=scripted-model", "WORKER_MODEL_PROVIDER=botd", "WORKER_POOL=", "OTEL_EXPORTER_OTLP_ENDPOINT=", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=")
+	for k, v := range s.env {
+		g.cmd.Env = append(g.cmd.Env, k+"="+v)
+	}
+	g.cmd.Stdout, g.cmd.Stderr = g.logs, g.logs
+	g.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	require.NoError(t, g.cmd.Start())
+	t.Cleanup(func() {
+		g.kill()
+		if t.Failed() {
+			t.Logf("worker %s's log:\n%s", name, tail(g.logs.String(), 6000))
+		}
+	})
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		resp, err := http.Get(g.url + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		require.True(t, time.Now().Before(deadline), "worker %s did not come up: %s", name, g.logs.String())
+		time.Sleep(100 * time.Millisecond)
+	}
+	return g
+}
+
+// kill ends the worker with SIGKILL (nothing of it runs on).
+func (g *groupWorker) kill() {
+	if g.cmd.Process != nil {
+		_ = syscall.Kill(-g.cmd.Process.Pid, syscall.SIGKILL)
+		_, _ = g.cmd.Process.Wait()
+	}
+}
+
+// on is env's computer, as reached through worker g.
+func on(e *workerEnv, g *groupWorker) *workerEnv {
+	o := *e
+	o.url = g.url
+	return &o
+}
+
+// ownerOf reads computer id's ownership lease: the member holding it (its
+// group address) and the epoch.
+func ownerOf(t testing.TB, db *sql.DB, id string) (string, int64) {
+	t.Helper()
+	var holder string
+	var epoch int64
+	var exp int64
+	err := db.QueryRow(`SELECT holder, epoch, expires_at FROM bot_leases WHERE lease_key=$1`, group.OwnerPrefix+id).Scan(&holder, &epoch, &exp)
+	if err != nil || holder == "" || time.UnixMilli(exp).Before(time.Now()) {
+		return "", epoch
+	}
+	var addr string
+	require.NoError(t, db.QueryRow(`SELECT holder FROM bot_leases WHERE lease_key=$1`, group.MemberPrefix+holder).Scan(&addr))
+	return addr, epoch
+}
+
+// stepsScript plays a run of n file writes into bots/<bot>/, one a
+// model request, each answered after pace: long enough for a worker to
+// die in the middle of the run.
+func stepsScript(bot, prefix string, n int, pace time.Duration) mockmodel.Script {
+	return func(outs []mockmodel.Output) mockmodel.Step {
+		time.Sleep(pace)
+		if len(outs) < n {
+			i := len(outs) + 1
+			return mockmodel.Step{Tool: "file_write", Args: map[string]any{"path": fmt.Sprintf("bots/%s/%s-%02d.txt", bot, prefix, i), "content": fmt.Sprintf("step %d", i)}}
+		}
+		return mockmodel.Step{Message: "all steps written"}
+	}
+}
+
+// checkRunEvents asserts that run id's stored events are numbered 1..n
+// with no gap, and that each of the n steps' tool results is there
+// exactly once: nothing lost, nothing recorded twice across the owners.
+func checkRunEvents(t testing.TB, db *sql.DB, id, prefix string, steps int) {
+	t.Helper()
+	rows, err := db.Query(`SELECT seq, type, data FROM run_events WHERE run_id=$1 ORDER BY seq`, id)
+	require.NoError(t, err)
+	defer rows.Close()
+	seen := map[string]int{}
+	want := int64(1)
+	for rows.Next() {
+		var seq int64
+		var typ, data string
+		require.NoError(t, rows.Scan(&seq, &typ, &data))
+		require.Equal(t, want, seq, "run %s: events numbered without a gap", id)
+		want++
+		if typ == "tool_result" {
+			for i := 1; i <= steps; i++ {
+				if strings.Contains(data, fmt.Sprintf("%s-%02d.txt", prefix, i)) {
+					seen[fmt.Sprintf("%02d", i)]++
+				}
+			}
+		}
+	}
+	require.NoError(t, rows.Err())
+	var dup, missing []string
+	for i := 1; i <= steps; i++ {
+		k := fmt.Sprintf("%02d", i)
+		switch n := seen[k]; {
+		case n == 0:
+			missing = append(missing, k)
+		case n > 1:
+			dup = append(dup, k)
+		}
+	}
+	require.Empty(t, missing, "run %s: steps with no tool result recorded", id)
+	require.Empty(t, dup, "run %s: steps whose tool result was recorded twice", id)
+}
+
+// TestWorkerGroupKillPartitionRejoin runs three `worker serve` processes
+// on one Postgres with two teams' computers and runs going on throughout:
+// requests through any worker reach the computer's owner (capabilities
+// minted on one worker work on every other); a worker killed with SIGKILL
+// loses nothing (a survivor owns its computer, reconnects the same machine
+// and finishes the run with every event once); a worker cut off from
+// Postgres stops acting before its lease runs out and a survivor takes
+// over; mended, it rejoins as a peer, learns the capabilities and serves
+// again.
+func TestWorkerGroupKillPartitionRejoin(t *testing.T) {
+	const steps = 14
+	model := newHostModel(t, scriptedKey)
+	model.play(stepsScript("alice", "step", steps, 700*time.Millisecond))
+	s := newGroupSetup(t, model.env(nil))
+	db, err := sql.Open("pgx", s.dbURL)
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+
+	w := []*groupWorker{s.start(t, "w0"), s.start(t, "w1"), s.start(t, "w2")}
+	c1 := startComputer(t, "http://127.0.0.1:1", 1560, "VIEW_PORT_BASE=35200")
+	c2 := startComputer(t, "http://127.0.0.1:1", 1570, "VIEW_PORT_BASE=35400")
+	base := &workerEnv{token: s.token, op: s.op}
+	// Team t1's computer is made through w0, t2's through w1: each is its
+	// maker's.
+	t1 := on(base, w[0]).addComputer(t, c1, map[string]any{"team": "t1"}, "alice")
+	t2 := on(base, w[1]).addComputer(t, c2, map[string]any{"team": "t2"}, "alice")
+	owner1, epoch1 := ownerOf(t, db, t1.computer)
+	owner2, _ := ownerOf(t, db, t2.computer)
+	require.Equal(t, w[0].groupURL, owner1, "the maker owns team t1's computer")
+	require.Equal(t, w[1].groupURL, owner2, "the maker owns team t2's computer")
+
+	t.Run("any worker serves any computer", func(t *testing.T) {
+		for _, g := range w {
+			for _, e := range []*workerEnv{t1, t2} {
+				st, res := on(e, g).tool(t, "alice", "file_write", map[string]any{"path": "bots/alice/via-" + g.name + ".txt", "content": g.name})
+				require.Equal(t, http.StatusOK, st, "through %s: %+v", g.name, res)
+				require.True(t, res.Success, res.text())
+			}
+		}
+		for _, c := range []*computer{c1, c2} {
+			for _, g := range w {
+				b, err := os.ReadFile(filepath.Join(c.home, "bot", "bots/alice/via-"+g.name+".txt"))
+				require.NoError(t, err)
+				require.Equal(t, g.name, string(b))
+			}
+		}
+		// A wrong capability is refused through a relay as it is directly.
+		bad := *on(t1, w[2])
+		bad.capa = "not-" + t1.capa
+		require.Equal(t, http.StatusNotFound, bad.do(t, "GET", "", nil, nil))
+		// The group listener takes nothing without the group token.
+		st, _ := raw(t, "GET", w[0].groupURL+"/group/v1/caps", "", "", nil)
+		require.Equal(t, http.StatusUnauthorized, st)
+		st, _ = raw(t, "GET", w[0].groupURL+"/v1/computers/"+t1.computer, s.op, t1.capa, nil)
+		require.Equal(t, http.StatusUnauthorized, st, "the caller's credentials do not open the group listener")
+		// The ownership did not move for any of it.
+		_, e := ownerOf(t, db, t1.computer)
+		require.Equal(t, epoch1, e)
+	})
+
+	t.Run("a killed worker loses nothing", func(t *testing.T) {
+		// Runs of both teams, started through workers that do not own
+		// their computers.
+		run1 := on(t1, w[2]).startRunOn(t, "alice", "write the steps", providers.RuntimeWorker)
+		run2 := on(t2, w[0]).startRunOn(t, "alice", "write the steps", providers.RuntimeWorker)
+		waitFile(t, filepath.Join(c1.home, "bot", "bots/alice/step-03.txt"), 60*time.Second)
+		killed := time.Now()
+		w[0].kill()
+		var took time.Duration
+		require.Eventually(t, func() bool {
+			o, _ := ownerOf(t, db, t1.computer)
+			if o != "" && o != w[0].groupURL {
+				took = time.Since(killed)
+				return true
+			}
+			return false
+		}, 60*time.Second, 100*time.Millisecond, "a survivor owns the killed worker's computer")
+		t.Logf("failover: %s after SIGKILL", took)
+		final1, _ := waitRun(t, on(t1, w[1]), run1, 3*time.Minute)
+		require.Equal(t, runs.StatusCompleted, final1.Status, "%+v", final1)
+		final2, _ := waitRun(t, on(t2, w[2]), run2, 3*time.Minute)
+		require.Equal(t, runs.StatusCompleted, final2.Status, "%+v", final2)
+		checkRunEvents(t, db, run1, "step", steps)
+		checkRunEvents(t, db, run2, "step", steps)
+		for i := 1; i <= steps; i++ {
+			for _, c := range []*computer{c1, c2} {
+				_, err := os.Stat(filepath.Join(c.home, "bot", fmt.Sprintf("bots/alice/step-%02d.txt", i)))
+				require.NoError(t, err, "step %d on %s", i, c.url)
+			}
+		}
+		// The same machine, reconnected: one attach machine per computer.
+		for _, e := range []*workerEnv{t1, t2} {
+			st, res := on(e, w[1]).tool(t, "alice", "file_write", map[string]any{"path": "bots/alice/after-kill.txt", "content": "x"})
+			require.Equal(t, http.StatusOK, st, "%+v", res)
+		}
+	})
+
+	t.Run("a worker cut off from Postgres stops, and rejoins", func(t *testing.T) {
+		// w1 now owns t1's computer (or w2 does); cut whichever owns t2's.
+		o2, epoch := ownerOf(t, db, t2.computer)
+		var cut *groupWorker
+		for _, g := range w[1:] {
+			if g.groupURL == o2 {
+				cut = g
+			}
+		}
+		require.NotNil(t, cut, "a live member owns team t2's computer")
+		model.play(stepsScript("alice", "cut", steps, 700*time.Millisecond))
+		run2 := on(t2, cut).startRunOn(t, "alice", "write the steps again", providers.RuntimeWorker)
+		waitFile(t, filepath.Join(c2.home, "bot", "bots/alice/cut-03.txt"), 60*time.Second)
+		var exp int64
+		require.NoError(t, db.QueryRow(`SELECT expires_at FROM bot_leases WHERE lease_key=$1`, group.OwnerPrefix+t2.computer).Scan(&exp))
+		cut.proxy.Hold()
+		held := time.Now()
+		// It stops acting before its lease can run out: nobody else may
+		// claim the computer before then.
+		const stopped = "worker group: stopped acting for a computer"
+		require.Eventually(t, func() bool { return strings.Contains(cut.logs.String(), stopped) }, 30*time.Second, 20*time.Millisecond,
+			"the cut-off worker stops acting for its computer")
+		stoppedAt := time.Now()
+		leaseEnd := time.UnixMilli(exp)
+		t.Logf("cut at %s; stopped acting %s later; its lease (last renewed before the cut) ran until %s after the cut",
+			held.Format(time.TimeOnly), stoppedAt.Sub(held).Round(time.Millisecond), leaseEnd.Sub(held).Round(time.Millisecond))
+		require.True(t, stoppedAt.Before(leaseEnd) || func() bool {
+			// The lease may have been renewed once more just before the
+			// cut: then it ends up to TTL after the cut.
+			var e2 int64
+			_ = db.QueryRow(`SELECT expires_at FROM bot_leases WHERE lease_key=$1 AND holder<>'' AND epoch=$2`, group.OwnerPrefix+t2.computer, epoch).Scan(&e2)
+			return e2 != 0 && stoppedAt.Before(time.UnixMilli(e2))
+		}(), "stopped acting (%s) before its lease could run out (%s)", stoppedAt, leaseEnd)
+		require.Eventually(t, func() bool {
+			o, e := ownerOf(t, db, t2.computer)
+			return o != "" && o != cut.groupURL && e > epoch
+		}, 60*time.Second, 100*time.Millisecond, "a survivor owns the computer under a new epoch")
+		var other *groupWorker
+		for _, g := range w[1:] {
+			if g != cut {
+				other = g
+			}
+		}
+		final, _ := waitRun(t, on(t2, other), run2, 3*time.Minute)
+		require.Equal(t, runs.StatusCompleted, final.Status, "%+v", final)
+		checkRunEvents(t, db, run2, "cut", steps)
+
+		// Mended, it is a peer again: requests through it reach the
+		// owners.
+		cut.proxy.Mend()
+		require.Eventually(t, func() bool {
+			st, _ := on(t2, cut).tool(t, "alice", "file_write", map[string]any{"path": "bots/alice/after-mend.txt", "content": "m"})
+			return st == http.StatusOK
+		}, 60*time.Second, 250*time.Millisecond, "the mended worker serves again")
+
+		// The killed worker comes back as a new process: it learns the
+		// capabilities from a peer (they were never written anywhere) and
+		// serves both teams.
+		back := s.start(t, "w0-again")
+		for _, e := range []*workerEnv{t1, t2} {
+			st, res := on(e, back).tool(t, "alice", "file_write", map[string]any{"path": "bots/alice/after-rejoin.txt", "content": "r"})
+			require.Equal(t, http.StatusOK, st, "%+v", res)
+		}
+		require.Contains(t, back.logs.String(), "learned the capabilities from a peer")
+	})
+
+	t.Run("nothing secret in the store or the logs", func(t *testing.T) {
+		var n int
+		require.NoError(t, db.QueryRow(`SELECT count(*) FROM bot_leases WHERE holder LIKE '%'||$1||'%'`, s.groupToken).Scan(&n))
+		require.Zero(t, n)
+		for _, g := range append(w, nil) {
+			if g == nil {
+				continue
+			}
+			l := g.logs.String()
+			for _, secret := range []string{s.groupToken, s.token, s.op, t1.capa, t2.capa} {
+				require.NotContains(t, l, secret, "worker %s's log", g.name)
+			}
+		}
+	})
+}
+
+// waitFile waits for path to exist.
+func waitFile(t testing.TB, path string, d time.Duration) {
+	t.Helper()
+	require.Eventually(t, func() bool { _, err := os.Stat(path); return err == nil }, d, 100*time.Millisecond, "%s", path)
+}
+

@@ -1,0 +1,137 @@
+package group
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// capUpdate is one change on the capability channel: a hash (32 bytes,
+// base64 in JSON) or nil for a removal.
+type capUpdate struct {
+	ID   string `json:"id"`
+	Hash []byte `json:"hash"`
+}
+
+// serveCaps is the capability channel: GET copies every hash (a peer
+// that joins), POST applies one change.
+func (g *Group) serveCaps(w http.ResponseWriter, r *http.Request) {
+	switch r.Method {
+	case http.MethodGet:
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		_ = json.NewEncoder(w).Encode(g.o.Caps.Snapshot())
+	case http.MethodPost:
+		var u capUpdate
+		if err := json.NewDecoder(io.LimitReader(r.Body, 4096)).Decode(&u); err != nil || u.ID == "" || (u.Hash != nil && len(u.Hash) != 32) {
+			writeErr(w, http.StatusBadRequest, "bad_request", "want {id, hash: 32 bytes or null}")
+			return
+		}
+		g.o.Caps.Put(u.ID, u.Hash)
+		w.WriteHeader(http.StatusNoContent)
+	default:
+		writeErr(w, http.StatusMethodNotAllowed, "bad_request", "GET or POST")
+	}
+}
+
+// peers lists the live members' group addresses but this one's.
+func (g *Group) peers(ctx context.Context) ([]string, error) {
+	ls, err := g.o.Store.ListLeases(ctx, MemberPrefix)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	var out []string
+	for _, l := range ls {
+		if l.Key != MemberPrefix+g.id && l.Holder != "" && l.ExpiresAt.After(now) {
+			out = append(out, l.Holder)
+		}
+	}
+	return out, nil
+}
+
+func (g *Group) peerRequest(ctx context.Context, method, addr string, body []byte) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, addr+capsPath, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set(TokenHeader, g.o.Token)
+	req.Header.Set("Content-Type", "application/json")
+	return g.client.Do(req)
+}
+
+// announce passes one capability change to every live peer before the
+// change's caller goes on (a capability minted here works on any worker
+// once its caller has it). A peer that misses it (down) learns the set
+// anew when it rejoins.
+func (g *Group) announce(id string, hash []byte) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	addrs, err := g.peers(ctx)
+	if err != nil {
+		g.o.Log.Warn().Err(err).Msg("worker group: list peers to pass a capability change")
+		return
+	}
+	body, _ := json.Marshal(capUpdate{ID: id, Hash: hash})
+	var wg sync.WaitGroup
+	for _, a := range addrs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := g.peerRequest(ctx, http.MethodPost, a, body)
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusNoContent {
+					err = fmt.Errorf("status %d", resp.StatusCode)
+				}
+			}
+			if err != nil {
+				g.o.Log.Warn().Str("peer", a).Str("computer", id).Err(err).Msg("worker group: a peer did not take a capability change")
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// learnCaps copies the capability set from the first live peer that
+// answers; with no peer (the first worker of a group) there is nothing to
+// learn.
+func (g *Group) learnCaps(ctx context.Context) error {
+	addrs, err := g.peers(ctx)
+	if err != nil {
+		return fmt.Errorf("worker group: list peers: %w", err)
+	}
+	var errs []error
+	for _, a := range addrs {
+		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		resp, err := g.peerRequest(lctx, http.MethodGet, a, nil)
+		if err != nil {
+			cancel()
+			errs = append(errs, err)
+			continue
+		}
+		var snap map[string][]byte
+		derr := json.NewDecoder(io.LimitReader(resp.Body, 64<<20)).Decode(&snap)
+		resp.Body.Close()
+		cancel()
+		if resp.StatusCode != http.StatusOK || derr != nil {
+			errs = append(errs, fmt.Errorf("peer %s: status %d", a, resp.StatusCode))
+			continue
+		}
+		for id, h := range snap {
+			g.o.Caps.Put(id, h)
+		}
+		g.o.Log.Info().Int("capabilities", len(snap)).Str("peer", a).Msg("worker group: learned the capabilities from a peer")
+		return nil
+	}
+	if len(addrs) > 0 {
+		g.o.Log.Warn().Err(errors.Join(errs...)).Msg("worker group: no live peer gave its capabilities; starting without")
+	}
+	return nil
+}

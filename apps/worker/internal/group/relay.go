@@ -1,0 +1,148 @@
+package group
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/open-bot/computer/apps/worker/internal/capability"
+	"github.com/open-bot/computer/apps/worker/internal/httpapi"
+	"github.com/open-bot/computer/apps/worker/internal/mcp"
+	"github.com/open-bot/computer/pkg/shared"
+)
+
+// capsPath is the peers' capability channel on the group listener.
+const capsPath = "/group/v1/caps"
+
+// computerOf names the computer a request acts for: the {id} of
+// /v1/computers/{id}/…, or the computer whose capability an MCP request
+// carries; "" for requests of no one computer (list, create, the
+// dashboard), which any worker serves.
+func (g *Group) computerOf(r *http.Request) string {
+	if rest, ok := strings.CutPrefix(r.URL.Path, "/v1/computers/"); ok {
+		id, _, _ := strings.Cut(rest, "/")
+		return id
+	}
+	if r.URL.Path == mcp.Path {
+		if id, ok := g.o.Caps.Lookup(r.Header.Get(capability.Header)); ok {
+			return id
+		}
+	}
+	return ""
+}
+
+// writeErr answers in the API's error envelope.
+func writeErr(w http.ResponseWriter, status int, code shared.Code, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	if status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "1")
+	}
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(shared.ErrorEnvelope{Error: shared.ErrorBody{Code: code, Message: msg}})
+}
+
+func moving(w http.ResponseWriter, err error) {
+	var ae *shared.APIError
+	if errors.As(err, &ae) {
+		writeErr(w, ae.Status, ae.Code, ae.Message)
+		return
+	}
+	writeErr(w, http.StatusServiceUnavailable, shared.CodeUnavailable, "the worker group could not find the computer's owner; retry")
+}
+
+// Relay serves requests for computers this worker owns (or claims now)
+// with next, and relays the rest to their owner.
+func (g *Group) Relay(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := g.computerOf(r)
+		if id == "" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		addr, err := g.Owner(r.Context(), id)
+		switch {
+		case err != nil:
+			moving(w, err)
+		case addr == "":
+			next.ServeHTTP(w, r)
+		default:
+			g.relay(addr, w, r)
+		}
+	})
+}
+
+// relay sends r to the peer at addr over the group listener: the group
+// token added, the caller's own headers as they came (the owner checks
+// them again), and the operator's standing when this worker's operator
+// socket admitted r.
+func (g *Group) relay(addr string, w http.ResponseWriter, r *http.Request) {
+	u, err := url.Parse(addr)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		writeErr(w, http.StatusServiceUnavailable, shared.CodeUnavailable, "the computer's owner has no usable group address; retry")
+		return
+	}
+	start := time.Now()
+	ok := true
+	op := httpapi.IsOperator(r)
+	p := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(u)
+			pr.Out.Host = r.Host
+			pr.Out.Header.Del(OperatorHeader)
+			pr.Out.Header.Set(TokenHeader, g.o.Token)
+			if op {
+				pr.Out.Header.Set(OperatorHeader, "1")
+			}
+		},
+		FlushInterval: -1,
+		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
+			ok = false
+			g.o.Log.Warn().Err(err).Msg("worker group: relay to the owner failed")
+			writeErr(w, http.StatusBadGateway, shared.CodeUnavailable, "the computer's owner in the worker group did not answer; retry")
+		},
+	}
+	p.ServeHTTP(w, r)
+	g.o.Metrics.Relay(ok, time.Since(start))
+}
+
+// PeerHandler is the group listener's handler: only requests with the
+// group token pass. The capability channel is its own; every other
+// request is one a peer relayed, served with api (the worker's handler
+// without Relay: a relayed request is never relayed again) when this
+// worker owns its computer, else refused with 503 so that the caller
+// retries.
+func (g *Group) PeerHandler(api http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !g.checkToken(r) {
+			writeErr(w, http.StatusUnauthorized, shared.CodeUnauthorized, "missing or invalid worker group token")
+			return
+		}
+		r.Header.Del(TokenHeader)
+		if r.URL.Path == capsPath {
+			g.serveCaps(w, r)
+			return
+		}
+		op := r.Header.Get(OperatorHeader) == "1"
+		r.Header.Del(OperatorHeader)
+		if id := g.computerOf(r); id != "" {
+			addr, err := g.Owner(r.Context(), id)
+			switch {
+			case err != nil:
+				moving(w, err)
+				return
+			case addr != "":
+				writeErr(w, http.StatusServiceUnavailable, shared.CodeUnavailable, "the computer's ownership is moving between workers; retry")
+				return
+			}
+		}
+		h := api
+		if op {
+			h = httpapi.AsOperator(api)
+		}
+		h.ServeHTTP(w, r)
+	})
+}
