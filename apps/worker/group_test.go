@@ -364,4 +364,3 @@ func waitFile(t testing.TB, path string, d time.Duration) {
 	t.Helper()
 	require.Eventually(t, func() bool { _, err := os.Stat(path); return err == nil }, d, 100*time.Millisecond, "%s", path)
 }
-
