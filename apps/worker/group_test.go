@@ -26,7 +26,7 @@ import (
 // groupWorker is one `worker serve` process of a test's worker group, on
 // the group's Postgres through a proxy of its own that the test can cut.
 type groupWorker struct {
-	name, url, groupURL string
+	name, url, groupURL, metricsURL string
 	cmd                 *exec.Cmd
 	proxy               *storetest.CutProxy
 	logs                *syncBuffer
@@ -62,11 +62,11 @@ func (s *groupSetup) start(t *testing.T, name string) *groupWorker {
 	u.Host = g.proxy.Addr()
 	dataDir := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(dataDir, "secret.key"), s.key, 0o600))
-	listen, glisten := freeAddr(t), freeAddr(t)
-	g.url, g.groupURL = "http://"+listen, "http://"+glisten
+	listen, glisten, mlisten := freeAddr(t), freeAddr(t), freeAddr(t)
+	g.url, g.groupURL, g.metricsURL = "http://"+listen, "http://"+glisten, "http://"+mlisten+"/metrics"
 	g.cmd = exec.Command(s.bin, "serve")
 	g.cmd.Env = append(os.Environ(), "WORKER_DATABASE_URL="+u.String(), "DATA_DIR="+dataDir, "WORKER_MACHINES_DIR="+filepath.Join(dataDir, "machines"),
-		"WORKER_LISTEN="+listen, "WORKER_GROUP_LISTEN="+glisten, "WORKER_GROUP_TOKEN="+s.groupToken,
+		"WORKER_LISTEN="+listen, "WORKER_GROUP_LISTEN="+glisten, "WORKER_METRICS_LISTEN="+mlisten, "WORKER_GROUP_TOKEN="+s.groupToken,
 		"WORKER_TOKEN="+s.token, "WORKER_OPERATOR_TOKEN="+s.op, "WORKER_PROVIDER=attach",
 		"WORKER_MODEL=scripted-model", "WORKER_MODEL_PROVIDER=botd", "WORKER_POOL=", "OTEL_EXPORTER_OTLP_ENDPOINT=", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=")
 	for k, v := range s.env {
@@ -238,6 +238,12 @@ func TestWorkerGroupKillPartitionRejoin(t *testing.T) {
 		// The ownership did not move for any of it.
 		_, e := ownerOf(t, db, t1.computer)
 		require.Equal(t, epoch1, e)
+		// The relays show on the relaying worker's metrics: w2 owns
+		// nothing and relayed both teams' calls; w0 made t1's computer.
+		m2, _ := scrapeMetrics(t, w[2].metricsURL, s.op)
+		require.GreaterOrEqual(t, m2[`openbot_worker_group_relay_duration_seconds_count{outcome="ok"}`], 2.0, "w2 relayed a call of each team")
+		m0, _ := scrapeMetrics(t, w[0].metricsURL, s.op)
+		require.Equal(t, 1.0, m0[`openbot_worker_group_ownership_changes_total{change="gained"}`], "w0 owns the computer it made")
 	})
 
 	t.Run("a killed worker loses nothing", func(t *testing.T) {
@@ -258,6 +264,12 @@ func TestWorkerGroupKillPartitionRejoin(t *testing.T) {
 			return false
 		}, 60*time.Second, 100*time.Millisecond, "a survivor owns the killed worker's computer")
 		t.Logf("failover: %s after SIGKILL", took)
+		gained := 0.0
+		for _, g := range w[1:] {
+			m, _ := scrapeMetrics(t, g.metricsURL, s.op)
+			gained += m[`openbot_worker_group_ownership_changes_total{change="gained"}`]
+		}
+		require.Equal(t, 2.0, gained, "t2's computer made by w1, t1's claimed from the killed w0")
 		final1, _ := waitRun(t, on(t1, w[1]), run1, 3*time.Minute)
 		require.Equal(t, runs.StatusCompleted, final1.Status, "%+v", final1)
 		final2, _ := waitRun(t, on(t2, w[2]), run2, 3*time.Minute)
@@ -300,6 +312,8 @@ func TestWorkerGroupKillPartitionRejoin(t *testing.T) {
 		require.Eventually(t, func() bool { return strings.Contains(cut.logs.String(), stopped) }, 30*time.Second, 20*time.Millisecond,
 			"the cut-off worker stops acting for its computer")
 		stoppedAt := time.Now()
+		mc, _ := scrapeMetrics(t, cut.metricsURL, s.op)
+		require.GreaterOrEqual(t, mc[`openbot_worker_group_ownership_changes_total{change="lost"}`], 1.0, "the cut worker counts what it let go")
 		leaseEnd := time.UnixMilli(exp)
 		t.Logf("cut at %s; stopped acting %s later; its lease (last renewed before the cut) ran until %s after the cut",
 			held.Format(time.TimeOnly), stoppedAt.Sub(held).Round(time.Millisecond), leaseEnd.Sub(held).Round(time.Millisecond))
