@@ -66,6 +66,10 @@ BENCHES=(
   # and the scripted end-to-end run's wall time.
   "./apps/worker|BenchmarkToolRelay|1x"
   "./apps/worker|BenchmarkE2ERun|1x"
+  # issue 33.7: a worker group of three on Postgres: a relayed tool call's
+  # extra cost (p50/p99), calls/s through 1 and 3 workers, failover over 10
+  # SIGKILLs (p50/max).
+  "./apps/worker|BenchmarkWorkerGroup|1x"
   # issue 3 (screens): ensure -> running on a fresh screen id each start
   # (p50, max; target <= 2 s), one click through the HTTP API with its JSON
   # and base64 JPEG to the observation (200 samples: p50/p90/p99; target <=

@@ -41,7 +41,7 @@ type groupSetup struct {
 
 // newGroupSetup builds the worker and makes the group's schema, tokens and
 // shared secret key (every member unseals the same secrets).
-func newGroupSetup(t *testing.T, env map[string]string) *groupSetup {
+func newGroupSetup(t testing.TB, env map[string]string) *groupSetup {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "worker")
 	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
@@ -53,7 +53,7 @@ func newGroupSetup(t *testing.T, env map[string]string) *groupSetup {
 }
 
 // start runs one member; it is killed when the test ends.
-func (s *groupSetup) start(t *testing.T, name string) *groupWorker {
+func (s *groupSetup) start(t testing.TB, name string) *groupWorker {
 	t.Helper()
 	u, err := url.Parse(s.dbURL)
 	require.NoError(t, err)
