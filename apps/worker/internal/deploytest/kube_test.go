@@ -14,6 +14,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -75,9 +76,13 @@ func find(objs []*unstructured.Unstructured, kind, name string) *unstructured.Un
 
 // checkWorkerManifest checks what deploy/kubernetes/worker.yaml says about
 // itself, on the objects as given (from the file, or as the API server
-// answered them): one worker, the label the computers' NetworkPolicy
-// admits, worker-rbac.yaml's ServiceAccount, tokens from a root-only Secret
-// file, and a public Service with the API port alone.
+// answered them): a worker group (several replicas on one Postgres, the
+// group token from a root-only Secret file, the group listener's address
+// the pod's own IP, the shared secret.key from a Secret, a shared S3 home
+// store, no claim shared between pods), the label the computers'
+// NetworkPolicy admits, worker-rbac.yaml's ServiceAccount, tokens from a
+// root-only Secret file, a public Service with the API port alone, and a
+// NetworkPolicy that admits only the worker pods to the group port.
 func checkWorkerManifest(t *testing.T, objs []*unstructured.Unstructured, rbacSA string) {
 	t.Helper()
 	du := find(objs, "Deployment", "open-bot-worker")
@@ -87,15 +92,12 @@ func checkWorkerManifest(t *testing.T, objs []*unstructured.Unstructured, rbacSA
 	}
 	d := typed[appsv1.Deployment](t, du)
 	svc := typed[corev1.Service](t, su)
-	if d.Spec.Replicas == nil || *d.Spec.Replicas != 1 {
+	if d.Spec.Replicas == nil || *d.Spec.Replicas < 2 {
 		n := "unset"
 		if d.Spec.Replicas != nil {
 			n = itoa(*d.Spec.Replicas)
 		}
-		t.Errorf("replicas %s, want 1: one worker per database until the worker group exists", n)
-	}
-	if d.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType {
-		t.Errorf("strategy %q: a rolling update runs two workers on one database", d.Spec.Strategy.Type)
+		t.Errorf("replicas %s, want a worker group (2 or more)", n)
 	}
 	if got := d.Spec.Template.Labels["app.kubernetes.io/name"]; got != "open-bot-worker" {
 		t.Errorf("pod label app.kubernetes.io/name=%q: the computers' NetworkPolicy admits open-bot-worker", got)
@@ -119,11 +121,16 @@ func checkWorkerManifest(t *testing.T, objs []*unstructured.Unstructured, rbacSA
 	env := map[string]corev1.EnvVar{}
 	for _, e := range c.Env {
 		env[e.Name] = e
-		if !workerReads(t, e.Name) {
-			t.Errorf("env %s: the worker reads no such variable", e.Name)
+	}
+	for _, e := range c.Env {
+		// A variable only for another's $(NAME) (POD_IP in
+		// WORKER_GROUP_ADDR) is Kubernetes', not the worker's.
+		if !workerReads(t, e.Name) && !referenced(c.Env, e.Name) {
+			t.Errorf("env %s: the worker reads no such variable, and no other variable uses it", e.Name)
 		}
 	}
-	for _, want := range []string{"WORKER_LISTEN", "WORKER_TOKEN_FILE", "WORKER_DATABASE_URL", "WORKER_PROVIDER", "KUBERNETES_NAMESPACE"} {
+	for _, want := range []string{"WORKER_LISTEN", "WORKER_TOKEN_FILE", "WORKER_DATABASE_URL", "WORKER_PROVIDER", "KUBERNETES_NAMESPACE",
+		"WORKER_GROUP_TOKEN_FILE", "WORKER_GROUP_LISTEN", "WORKER_GROUP_ADDR", "WORKER_HOMES_S3_ENDPOINT"} {
 		if _, ok := env[want]; !ok {
 			t.Errorf("env %s missing", want)
 		}
@@ -134,30 +141,49 @@ func checkWorkerManifest(t *testing.T, objs []*unstructured.Unstructured, rbacSA
 	if env["WORKER_PROVIDER"].Value != "kubernetes" {
 		t.Errorf("WORKER_PROVIDER=%q, want kubernetes", env["WORKER_PROVIDER"].Value)
 	}
-	for _, k := range []string{"WORKER_TOKEN", "WORKER_OPERATOR_TOKEN"} {
+	for _, k := range []string{"WORKER_TOKEN", "WORKER_OPERATOR_TOKEN", "WORKER_GROUP_TOKEN"} {
 		if _, ok := env[k]; ok {
 			t.Errorf("%s set by value: tokens come from the Secret's files", k)
 		}
 	}
-	// The token files are on a Secret volume, root-only.
-	for _, k := range []string{"WORKER_TOKEN_FILE", "WORKER_OPERATOR_TOKEN_FILE"} {
-		p := env[k].Value
-		if p == "" {
-			continue
-		}
-		ok := false
+	// secretVolume is the Secret volume mounted at or above path, root-only.
+	secretVolume := func(p string) bool {
 		for _, m := range c.VolumeMounts {
-			if !strings.HasPrefix(p, strings.TrimSuffix(m.MountPath, "/")+"/") {
+			if p != m.MountPath && !strings.HasPrefix(p, strings.TrimSuffix(m.MountPath, "/")+"/") {
 				continue
 			}
 			for _, v := range d.Spec.Template.Spec.Volumes {
 				if v.Name == m.Name && v.Secret != nil && v.Secret.DefaultMode != nil && *v.Secret.DefaultMode&0o077 == 0 {
-					ok = true
+					return true
 				}
 			}
 		}
-		if !ok {
+		return false
+	}
+	// The token files are on a Secret volume, root-only.
+	for _, k := range []string{"WORKER_TOKEN_FILE", "WORKER_OPERATOR_TOKEN_FILE", "WORKER_GROUP_TOKEN_FILE"} {
+		if p := env[k].Value; p != "" && !secretVolume(p) {
 			t.Errorf("%s=%s is not on a Secret volume of mode 0400/0600", k, p)
+		}
+	}
+	// Every member opens every computer's sealed token: DATA_DIR/secret.key
+	// is the one key, from a Secret.
+	if dd := env["DATA_DIR"].Value; dd == "" || !secretVolume(strings.TrimSuffix(dd, "/")+"/secret.key") {
+		t.Errorf("DATA_DIR/secret.key (DATA_DIR=%q) is not the group's shared key from a Secret volume of mode 0400/0600", dd)
+	}
+	// Several pods: no claim they would all mount (DATA_DIR is each pod's
+	// own; the home store is S3, which every member reaches).
+	for _, v := range d.Spec.Template.Spec.Volumes {
+		if v.PersistentVolumeClaim != nil {
+			t.Errorf("volume %s is the claim %s, which every replica would share: DATA_DIR must be each pod's own", v.Name, v.PersistentVolumeClaim.ClaimName)
+		}
+	}
+	if e := env["WORKER_HOMES_S3_ENDPOINT"]; e.Value == "" && e.ValueFrom == nil {
+		t.Errorf("WORKER_HOMES_S3_ENDPOINT unset: a group's checkpoints must be in a home store every member reaches")
+	}
+	for _, k := range []string{"WORKER_HOMES_S3_ACCESS_KEY_FILE", "WORKER_HOMES_S3_SECRET_KEY_FILE"} {
+		if p := env[k].Value; p == "" || !secretVolume(p) {
+			t.Errorf("%s=%q is not on a Secret volume of mode 0400/0600", k, p)
 		}
 	}
 	ports := map[string]int32{}
@@ -169,6 +195,26 @@ func checkWorkerManifest(t *testing.T, objs []*unstructured.Unstructured, rbacSA
 	}
 	if ml := env["WORKER_METRICS_LISTEN"].Value; ml != "" && !strings.HasSuffix(ml, ":"+itoa(ports["metrics"])) {
 		t.Errorf("container port metrics %d is not WORKER_METRICS_LISTEN's (%s)", ports["metrics"], ml)
+	}
+	// The group listener: its port is the container's group port, and the
+	// address the peers dial is this pod's IP on that port.
+	if ports["group"] == 0 || !strings.HasSuffix(env["WORKER_GROUP_LISTEN"].Value, ":"+itoa(ports["group"])) {
+		t.Errorf("container port group %d is not WORKER_GROUP_LISTEN's (%s)", ports["group"], env["WORKER_GROUP_LISTEN"].Value)
+	}
+	if ga := env["WORKER_GROUP_ADDR"].Value; ga != "http://$(POD_IP):"+itoa(ports["group"]) {
+		t.Errorf("WORKER_GROUP_ADDR=%q, want http://$(POD_IP):%d (the pod's own IP)", ga, ports["group"])
+	}
+	if e := env["POD_IP"]; e.ValueFrom == nil || e.ValueFrom.FieldRef == nil || e.ValueFrom.FieldRef.FieldPath != "status.podIP" {
+		t.Errorf("POD_IP must come from the downward API (status.podIP)")
+	}
+	for i, e := range c.Env {
+		if e.Name == "POD_IP" {
+			for _, before := range c.Env[:i] {
+				if before.Name == "WORKER_GROUP_ADDR" {
+					t.Errorf("POD_IP comes after WORKER_GROUP_ADDR: $(POD_IP) expands only a variable defined before it")
+				}
+			}
+		}
 	}
 	// The public Service: exactly the API port.
 	if svc.Spec.Selector["app.kubernetes.io/name"] != "open-bot-worker" {
@@ -189,6 +235,73 @@ func checkWorkerManifest(t *testing.T, objs []*unstructured.Unstructured, rbacSA
 			t.Errorf("worker.yaml has another Service, %s", o.GetName())
 		}
 	}
+	checkGroupPolicy(t, objs, d.Spec.Template.Labels, ports)
+}
+
+// checkGroupPolicy: a NetworkPolicy selects the worker's pods, admits the
+// API port, and admits the group port from the worker's pods alone (in
+// their own namespace; no namespace selector, no IP block, no open rule).
+func checkGroupPolicy(t *testing.T, objs []*unstructured.Unstructured, podLabels map[string]string, ports map[string]int32) {
+	t.Helper()
+	pu := find(objs, "NetworkPolicy", "open-bot-worker")
+	if pu == nil {
+		t.Errorf("worker.yaml: want the NetworkPolicy open-bot-worker (the group port for the worker pods alone)")
+		return
+	}
+	np := typed[networkingv1.NetworkPolicy](t, pu)
+	const name = "app.kubernetes.io/name"
+	if np.Spec.PodSelector.MatchLabels[name] != podLabels[name] || len(np.Spec.PodSelector.MatchExpressions) != 0 {
+		t.Errorf("the NetworkPolicy selects %+v, not the worker's pods (%s=%s)", np.Spec.PodSelector, name, podLabels[name])
+	}
+	ingress := false
+	for _, pt := range np.Spec.PolicyTypes {
+		ingress = ingress || pt == networkingv1.PolicyTypeIngress
+	}
+	if !ingress {
+		t.Errorf("the NetworkPolicy's policyTypes %v leave ingress open", np.Spec.PolicyTypes)
+	}
+	is := func(p *networkingv1.NetworkPolicyPort, port string) bool {
+		return p.Port == nil || p.Port.String() == port || p.Port.String() == itoa(ports[port]) ||
+			(p.EndPort != nil && p.Port.IntValue() <= int(ports[port]) && int(ports[port]) <= int(*p.EndPort))
+	}
+	api, group := false, false
+	for _, r := range np.Spec.Ingress {
+		onGroup, onAPI := len(r.Ports) == 0, len(r.Ports) == 0
+		for i := range r.Ports {
+			onGroup = onGroup || is(&r.Ports[i], "group")
+			onAPI = onAPI || is(&r.Ports[i], "api")
+		}
+		api = api || (onAPI && len(r.From) == 0)
+		if !onGroup {
+			continue
+		}
+		group = true
+		if len(r.From) == 0 {
+			t.Errorf("a NetworkPolicy rule with no from admits anyone to the group port")
+		}
+		for _, f := range r.From {
+			if f.IPBlock != nil || f.NamespaceSelector != nil || f.PodSelector == nil ||
+				f.PodSelector.MatchLabels[name] != podLabels[name] || len(f.PodSelector.MatchExpressions) != 0 {
+				t.Errorf("a NetworkPolicy rule admits %+v to the group port: only the worker's pods may reach it", f)
+			}
+		}
+	}
+	if !group {
+		t.Errorf("the NetworkPolicy admits no one to the group port: the members could not relay to each other")
+	}
+	if !api {
+		t.Errorf("the NetworkPolicy does not admit everyone to the API port")
+	}
+}
+
+// referenced reports whether another variable of env uses $(name).
+func referenced(env []corev1.EnvVar, name string) bool {
+	for _, e := range env {
+		if e.Name != name && strings.Contains(e.Value, "$("+name+")") {
+			return true
+		}
+	}
+	return false
 }
 
 func itoa(n int32) string {

@@ -54,8 +54,10 @@ func parseUnit(t *testing.T, path string) unit {
 // directory the one writable place and holding DATA_DIR and the machines
 // directory, the token as a credential file the worker's token-file check
 // accepts, secrets only in the root-only environment file; every variable it
-// and worker.env.example set is one the worker reads; and `systemd-analyze
-// verify` has nothing to say about it (systemd need not be PID 1 for that).
+// and worker.env.example set is one the worker reads, and the two show a
+// worker group's settings to uncomment (its token as a credential); and
+// `systemd-analyze verify` has nothing to say about it (systemd need not be
+// PID 1 for that).
 func TestWorkerSystemdUnit(t *testing.T) {
 	root := testenv.RepoRoot(t)
 	path := filepath.Join(root, "deploy", "systemd", "open-bot-worker.service")
@@ -111,7 +113,7 @@ func TestWorkerSystemdUnit(t *testing.T) {
 	// Secrets never by value in the unit (world-readable).
 	for k := range env {
 		switch k {
-		case "WORKER_TOKEN", "WORKER_OPERATOR_TOKEN", "WORKER_DATABASE_URL", "MODEL_API_KEY", "E2B_API_KEY", "DAYTONA_API_KEY", "BOX_API_KEY":
+		case "WORKER_TOKEN", "WORKER_OPERATOR_TOKEN", "WORKER_GROUP_TOKEN", "WORKER_DATABASE_URL", "MODEL_API_KEY", "E2B_API_KEY", "DAYTONA_API_KEY", "BOX_API_KEY":
 			t.Errorf("the unit sets %s by value: secrets go in the root-only environment file or a credential", k)
 		}
 		if !workerReads(t, k) {
@@ -123,15 +125,33 @@ func TestWorkerSystemdUnit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	named := map[string]bool{}
 	for _, line := range strings.Split(string(ex), "\n") {
 		line = strings.TrimPrefix(strings.TrimSpace(line), "#")
 		k, _, ok := strings.Cut(line, "=")
 		if !ok || k == "" || strings.ContainsAny(k, " \t") || strings.ToUpper(k) != k {
 			continue
 		}
+		named[k] = true
 		if !workerReads(t, k) {
 			t.Errorf("worker.env.example sets %s, which the worker does not read", k)
 		}
+	}
+	// A worker group's settings are there to uncomment; its token comes
+	// by a credential, like the worker's.
+	for _, k := range []string{"WORKER_GROUP_LISTEN", "WORKER_GROUP_ADDR", "WORKER_GROUP_LEASE"} {
+		if !named[k] {
+			t.Errorf("worker.env.example does not show %s (a worker group's setting)", k)
+		}
+	}
+	if named["WORKER_GROUP_TOKEN"] {
+		t.Errorf("worker.env.example shows WORKER_GROUP_TOKEN by value: it comes by LoadCredential (WORKER_GROUP_TOKEN_FILE=%%d/group-token)")
+	}
+	if raw, err := os.ReadFile(path); err != nil {
+		t.Fatal(err)
+	} else if !strings.Contains(string(raw), "#Environment=WORKER_GROUP_TOKEN_FILE=%d/group-token") ||
+		!strings.Contains(string(raw), "#LoadCredential=group-token:/") {
+		t.Errorf("the unit does not show the group token's credential (LoadCredential=group-token:…, WORKER_GROUP_TOKEN_FILE=%%d/group-token) to uncomment")
 	}
 
 	t.Run("systemd-analyze verify", func(t *testing.T) {
