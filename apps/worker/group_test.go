@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"crypto/rand"
+	"encoding/hex"
 	"database/sql"
 	"fmt"
 	"net/http"
@@ -15,6 +17,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 
 	"github.com/open-bot/computer/apps/worker/internal/group"
 	"github.com/open-bot/computer/apps/worker/internal/mockmodel"
@@ -377,4 +380,81 @@ func TestWorkerGroupKillPartitionRejoin(t *testing.T) {
 func waitFile(t testing.TB, path string, d time.Duration) {
 	t.Helper()
 	require.Eventually(t, func() bool { _, err := os.Stat(path); return err == nil }, d, 100*time.Millisecond, "%s", path)
+}
+
+// TestWorkerGroupTraceCrossesTheRelay: a tool call sent to a worker that
+// does not own the computer is one trace across both workers: the
+// relaying worker's "relay POST" span, the owner's request span as its
+// child, the tool span and its call to botd under that. A traceparent the
+// caller sends is not taken as a parent, and no credential is in a span.
+func TestWorkerGroupTraceCrossesTheRelay(t *testing.T) {
+	rec := newOTLPReceiver(t)
+	s := newGroupSetup(t, map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": rec.srv.URL, "OTEL_BSP_SCHEDULE_DELAY": "200"})
+	w0, w1 := s.start(t, "w0"), s.start(t, "w1")
+	c := startComputer(t, "http://127.0.0.1:1", 1590, "VIEW_PORT_BASE=35800")
+	e := on(&workerEnv{token: s.token, op: s.op}, w0).addComputer(t, c, map[string]any{"team": "traced"}, "alice")
+
+	const callerTrace = "4bf92f3577b34da6a3ce929d0e0e4736"
+	req, err := http.NewRequest("POST", w1.url+"/v1/computers/"+e.computer+"/tools/file_write",
+		strings.NewReader(`{"botId":"alice","args":{"path":"bots/alice/traced.txt","content":"t"}}`))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+s.token)
+	req.Header.Set("X-Computer-Capability", e.capa)
+	req.Header.Set("traceparent", "00-"+callerTrace+"-00f067aa0ba902b7-01")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+
+	const route = "POST /v1/computers/{id}/tools/{name}"
+	var relay, server, tool *tracepb.Span
+	var spans []*tracepb.Span
+	var raw []byte
+	found := func() bool {
+		spans, raw, _ = rec.got()
+		relay, server, tool = nil, nil, nil
+		// Each worker exports on its own: look for each span in all of
+		// them, whatever their order.
+		for _, sp := range spans {
+			if sp.Name == "relay POST" {
+				relay = sp
+			}
+		}
+		for _, sp := range spans {
+			if sp.Name == route && sp.Kind == tracepb.Span_SPAN_KIND_SERVER && relay != nil && hex.EncodeToString(sp.ParentSpanId) == hex.EncodeToString(relay.SpanId) {
+				server = sp
+			}
+		}
+		for _, sp := range spans {
+			if server != nil && sp.Name == "tool file_write" && hex.EncodeToString(sp.ParentSpanId) == hex.EncodeToString(server.SpanId) {
+				tool = sp
+			}
+		}
+		return relay != nil && server != nil && tool != nil
+	}
+	for deadline := time.Now().Add(30 * time.Second); !found(); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			var names []string
+			for _, sp := range spans {
+				names = append(names, fmt.Sprintf("%s[%x<-%x]", sp.Name, sp.SpanId, sp.ParentSpanId))
+			}
+			t.Fatalf("relay, request and tool spans in one chain; spans: %v", names)
+		}
+	}
+	require.Empty(t, relay.ParentSpanId, "the relay span is the trace's root: the caller's traceparent is not a parent")
+	require.NotEqual(t, callerTrace, hex.EncodeToString(relay.TraceId))
+	require.Equal(t, map[string]any{"http.request.method": "POST", "computer": e.computer, "http.response.status_code": int64(200)}, spanAttrs(relay))
+	for _, sp := range []*tracepb.Span{server, tool} {
+		require.Equal(t, hex.EncodeToString(relay.TraceId), hex.EncodeToString(sp.TraceId), "%s in the relay's trace", sp.Name)
+	}
+	var botd bool
+	for _, sp := range spans {
+		if strings.HasPrefix(sp.Name, "botd ") && hex.EncodeToString(sp.ParentSpanId) == hex.EncodeToString(tool.SpanId) {
+			botd = true
+		}
+	}
+	require.True(t, botd, "the owner's call to botd under the tool span")
+	for _, secret := range []string{s.token, s.op, s.groupToken, e.capa, c.token, "Bearer"} {
+		require.False(t, bytes.Contains(raw, []byte(secret)), "a credential in the exported spans")
+	}
 }

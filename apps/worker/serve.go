@@ -453,7 +453,7 @@ func newWorker(ctx context.Context, c serveConfig, log zerolog.Logger) (*worker,
 	var comps *computers.Service
 	var owns func(string) bool
 	if c.GroupToken != "" {
-		grp, err = group.New(group.Options{Store: st, Addr: c.GroupAddr, Token: c.GroupToken, TTL: c.GroupTTL, Caps: caps, Metrics: mets,
+		grp, err = group.New(group.Options{Store: st, Addr: c.GroupAddr, Token: c.GroupToken, TTL: c.GroupTTL, Caps: caps, Metrics: mets, Tracing: trc,
 			Log: log.With().Str("sub", "group").Logger(),
 			Gained: func(ctx context.Context, id string, epoch int64) {
 				go comps.Gained(context.WithoutCancel(ctx), id)

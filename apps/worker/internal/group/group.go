@@ -37,6 +37,7 @@ import (
 	"github.com/open-bot/computer/apps/worker/internal/capability"
 	"github.com/open-bot/computer/apps/worker/internal/metrics"
 	"github.com/open-bot/computer/apps/worker/internal/store"
+	"github.com/open-bot/computer/apps/worker/internal/tracing"
 	"github.com/open-bot/computer/pkg/shared"
 )
 
@@ -66,6 +67,8 @@ type Options struct {
 	TTL     time.Duration
 	Caps    *capability.Set
 	Metrics *metrics.Metrics
+	// Tracing makes a span of each relayed request (nil: none).
+	Tracing *tracing.Tracing
 	Log     zerolog.Logger
 	// Gained is told of each computer this worker came to own (not the
 	// ones it created): it resumes the computer's runs under the epoch.

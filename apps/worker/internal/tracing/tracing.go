@@ -47,6 +47,10 @@ const (
 	// SpanBotdPrefix + the method is one call to a machine's botd
 	// ("botd PUT").
 	SpanBotdPrefix = "botd "
+	// SpanRelayPrefix + the method is a request this worker relayed to the
+	// computer's owner in its worker group ("relay POST"); the owner's
+	// server span is its child.
+	SpanRelayPrefix = "relay "
 )
 
 // Tracing makes the worker's spans and sends them to the collector.
@@ -115,6 +119,36 @@ func (t *Tracing) Shutdown(ctx context.Context) error {
 		return nil
 	}
 	return t.tp.Shutdown(ctx)
+}
+
+// Relay starts the span of a request relayed to a peer of the worker
+// group (peer is the computer, never a credential) and puts its W3C trace
+// context into h, the relayed request's headers, after removing any the
+// caller sent: only a peer's trace context is ever taken as a parent.
+func (t *Tracing) Relay(ctx context.Context, method, computer string, h http.Header) func(status int) {
+	h.Del("traceparent")
+	h.Del("tracestate")
+	if t == nil {
+		return noopStatus
+	}
+	ctx, span := t.tr.Start(ctx, SpanRelayPrefix+method, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(
+		attribute.String("http.request.method", method), attribute.String("computer", computer)))
+	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(h))
+	return func(status int) {
+		span.SetAttributes(attribute.Int("http.response.status_code", status))
+		if status >= 500 || status == 0 {
+			span.SetStatus(codes.Error, "relay failed")
+		}
+		span.End()
+	}
+}
+
+// FromPeer is ctx under the trace context a peer of the worker group sent
+// in h (a relayed request, its group token already checked): the owner's
+// spans join the relaying worker's trace. Nothing else takes a parent
+// from a request.
+func FromPeer(ctx context.Context, h http.Header) context.Context {
+	return propagation.TraceContext{}.Extract(ctx, propagation.HeaderCarrier(h))
 }
 
 // noop is what an off tracing hands back to end a span.
