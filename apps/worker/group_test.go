@@ -3,8 +3,8 @@ package main
 import (
 	"bytes"
 	"crypto/rand"
-	"encoding/hex"
 	"database/sql"
+	"encoding/hex"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -30,9 +30,9 @@ import (
 // the group's Postgres through a proxy of its own that the test can cut.
 type groupWorker struct {
 	name, url, groupURL, metricsURL string
-	cmd                 *exec.Cmd
-	proxy               *storetest.CutProxy
-	logs                *syncBuffer
+	cmd                             *exec.Cmd
+	proxy                           *storetest.CutProxy
+	logs                            *syncBuffer
 }
 
 // groupSetup is what the members of one test group share.
