@@ -247,6 +247,66 @@ func TestWorkerGroupKillPartitionRejoin(t *testing.T) {
 		require.GreaterOrEqual(t, m2[`openbot_worker_group_relay_duration_seconds_count{outcome="ok"}`], 2.0, "w2 relayed a call of each team")
 		m0, _ := scrapeMetrics(t, w[0].metricsURL, s.op)
 		require.Equal(t, 1.0, m0[`openbot_worker_group_ownership_changes_total{change="gained"}`], "w0 owns the computer it made")
+		// A person's control link made through w1 opens through w2: the
+		// link is routed to the owner (w0), which verifies it; the live
+		// control (the RFB stream) goes through the relay too.
+		st, link, msg := takeoverCall(t, on(t1, w[1]), "POST", "alice", "")
+		require.Equal(t, http.StatusOK, st, msg)
+		lu, err := url.Parse(link.URL)
+		require.NoError(t, err)
+		page, body := raw(t, "GET", w[2].url+lu.Path, "", "", nil)
+		require.Equal(t, http.StatusOK, page, body)
+		require.Contains(t, body, "<html")
+		rc := connectControl(t, w[2].url+lu.Path)
+		rc.Close()
+		st, _, msg = takeoverCall(t, on(t1, w[2]), "DELETE", "alice", "")
+		require.Equal(t, http.StatusOK, st, msg)
+		gone, _ := raw(t, "GET", w[1].url+lu.Path, "", "", nil)
+		require.Equal(t, http.StatusGone, gone, "released on the owner, whichever worker released it")
+		forged, _ := raw(t, "GET", w[2].url+lu.Path+"x", "", "", nil)
+		require.Equal(t, http.StatusUnauthorized, forged, "the owner checks the link's signature")
+
+		// One live computer per scope, whichever workers are asked at once.
+		type res struct{ st int }
+		out := make(chan res, 3)
+		for _, g := range w {
+			go func() {
+				st, _, _ := on(base, g).tryCreate(t, c1, map[string]any{"team": "race"}, "")
+				out <- res{st}
+			}()
+		}
+		created, refused := 0, 0
+		for range w {
+			switch r := <-out; r.st {
+			case http.StatusCreated:
+				created++
+			case http.StatusConflict:
+				refused++
+			default:
+				t.Fatalf("create for one scope on three workers at once: status %d", r.st)
+			}
+		}
+		require.Equal(t, 1, created, "one live computer for the scope")
+		require.Equal(t, 2, refused)
+
+		// The operator adopts through a worker that does not own the
+		// computer: the new capability works through every worker, the
+		// old one through none.
+		var adopted struct {
+			Capability string `json:"capability"`
+		}
+		require.Equal(t, http.StatusOK, post(t, w[2].url+"/v1/computers/"+t2.computer+"/adopt", s.op, nil, &adopted))
+		require.NotEmpty(t, adopted.Capability)
+		old := t2.capa
+		t2.capa = adopted.Capability
+		for _, g := range w {
+			st, res := on(t2, g).tool(t, "alice", "file_write", map[string]any{"path": "bots/alice/adopted.txt", "content": g.name})
+			require.Equal(t, http.StatusOK, st, "the adopted capability through %s: %+v", g.name, res)
+			stale := *on(t2, g)
+			stale.capa = old
+			require.Equal(t, http.StatusNotFound, stale.do(t, "GET", "", nil, nil), "the old capability through %s", g.name)
+		}
+
 	})
 
 	t.Run("a killed worker loses nothing", func(t *testing.T) {
@@ -254,6 +314,26 @@ func TestWorkerGroupKillPartitionRejoin(t *testing.T) {
 		// their computers.
 		run1 := on(t1, w[2]).startRunOn(t, "alice", "write the steps", providers.RuntimeWorker)
 		run2 := on(t2, w[0]).startRunOn(t, "alice", "write the steps", providers.RuntimeWorker)
+		survivorsGained := func() float64 {
+			n := 0.0
+			for _, g := range w[1:] {
+				m, _ := scrapeMetrics(t, g.metricsURL, s.op)
+				n += m[`openbot_worker_group_ownership_changes_total{change="gained"}`]
+			}
+			return n
+		}
+		gainedBefore := survivorsGained()
+		ofW0 := 0.0 // t1's, and the raced scope's when w0 made it
+		ids, err := db.Query(`SELECT id FROM computers WHERE observed_state<>'destroyed'`)
+		require.NoError(t, err)
+		for ids.Next() {
+			var id string
+			require.NoError(t, ids.Scan(&id))
+			if o, _ := ownerOf(t, db, id); o == w[0].groupURL {
+				ofW0++
+			}
+		}
+		ids.Close()
 		waitFile(t, filepath.Join(c1.home, "bot", "bots/alice/step-03.txt"), 60*time.Second)
 		killed := time.Now()
 		w[0].kill()
@@ -267,12 +347,8 @@ func TestWorkerGroupKillPartitionRejoin(t *testing.T) {
 			return false
 		}, 60*time.Second, 100*time.Millisecond, "a survivor owns the killed worker's computer")
 		t.Logf("failover: %s after SIGKILL", took)
-		gained := 0.0
-		for _, g := range w[1:] {
-			m, _ := scrapeMetrics(t, g.metricsURL, s.op)
-			gained += m[`openbot_worker_group_ownership_changes_total{change="gained"}`]
-		}
-		require.Equal(t, 2.0, gained, "t2's computer made by w1, t1's claimed from the killed w0")
+		require.Eventually(t, func() bool { return survivorsGained()-gainedBefore == ofW0 }, 30*time.Second, 200*time.Millisecond,
+			"each of the killed w0's %v computers claimed by one survivor, once", ofW0)
 		final1, _ := waitRun(t, on(t1, w[1]), run1, 3*time.Minute)
 		require.Equal(t, runs.StatusCompleted, final1.Status, "%+v", final1)
 		final2, _ := waitRun(t, on(t2, w[2]), run2, 3*time.Minute)

@@ -12,6 +12,7 @@ import (
 	"github.com/open-bot/computer/apps/worker/internal/capability"
 	"github.com/open-bot/computer/apps/worker/internal/httpapi"
 	"github.com/open-bot/computer/apps/worker/internal/mcp"
+	"github.com/open-bot/computer/apps/worker/internal/takeover"
 	"github.com/open-bot/computer/pkg/shared"
 )
 
@@ -19,13 +20,16 @@ import (
 const capsPath = "/group/v1/caps"
 
 // computerOf names the computer a request acts for: the {id} of
-// /v1/computers/{id}/…, or the computer whose capability an MCP request
-// carries; "" for requests of no one computer (list, create, the
+// /v1/computers/{id}/…, the computer a person's control link names, or the
+// computer whose capability an MCP request carries; "" for requests of no one computer (list, create, the
 // dashboard), which any worker serves.
 func (g *Group) computerOf(r *http.Request) string {
 	if rest, ok := strings.CutPrefix(r.URL.Path, "/v1/computers/"); ok {
 		id, _, _ := strings.Cut(rest, "/")
 		return id
+	}
+	if link, ok := strings.CutPrefix(r.URL.Path, takeover.Prefix); ok && !strings.Contains(link, "/") && link != "control.js" {
+		return takeover.LinkComputer(link) // a person's control link
 	}
 	if r.URL.Path == mcp.Path {
 		if id, ok := g.o.Caps.Lookup(r.Header.Get(capability.Header)); ok {

@@ -320,6 +320,25 @@ func (s *Service) sign(c claims) string {
 	return p + "." + b64.EncodeToString(s.mac(p))
 }
 
+// LinkComputer is the computer a control link names, read without
+// checking its signature: only to route the link to the computer's owner
+// in a worker group, which verifies it ("" when it names none).
+func LinkComputer(tok string) string {
+	if len(tok) > 2048 {
+		return ""
+	}
+	p, _, ok := strings.Cut(tok, ".")
+	if !ok {
+		return ""
+	}
+	b, err := b64.DecodeString(p)
+	var c claims
+	if err != nil || json.Unmarshal(b, &c) != nil {
+		return ""
+	}
+	return c.Computer
+}
+
 // Errors of verify.
 var (
 	errBadLink = errors.New("invalid control link")
