@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	gomcp "github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 
@@ -247,6 +248,18 @@ func TestWorkerGroupKillPartitionRejoin(t *testing.T) {
 		require.GreaterOrEqual(t, m2[`openbot_worker_group_relay_duration_seconds_count{outcome="ok"}`], 2.0, "w2 relayed a call of each team")
 		m0, _ := scrapeMetrics(t, w[0].metricsURL, s.op)
 		require.Equal(t, 1.0, m0[`openbot_worker_group_ownership_changes_total{change="gained"}`], "w0 owns the computer it made")
+		// An MCP session through a worker that owns nothing: found by the
+		// capability, held by the owner, every call of it relayed.
+		cs, _, err := mcpConnect(t.Context(), w[2].url, s.token, t1.capa, "alice")
+		require.NoError(t, err)
+		mr, err := cs.CallTool(t.Context(), &gomcp.CallToolParams{Name: "file_write", Arguments: map[string]any{"path": "bots/alice/via-mcp.txt", "content": "mcp"}})
+		require.NoError(t, err)
+		require.False(t, mr.IsError, mcpText(mr))
+		require.NoError(t, cs.Close())
+		b, err := os.ReadFile(filepath.Join(c1.home, "bot", "bots/alice/via-mcp.txt"))
+		require.NoError(t, err)
+		require.Equal(t, "mcp", string(b))
+
 		// A person's control link made through w1 opens through w2: the
 		// link is routed to the owner (w0), which verifies it; the live
 		// control (the RFB stream) goes through the relay too.
@@ -391,6 +404,14 @@ func TestWorkerGroupKillPartitionRejoin(t *testing.T) {
 		require.Eventually(t, func() bool { return strings.Contains(cut.logs.String(), stopped) }, 30*time.Second, 20*time.Millisecond,
 			"the cut-off worker stops acting for its computer")
 		stoppedAt := time.Now()
+		require.Eventually(t, func() bool {
+			for _, l := range strings.Split(cut.logs.String(), "\n") {
+				if strings.Contains(l, run2) && strings.Contains(l, "run lost its bot lease") {
+					return true
+				}
+			}
+			return false
+		}, 10*time.Second, 20*time.Millisecond, "the cut-off worker stopped its run of the computer")
 		mc, _ := scrapeMetrics(t, cut.metricsURL, s.op)
 		require.GreaterOrEqual(t, mc[`openbot_worker_group_ownership_changes_total{change="lost"}`], 1.0, "the cut worker counts what it let go")
 		leaseEnd := time.UnixMilli(exp)
