@@ -1,11 +1,15 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
+	"context"
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -16,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
 	gomcp "github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
@@ -259,6 +264,62 @@ func TestWorkerGroupKillPartitionRejoin(t *testing.T) {
 		b, err := os.ReadFile(filepath.Join(c1.home, "bot", "bots/alice/via-mcp.txt"))
 		require.NoError(t, err)
 		require.Equal(t, "mcp", string(b))
+
+		// The dashboard: a sign-in link made by w0 opens through w2, the
+		// session is good through w1, and a screen view of t1's computer
+		// asked through w2 streams through w1 (made and held by the owner).
+		var ll struct {
+			URL string `json:"url"`
+		}
+		require.Equal(t, http.StatusOK, post(t, w[0].url+"/v1/dashboard/login-link", s.op, struct{}{}, &ll))
+		lu0, err := url.Parse(ll.URL)
+		require.NoError(t, err)
+		noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		resp, err := noRedirect.Get(w[2].url + lu0.RequestURI())
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusSeeOther, resp.StatusCode, "the sign-in code made on w0 works on w2")
+		var cookie string
+		for _, ck := range resp.Cookies() {
+			cookie = ck.Name + "=" + ck.Value
+		}
+		require.NotEmpty(t, cookie)
+		resp, err = noRedirect.Get(w[0].url + lu0.RequestURI())
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusUnauthorized, resp.StatusCode, "and is spent on every worker")
+		dash := func(g *groupWorker, method, path string) (int, string) {
+			req, _ := http.NewRequest(method, g.url+path, nil)
+			req.Header.Set("Cookie", cookie)
+			req.Header.Set("X-Dashboard", "1")
+			resp, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			return resp.StatusCode, string(b)
+		}
+		st, body := dash(w[1], "GET", "/dashboard/api/state")
+		require.Equal(t, http.StatusOK, st, body)
+		require.Contains(t, body, t1.computer)
+		// alice's screen up (a look starts it), through a non-owner too.
+		st, looked := on(t1, w[1]).tool(t, "alice", "computer_observe", map[string]any{})
+		require.Equal(t, http.StatusOK, st, "%+v", looked)
+		st, body = dash(w[2], "POST", "/dashboard/api/computers/"+t1.computer+"/screens/alice/view")
+		require.Equal(t, http.StatusOK, st, body)
+		var view struct {
+			WS string `json:"ws"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(body), &view))
+		vctx, vcancel := context.WithTimeout(t.Context(), 30*time.Second)
+		ws, _, err := websocket.Dial(vctx, wsURL(w[1].url+view.WS), &websocket.DialOptions{Subprotocols: []string{"binary"},
+			HTTPHeader: http.Header{"Cookie": {cookie}, "Origin": {w[1].url}}})
+		vcancel()
+		require.NoError(t, err, "the view's stream through w1")
+		ws.SetReadLimit(64 << 20)
+		nc := websocket.NetConn(context.Background(), ws, websocket.MessageBinary)
+		vc := &rfbClient{ws: ws, conn: nc, br: bufio.NewReaderSize(nc, 1<<20)}
+		require.NoError(t, vc.handshake(), "the screen's RFB handshake through the relay")
+		vc.Close()
 
 		// A person's control link made through w1 opens through w2: the
 		// link is routed to the owner (w0), which verifies it; the live

@@ -559,6 +559,7 @@ func (w *worker) joinGroup(ctx context.Context, listen string, log zerolog.Logge
 		return fmt.Errorf("WORKER_GROUP_LISTEN: %w", err)
 	}
 	w.groupSrv = &http.Server{Handler: w.Group.PeerHandler(w.Handler), ReadHeaderTimeout: 10 * time.Second}
+	w.Group.ShareDashboard(w.People.Dashboard)
 	go func() {
 		if err := w.groupSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error().Err(err).Msg("worker group listener")

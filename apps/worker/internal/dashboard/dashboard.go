@@ -164,6 +164,81 @@ type Dashboard struct {
 	logins   map[string]time.Time // sha256(code) → expiry
 	sessions map[string]time.Time // sha256(session) → expiry
 	views    map[string]view      // sha256(view id) → view
+	// onShared, when set, hears each sign-in code and session made or
+	// dropped (a worker group passes them to its peers, in memory only).
+	onShared func(key string, exp time.Time)
+}
+
+// Keys of Shared: a sign-in code's or a session's hash, by kind.
+const (
+	sharedLogin   = "login:"
+	sharedSession = "session:"
+)
+
+// OnShared sets fn to hear each sign-in code and session made (their
+// hash as a Shared key, and expiry) or dropped (a zero expiry).
+func (d *Dashboard) OnShared(fn func(key string, exp time.Time)) {
+	d.mu.Lock()
+	d.onShared = fn
+	d.mu.Unlock()
+}
+
+func (d *Dashboard) shared(key string, exp time.Time) {
+	d.mu.Lock()
+	fn := d.onShared
+	d.mu.Unlock()
+	if fn != nil {
+		fn(key, exp)
+	}
+}
+
+// Shared copies every live sign-in code and session (their hashes, never
+// the codes or cookies) for a peer that joins.
+func (d *Dashboard) Shared() map[string]time.Time {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.gcLocked()
+	out := map[string]time.Time{}
+	for h, exp := range d.logins {
+		out[sharedLogin+h] = exp
+	}
+	for h, exp := range d.sessions {
+		out[sharedSession+h] = exp
+	}
+	return out
+}
+
+// PutShared sets a sign-in code or session a peer announced (a zero
+// expiry drops it), without telling OnShared.
+func (d *Dashboard) PutShared(key string, exp time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var m map[string]time.Time
+	h, ok := strings.CutPrefix(key, sharedLogin)
+	if ok {
+		m = d.logins
+	} else if h, ok = strings.CutPrefix(key, sharedSession); ok {
+		m = d.sessions
+	}
+	if m == nil || len(h) != 64 {
+		return
+	}
+	if exp.IsZero() {
+		delete(m, h)
+		return
+	}
+	m[h] = exp
+}
+
+// ViewComputer is the computer a screen view's id names (its first part),
+// read only to route the view to the computer's owner in a worker group,
+// which holds the view ("" for none).
+func ViewComputer(view string) string {
+	cid, _, ok := strings.Cut(view, ".")
+	if !ok {
+		return ""
+	}
+	return cid
 }
 
 type view struct {
@@ -235,10 +310,12 @@ func (d *Dashboard) LoginLink() (string, error) {
 	if err != nil {
 		return "", err
 	}
+	exp := d.o.Now().Add(d.o.LoginTTL)
 	d.mu.Lock()
 	d.gcLocked()
-	d.logins[hashOf(code)] = d.o.Now().Add(d.o.LoginTTL)
+	d.logins[hashOf(code)] = exp
 	d.mu.Unlock()
+	d.shared(sharedLogin+hashOf(code), exp)
 	return d.o.Prefix + "/login?code=" + url.QueryEscape(code), nil
 }
 
@@ -283,15 +360,22 @@ func (d *Dashboard) handleLogin(w http.ResponseWriter, r *http.Request) {
 	_, ok := d.logins[h]
 	delete(d.logins, h)
 	var session string
+	var exp time.Time
 	if ok {
 		var err error
 		if session, err = randomID(); err != nil {
 			ok = false
 		} else {
-			d.sessions[hashOf(session)] = d.o.Now().Add(d.o.SessionTTL)
+			exp = d.o.Now().Add(d.o.SessionTTL)
+			d.sessions[hashOf(session)] = exp
 		}
 	}
 	d.mu.Unlock()
+	if ok {
+		// The code is spent on every peer, and the session good on each.
+		d.shared(sharedLogin+h, time.Time{})
+		d.shared(sharedSession+hashOf(session), exp)
+	}
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("Referrer-Policy", "no-referrer")
 	if !ok {
@@ -312,6 +396,7 @@ func (d *Dashboard) handleLogout(w http.ResponseWriter, r *http.Request) {
 		d.mu.Lock()
 		delete(d.sessions, hashOf(c.Value))
 		d.mu.Unlock()
+		d.shared(sharedSession+hashOf(c.Value), time.Time{})
 	}
 	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: d.o.Prefix + "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: d.o.Secure})
 	http.Redirect(w, r, d.o.Prefix+"/", http.StatusSeeOther)
@@ -500,10 +585,12 @@ func (d *Dashboard) handleView(w http.ResponseWriter, r *http.Request, session s
 			return err
 		}
 	}
-	id, err := randomID()
+	rid, err := randomID()
 	if err != nil {
 		return err
 	}
+	// The computer first: a worker group routes the view to its owner.
+	id := cid + "." + rid
 	exp := d.o.Now().Add(d.o.ViewTTL)
 	d.mu.Lock()
 	d.gcLocked()

@@ -12,11 +12,47 @@ import (
 	"time"
 )
 
-// capUpdate is one change on the capability channel: a hash (32 bytes,
-// base64 in JSON) or nil for a removal.
+// capUpdate is one change on the capability channel: a computer's
+// capability hash (32 bytes, base64 in JSON; nil: removed), or a
+// dashboard sign-in code's or session's hash (Shared, its expiry in Unix
+// ms; 0: dropped).
 type capUpdate struct {
-	ID   string `json:"id"`
-	Hash []byte `json:"hash"`
+	ID     string `json:"id,omitempty"`
+	Hash   []byte `json:"hash,omitempty"`
+	Shared string `json:"shared,omitempty"`
+	Exp    int64  `json:"exp,omitempty"`
+}
+
+// capSnapshot is every hash a peer holds, for one that joins.
+type capSnapshot struct {
+	Capabilities map[string][]byte `json:"capabilities"`
+	Dashboard    map[string]int64  `json:"dashboard"`
+}
+
+// Dashboard is what the group passes between peers of a dashboard: the
+// hashes of its sign-in codes and sessions.
+type Dashboard interface {
+	OnShared(fn func(key string, exp time.Time))
+	Shared() map[string]time.Time
+	PutShared(key string, exp time.Time)
+}
+
+// ShareDashboard makes d's sign-in codes and sessions good on every peer
+// (call before Start).
+func (g *Group) ShareDashboard(d Dashboard) { g.dash = d }
+
+func expMs(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+func fromMs(ms int64) time.Time {
+	if ms == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms)
 }
 
 // serveCaps is the capability channel: GET copies every hash (a peer
@@ -24,16 +60,27 @@ type capUpdate struct {
 func (g *Group) serveCaps(w http.ResponseWriter, r *http.Request) {
 	switch r.Method {
 	case http.MethodGet:
+		snap := capSnapshot{Capabilities: g.o.Caps.Snapshot(), Dashboard: map[string]int64{}}
+		if g.dash != nil {
+			for k, exp := range g.dash.Shared() {
+				snap.Dashboard[k] = expMs(exp)
+			}
+		}
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Cache-Control", "no-store")
-		_ = json.NewEncoder(w).Encode(g.o.Caps.Snapshot())
+		_ = json.NewEncoder(w).Encode(snap)
 	case http.MethodPost:
 		var u capUpdate
-		if err := json.NewDecoder(io.LimitReader(r.Body, 4096)).Decode(&u); err != nil || u.ID == "" || (u.Hash != nil && len(u.Hash) != 32) {
-			writeErr(w, http.StatusBadRequest, "bad_request", "want {id, hash: 32 bytes or null}")
+		err := json.NewDecoder(io.LimitReader(r.Body, 4096)).Decode(&u)
+		switch {
+		case err == nil && u.Shared != "" && g.dash != nil:
+			g.dash.PutShared(u.Shared, fromMs(u.Exp))
+		case err == nil && u.ID != "" && (u.Hash == nil || len(u.Hash) == 32):
+			g.o.Caps.Put(u.ID, u.Hash)
+		default:
+			writeErr(w, http.StatusBadRequest, "bad_request", "want {id, hash: 32 bytes or null} or {shared, exp}")
 			return
 		}
-		g.o.Caps.Put(u.ID, u.Hash)
 		w.WriteHeader(http.StatusNoContent)
 	default:
 		writeErr(w, http.StatusMethodNotAllowed, "bad_request", "GET or POST")
@@ -71,6 +118,17 @@ func (g *Group) peerRequest(ctx context.Context, method, addr string, body []byt
 // once its caller has it). A peer that misses it (down) learns the set
 // anew when it rejoins.
 func (g *Group) announce(id string, hash []byte) {
+	g.send(capUpdate{ID: id, Hash: hash}, id)
+}
+
+// announceShared passes a dashboard sign-in code or session on, as
+// announce does a capability.
+func (g *Group) announceShared(key string, exp time.Time) {
+	g.send(capUpdate{Shared: key, Exp: expMs(exp)}, "")
+}
+
+// send posts one change to every live peer, waiting for them (3 s at most).
+func (g *Group) send(u capUpdate, id string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	addrs, err := g.peers(ctx)
@@ -78,7 +136,7 @@ func (g *Group) announce(id string, hash []byte) {
 		g.o.Log.Warn().Err(err).Msg("worker group: list peers to pass a capability change")
 		return
 	}
-	body, _ := json.Marshal(capUpdate{ID: id, Hash: hash})
+	body, _ := json.Marshal(u)
 	var wg sync.WaitGroup
 	for _, a := range addrs {
 		wg.Add(1)
@@ -116,7 +174,7 @@ func (g *Group) learnCaps(ctx context.Context) error {
 			errs = append(errs, err)
 			continue
 		}
-		var snap map[string][]byte
+		var snap capSnapshot
 		derr := json.NewDecoder(io.LimitReader(resp.Body, 64<<20)).Decode(&snap)
 		resp.Body.Close()
 		cancel()
@@ -124,10 +182,15 @@ func (g *Group) learnCaps(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("peer %s: status %d", a, resp.StatusCode))
 			continue
 		}
-		for id, h := range snap {
+		for id, h := range snap.Capabilities {
 			g.o.Caps.Put(id, h)
 		}
-		g.o.Log.Info().Int("capabilities", len(snap)).Str("peer", a).Msg("worker group: learned the capabilities from a peer")
+		if g.dash != nil {
+			for k, exp := range snap.Dashboard {
+				g.dash.PutShared(k, fromMs(exp))
+			}
+		}
+		g.o.Log.Info().Int("capabilities", len(snap.Capabilities)).Int("dashboard", len(snap.Dashboard)).Str("peer", a).Msg("worker group: learned the capabilities from a peer")
 		return nil
 	}
 	if len(addrs) > 0 {

@@ -97,6 +97,8 @@ type Group struct {
 	claiming sync.Map
 	// done is closed when the loop has left the group.
 	done chan struct{}
+	// dash, when set, is the dashboard whose codes and sessions are shared.
+	dash Dashboard
 }
 
 // ErrNotOwner answers a write for a computer this worker does not own.
@@ -169,6 +171,9 @@ func (g *Group) Start(ctx context.Context) error {
 		return err
 	}
 	g.o.Caps.OnChange(g.announce)
+	if g.dash != nil {
+		g.dash.OnShared(g.announceShared)
+	}
 	go func() { defer close(g.done); g.loop(ctx) }()
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/open-bot/computer/apps/worker/internal/capability"
+	"github.com/open-bot/computer/apps/worker/internal/dashboard"
 	"github.com/open-bot/computer/apps/worker/internal/httpapi"
 	"github.com/open-bot/computer/apps/worker/internal/mcp"
 	"github.com/open-bot/computer/apps/worker/internal/takeover"
@@ -20,13 +21,22 @@ import (
 const capsPath = "/group/v1/caps"
 
 // computerOf names the computer a request acts for: the {id} of
-// /v1/computers/{id}/…, the computer a person's control link names, or the
-// computer whose capability an MCP request carries; "" for requests of no one computer (list, create, the
-// dashboard), which any worker serves.
+// /v1/computers/{id}/… and /dashboard/api/computers/{id}/…, the computer a
+// person's control link or a dashboard screen view names, or the computer
+// whose capability an MCP request carries; "" for requests of no one
+// computer (list, create, the dashboard's page and state), which any
+// worker serves.
 func (g *Group) computerOf(r *http.Request) string {
 	if rest, ok := strings.CutPrefix(r.URL.Path, "/v1/computers/"); ok {
 		id, _, _ := strings.Cut(rest, "/")
 		return id
+	}
+	if rest, ok := strings.CutPrefix(r.URL.Path, "/dashboard/api/computers/"); ok {
+		id, _, _ := strings.Cut(rest, "/")
+		return id // a signed-in person's screens and take/release
+	}
+	if view, ok := strings.CutPrefix(r.URL.Path, "/dashboard/vnc/"); ok {
+		return dashboard.ViewComputer(view) // a screen view, held by the owner that made it
 	}
 	if link, ok := strings.CutPrefix(r.URL.Path, takeover.Prefix); ok && !strings.Contains(link, "/") && link != "control.js" {
 		return takeover.LinkComputer(link) // a person's control link
