@@ -461,7 +461,9 @@ func newWorker(ctx context.Context, c serveConfig, log zerolog.Logger) (*worker,
 					log.Warn().Str("computer", id).Err(err).Msg("worker group: resume the runs of a computer this worker now owns")
 				}
 			},
-			Lost: func(id string) { m.Abandon(id); comps.Lost(id) }})
+			Lost:      func(id string) { m.Abandon(id); comps.Lost(id) },
+			PoolReady: func() map[string]int { return comps.MetricsSource().PoolReady() },
+			PoolKind:  func(kind string) string { return comps.ProviderKind(kind) }})
 		if err != nil {
 			closeAll()
 			return nil, err

@@ -76,6 +76,12 @@ type Options struct {
 	// Lost is told of each computer this worker no longer owns: it stops
 	// every run and drops the machine, writing nothing.
 	Lost func(computerID string)
+	// PoolReady counts this worker's ready pooled machines by provider
+	// kind, and PoolKind names the kind a create asking for kind gets (""
+	// the default); with both set, a create this worker's pool cannot
+	// serve goes to a peer whose pool can (nil: no sharing).
+	PoolReady func() map[string]int
+	PoolKind  func(kind string) string
 }
 
 type owned struct {

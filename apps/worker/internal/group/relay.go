@@ -1,8 +1,11 @@
 package group
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -14,11 +17,67 @@ import (
 	"github.com/open-bot/computer/apps/worker/internal/httpapi"
 	"github.com/open-bot/computer/apps/worker/internal/mcp"
 	"github.com/open-bot/computer/apps/worker/internal/takeover"
+	"github.com/open-bot/computer/apps/worker/internal/tracing"
 	"github.com/open-bot/computer/pkg/shared"
 )
 
-// capsPath is the peers' capability channel on the group listener.
-const capsPath = "/group/v1/caps"
+// capsPath is the peers' capability channel on the group listener, and
+// poolPath where each tells its ready pooled machines by kind.
+const (
+	capsPath = "/group/v1/caps"
+	poolPath = "/group/v1/pool"
+)
+
+// poolPeer is the group address of a peer whose warm pool holds a ready
+// machine for create request r when this worker's holds none of its kind
+// (the body is read and put back); "" serves r here. A create presenting a
+// restore key stays here (a kept home is never served from a pool).
+func (g *Group) poolPeer(r *http.Request) string {
+	if r.Method != http.MethodPost || r.URL.Path != "/v1/computers" || g.o.PoolReady == nil || g.o.PoolKind == nil ||
+		r.Header.Get("X-Restore-Key") != "" {
+		return ""
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20+1))
+	r.Body.Close()
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	if err != nil || len(body) > 1<<20 {
+		return ""
+	}
+	var req struct {
+		Provider string `json:"provider"`
+	}
+	if json.Unmarshal(body, &req) != nil {
+		return ""
+	}
+	kind := g.o.PoolKind(req.Provider)
+	if kind == "" || g.o.PoolReady()[kind] > 0 {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+	defer cancel()
+	addrs, err := g.peers(ctx)
+	if err != nil {
+		return ""
+	}
+	for _, a := range addrs {
+		hreq, err := http.NewRequestWithContext(ctx, http.MethodGet, a+poolPath, nil)
+		if err != nil {
+			continue
+		}
+		hreq.Header.Set(TokenHeader, g.o.Token)
+		resp, err := g.client.Do(hreq)
+		if err != nil {
+			continue
+		}
+		var ready map[string]int
+		derr := json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&ready)
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK && derr == nil && ready[kind] > 0 {
+			return a
+		}
+	}
+	return ""
+}
 
 // computerOf names the computer a request acts for: the {id} of
 // /v1/computers/{id}/… and /dashboard/api/computers/{id}/…, the computer a
@@ -74,6 +133,10 @@ func (g *Group) Relay(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := g.computerOf(r)
 		if id == "" {
+			if addr := g.poolPeer(r); addr != "" {
+				g.relay(addr, "", w, r)
+				return
+			}
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -84,7 +147,7 @@ func (g *Group) Relay(next http.Handler) http.Handler {
 		case addr == "":
 			next.ServeHTTP(w, r)
 		default:
-			g.relay(addr, w, r)
+			g.relay(addr, id, w, r)
 		}
 	})
 }
@@ -93,7 +156,7 @@ func (g *Group) Relay(next http.Handler) http.Handler {
 // token added, the caller's own headers as they came (the owner checks
 // them again), and the operator's standing when this worker's operator
 // socket admitted r.
-func (g *Group) relay(addr string, w http.ResponseWriter, r *http.Request) {
+func (g *Group) relay(addr, id string, w http.ResponseWriter, r *http.Request) {
 	u, err := url.Parse(addr)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		writeErr(w, http.StatusServiceUnavailable, shared.CodeUnavailable, "the computer's owner has no usable group address; retry")
@@ -102,6 +165,11 @@ func (g *Group) relay(addr string, w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	ok := true
 	op := httpapi.IsOperator(r)
+	r = r.Clone(r.Context())
+	end := g.o.Tracing.Relay(r.Context(), r.Method, id, r.Header)
+	sw := &statusOf{ResponseWriter: w}
+	w = sw
+	defer func() { end(sw.status) }()
 	p := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(u)
@@ -136,8 +204,18 @@ func (g *Group) PeerHandler(api http.Handler) http.Handler {
 			return
 		}
 		r.Header.Del(TokenHeader)
-		if r.URL.Path == capsPath {
+		r = r.WithContext(tracing.FromPeer(r.Context(), r.Header))
+		switch r.URL.Path {
+		case capsPath:
 			g.serveCaps(w, r)
+			return
+		case poolPath:
+			ready := map[string]int{}
+			if g.o.PoolReady != nil {
+				ready = g.o.PoolReady()
+			}
+			w.Header().Set("Content-Type", "application/json")
+			_ = json.NewEncoder(w).Encode(ready)
 			return
 		}
 		op := r.Header.Get(OperatorHeader) == "1"
@@ -160,3 +238,26 @@ func (g *Group) PeerHandler(api http.Handler) http.Handler {
 		h.ServeHTTP(w, r)
 	})
 }
+
+// statusOf keeps the status a relayed answer was sent with (0: none).
+type statusOf struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusOf) WriteHeader(code int) {
+	if s.status == 0 {
+		s.status = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusOf) Write(b []byte) (int, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+// Unwrap lets the proxy reach the connection (flushes, websockets).
+func (s *statusOf) Unwrap() http.ResponseWriter { return s.ResponseWriter }
