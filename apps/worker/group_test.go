@@ -25,6 +25,7 @@ import (
 	"github.com/stretchr/testify/require"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 
+	"github.com/open-bot/computer/apps/worker/internal/computers"
 	"github.com/open-bot/computer/apps/worker/internal/group"
 	"github.com/open-bot/computer/apps/worker/internal/mockmodel"
 	"github.com/open-bot/computer/apps/worker/internal/providers"
@@ -64,12 +65,20 @@ func newGroupSetup(t testing.TB, env map[string]string) *groupSetup {
 // start runs one member; it is killed when the test ends.
 func (s *groupSetup) start(t testing.TB, name string) *groupWorker {
 	t.Helper()
+	return s.startEnv(t, name, nil)
+}
+
+// startEnv is start with env of this member's own on top of the group's.
+func (s *groupSetup) startEnv(t testing.TB, name string, own map[string]string) *groupWorker {
+	t.Helper()
 	u, err := url.Parse(s.dbURL)
 	require.NoError(t, err)
 	g := &groupWorker{name: name, logs: &syncBuffer{}}
 	g.proxy = storetest.StartCutProxy(t, "127.0.0.1:0", u.Host)
 	u.Host = g.proxy.Addr()
-	dataDir := t.TempDir()
+	// Traversable (0755): a local or docker machine's users reach their
+	// homes below it.
+	dataDir := openDir(t, "group-worker-")
 	require.NoError(t, os.WriteFile(filepath.Join(dataDir, "secret.key"), s.key, 0o600))
 	listen, glisten, mlisten := freeAddr(t), freeAddr(t), freeAddr(t)
 	g.url, g.groupURL, g.metricsURL = "http://"+listen, "http://"+glisten, "http://"+mlisten+"/metrics"
@@ -78,8 +87,10 @@ func (s *groupSetup) start(t testing.TB, name string) *groupWorker {
 		"WORKER_LISTEN="+listen, "WORKER_GROUP_LISTEN="+glisten, "WORKER_METRICS_LISTEN="+mlisten, "WORKER_GROUP_TOKEN="+s.groupToken,
 		"WORKER_TOKEN="+s.token, "WORKER_OPERATOR_TOKEN="+s.op, "WORKER_PROVIDER=attach",
 		"WORKER_MODEL=scripted-model", "WORKER_MODEL_PROVIDER=botd", "WORKER_POOL=", "OTEL_EXPORTER_OTLP_ENDPOINT=", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=")
-	for k, v := range s.env {
-		g.cmd.Env = append(g.cmd.Env, k+"="+v)
+	for _, env := range []map[string]string{s.env, own} {
+		for k, v := range env {
+			g.cmd.Env = append(g.cmd.Env, k+"="+v)
+		}
 	}
 	g.cmd.Stdout, g.cmd.Stderr = g.logs, g.logs
 	g.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -615,4 +626,72 @@ func TestWorkerGroupTraceCrossesTheRelay(t *testing.T) {
 	for _, secret := range []string{s.token, s.op, s.groupToken, e.capa, c.token, "Bearer"} {
 		require.False(t, bytes.Contains(raw, []byte(secret)), "a credential in the exported spans")
 	}
+}
+
+// TestWorkerGroupSharesThePool: the warm pool serves the whole group. Of
+// two docker workers only w0 keeps a pool; a create sent to w1 is served
+// from w0's pooled machine (the same computer id the pool listed, handed
+// out once), owned by w0 and usable through both; the destroy through w1
+// removes the machine.
+func TestWorkerGroupSharesThePool(t *testing.T) {
+	image := dockerImage(t)
+	s := newGroupSetup(t, map[string]string{"WORKER_PROVIDER": providers.KindDocker, "WORKER_IMAGE": image})
+	w0 := s.startEnv(t, "w0", map[string]string{"WORKER_POOL": "docker=1"})
+	w1 := s.start(t, "w1")
+	var made []string
+	t.Cleanup(func() {
+		for _, id := range made {
+			_, _ = raw(t, "DELETE", w0.url+"/v1/computers/"+id, s.op, "", nil)
+		}
+	})
+	var pooled string
+	waitFor(t, "w0's pool to hold a ready docker machine", 3*time.Minute, func() bool {
+		var got struct {
+			Pool []computers.PoolKind `json:"pool"`
+		}
+		req, _ := http.NewRequest("GET", w0.url+"/pool", nil)
+		req.Header.Set("Authorization", "Bearer "+s.op)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		if json.NewDecoder(resp.Body).Decode(&got) != nil {
+			return false
+		}
+		for _, k := range got.Pool {
+			if k.Provider == providers.KindDocker && len(k.Ready) == 1 {
+				pooled = k.Ready[0].Computer
+				return true
+			}
+		}
+		return false
+	})
+	pe := &poolEnv{url: w1.url, token: s.token}
+	e, err := pe.tryCreate(t.Context(), map[string]any{"team": "pooled"}, "", false)
+	require.NoError(t, err)
+	made = append(made, e.computer)
+	require.Equal(t, pooled, e.computer, "the create sent to w1 took w0's pooled machine")
+	m0, _ := scrapeMetrics(t, w0.metricsURL, s.op)
+	require.Equal(t, 1.0, m0[`openbot_worker_pool_handout_duration_seconds_count{provider="docker"}`], "handed out once, by w0")
+	m1, _ := scrapeMetrics(t, w1.metricsURL, s.op)
+	require.Equal(t, 1.0, m1[`openbot_worker_group_relay_duration_seconds_count{outcome="ok"}`], "w1 relayed the create")
+	db, err := sql.Open("pgx", s.dbURL)
+	require.NoError(t, err)
+	defer db.Close()
+	o, _ := ownerOf(t, db, e.computer)
+	require.Equal(t, w0.groupURL, o, "the pool's worker owns what it handed out")
+	e.op = s.op
+	require.Equal(t, http.StatusCreated, on(e, w1).do(t, "POST", "/bots", map[string]string{"id": "alice"}, nil))
+	for _, g := range []*groupWorker{w0, w1} {
+		st, res := on(e, g).tool(t, "alice", "file_write", map[string]any{"path": "bots/alice/pooled.txt", "content": g.name})
+		require.Equal(t, http.StatusOK, st, "through %s: %+v", g.name, res)
+	}
+	var ref string
+	require.NoError(t, db.QueryRow(`SELECT provider_ref FROM computers WHERE id=$1`, e.computer).Scan(&ref))
+	require.Equal(t, http.StatusOK, on(e, w1).do(t, "DELETE", "", nil, nil))
+	made = nil
+	waitFor(t, "the pooled machine's container to be removed", 2*time.Minute, func() bool {
+		return exec.Command("docker", "inspect", ref).Run() != nil
+	})
 }
