@@ -96,7 +96,7 @@ func (s *groupSetup) startEnv(t testing.TB, name string, own map[string]string) 
 	g.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	require.NoError(t, g.cmd.Start())
 	t.Cleanup(func() {
-		g.kill()
+		g.stop()
 		if t.Failed() {
 			t.Logf("worker %s's log:\n%s", name, tail(g.logs.String(), 6000))
 		}
@@ -114,6 +114,23 @@ func (s *groupSetup) startEnv(t testing.TB, name string, own map[string]string) 
 		time.Sleep(100 * time.Millisecond)
 	}
 	return g
+}
+
+// stop ends the worker as a service manager would (SIGTERM: it leaves the
+// group and removes its pooled machines), SIGKILL after a minute.
+func (g *groupWorker) stop() {
+	if g.cmd.Process == nil || g.cmd.ProcessState != nil {
+		return
+	}
+	_ = g.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _, _ = g.cmd.Process.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		g.kill()
+		<-done
+	}
 }
 
 // kill ends the worker with SIGKILL (nothing of it runs on).
