@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -21,6 +22,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/johannesboyne/gofakes3"
+	"github.com/johannesboyne/gofakes3/backend/s3mem"
 	gomcp "github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
@@ -711,4 +714,79 @@ func TestWorkerGroupSharesThePool(t *testing.T) {
 	waitFor(t, "the pooled machine's container to be removed", 2*time.Minute, func() bool {
 		return exec.Command("docker", "inspect", ref).Run() != nil
 	})
+}
+
+// TestWorkerGroupRestoreKeyAnyWorker: a kept home's restore key, answered
+// by a destroy sent to one worker (and done by the owner), restores the
+// home into the scope's next computer through another worker: the key's
+// hash was passed between the peers in memory. Used once, it is spent on
+// every worker. Docker machines; the home store is S3 (a fake server
+// here), which all members share.
+func TestWorkerGroupRestoreKeyAnyWorker(t *testing.T) {
+	image := dockerImage(t)
+	backend := s3mem.New()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := &http.Server{Handler: gofakes3.New(backend, gofakes3.WithLogger(gofakes3.DiscardLog())).Server()}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	keys := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(keys, "ak"), []byte("test-access\n"), 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(keys, "sk"), []byte("test-secret-key\n"), 0o600))
+	s := newGroupSetup(t, map[string]string{
+		"WORKER_PROVIDER": providers.KindDocker, "WORKER_IMAGE": image,
+		"WORKER_HOMES_S3_ENDPOINT": l.Addr().String(), "WORKER_HOMES_S3_BUCKET": "homes",
+		"WORKER_HOMES_S3_ACCESS_KEY_FILE": filepath.Join(keys, "ak"), "WORKER_HOMES_S3_SECRET_KEY_FILE": filepath.Join(keys, "sk"),
+		"WORKER_HOMES_S3_REGION": "us-east-1", "WORKER_HOMES_S3_PREFIX": "group/", "WORKER_HOMES_S3_INSECURE": "true",
+	})
+	w := []*groupWorker{s.start(t, "w0"), s.start(t, "w1"), s.start(t, "w2")}
+	var made []string
+	t.Cleanup(func() {
+		for _, id := range made {
+			_, _ = raw(t, "DELETE", w[0].url+"/v1/computers/"+id, s.op, "", nil)
+		}
+	})
+	create := func(g *groupWorker, key string) (*workerEnv, bool) {
+		pe := &poolEnv{url: g.url, token: s.token}
+		e, err := pe.tryCreate(t.Context(), map[string]any{"team": "kept"}, key, key != "")
+		require.NoError(t, err, "create through %s", g.name)
+		made = append(made, e.computer)
+		e.op = s.op
+		return e, true
+	}
+	e, _ := create(w[0], "")
+	require.Equal(t, http.StatusCreated, e.do(t, "POST", "/bots", map[string]string{"id": "alice"}, nil))
+	st, res := e.tool(t, "alice", "file_write", map[string]any{"path": "bots/alice/kept.txt", "content": "kept across workers"})
+	require.Equal(t, http.StatusOK, st, "%+v", res)
+	var out struct {
+		RestoreKey string `json:"restoreKey"`
+		Computer   struct{ State, LastError string }
+	}
+	st = on(e, w[2]).do(t, "POST", "/checkpoint", nil, nil)
+	require.Contains(t, []int{http.StatusOK, http.StatusCreated}, st, "a checkpoint through w2, into the shared home store")
+	require.Equal(t, http.StatusOK, on(e, w[1]).do(t, "DELETE", "?keepHome=true", nil, &out), "destroy through w1")
+	require.Equal(t, "destroyed", out.Computer.State, out.Computer.LastError)
+	require.NotEmpty(t, out.RestoreKey, "the kept home's restore key")
+	made = nil
+
+	// Through w2, which neither made nor destroyed it.
+	r, _ := create(w[2], out.RestoreKey)
+	require.Equal(t, http.StatusCreated, r.do(t, "POST", "/bots", map[string]string{"id": "alice"}, nil))
+	st, res = on(r, w[1]).tool(t, "alice", "file_read", map[string]any{"path": "bots/alice/kept.txt"})
+	require.Equal(t, http.StatusOK, st, "%+v", res)
+	require.Contains(t, res.text(), "kept across workers", "the kept home is back")
+
+	// Spent on every worker: the scope free again, the same key restores
+	// nothing anywhere.
+	require.Equal(t, http.StatusOK, on(r, w[0]).do(t, "DELETE", "", nil, nil))
+	made = nil
+	for _, g := range w {
+		pe := &poolEnv{url: g.url, token: s.token}
+		e, err := pe.tryCreate(t.Context(), map[string]any{"team": "kept"}, out.RestoreKey, false)
+		if err == nil {
+			made = append(made, e.computer)
+		}
+		require.ErrorContains(t, err, "status 403", "through %s: the spent key is refused", g.name)
+		require.ErrorContains(t, err, "does not open a kept home")
+	}
 }

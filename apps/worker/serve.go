@@ -445,7 +445,7 @@ func newWorker(ctx context.Context, c serveConfig, log zerolog.Logger) (*worker,
 		closeAll()
 		return nil, err
 	}
-	caps := capability.NewSet()
+	caps, restoreKeys := capability.NewSet(), capability.NewRestoreKeys()
 	// In a worker group the computers, runs and people see the store
 	// through the group: computer writes carry the ownership fence.
 	var grp *group.Group
@@ -453,7 +453,7 @@ func newWorker(ctx context.Context, c serveConfig, log zerolog.Logger) (*worker,
 	var comps *computers.Service
 	var owns func(string) bool
 	if c.GroupToken != "" {
-		grp, err = group.New(group.Options{Store: st, Addr: c.GroupAddr, Token: c.GroupToken, TTL: c.GroupTTL, Caps: caps, Metrics: mets, Tracing: trc,
+		grp, err = group.New(group.Options{Store: st, Addr: c.GroupAddr, Token: c.GroupToken, TTL: c.GroupTTL, Caps: caps, RestoreKeys: restoreKeys, Metrics: mets, Tracing: trc,
 			Log: log.With().Str("sub", "group").Logger(),
 			Gained: func(ctx context.Context, id string, epoch int64) {
 				go comps.Gained(context.WithoutCancel(ctx), id)
@@ -472,7 +472,7 @@ func newWorker(ctx context.Context, c serveConfig, log zerolog.Logger) (*worker,
 		owns = func(id string) bool { _, ok := grp.Owns(id); return ok }
 	}
 	comps, err = computers.New(computers.Options{Store: st, Owns: owns, Metrics: mets, Tracing: trc, Providers: reg, DefaultProvider: def, Sealer: sealer,
-		Caps: caps, Log: log.With().Str("sub", "computers").Logger(),
+		Caps: caps, RestoreKeys: restoreKeys, Log: log.With().Str("sub", "computers").Logger(),
 		Homes: checkpointer, IdleAfter: c.IdleAfter, LiveHomes: liveHomes(c, setup)})
 	if err != nil {
 		closeAll()

@@ -24,9 +24,69 @@ const RestoreHeader = "X-Restore-Key"
 // RestoreKeys holds the hashes of the live restore keys, at most one per
 // kept home.
 type RestoreKeys struct {
-	// mu guards byHome.
+	// mu guards byHome and onChange.
 	mu     sync.Mutex
 	byHome map[string]restoreEntry
+	// onChange, when set, hears every change (a worker group passes them
+	// to its peers, in memory only).
+	onChange func(home, scope string, hash []byte)
+}
+
+// OnChange sets fn to hear each kept home's key set (its scope and hash)
+// or dropped (a nil hash: taken, forgotten), on the caller's goroutine.
+func (k *RestoreKeys) OnChange(fn func(home, scope string, hash []byte)) {
+	k.mu.Lock()
+	k.onChange = fn
+	k.mu.Unlock()
+}
+
+func (k *RestoreKeys) changed(home string, e *restoreEntry) {
+	k.mu.Lock()
+	fn := k.onChange
+	k.mu.Unlock()
+	if fn == nil {
+		return
+	}
+	if e == nil {
+		fn(home, "", nil)
+		return
+	}
+	fn(home, e.scope, e.hash[:])
+}
+
+// Put sets kept home home's key as a peer announced it (a nil hash drops
+// it), without telling OnChange.
+func (k *RestoreKeys) Put(home, scope string, hash []byte) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if hash == nil {
+		delete(k.byHome, home)
+		return
+	}
+	var e restoreEntry
+	if len(hash) != len(e.hash) || scope == "" {
+		return
+	}
+	copy(e.hash[:], hash)
+	e.scope = scope
+	k.byHome[home] = e
+}
+
+// RestoreEntry is one kept home's key as a peer copies it.
+type RestoreEntry struct {
+	Scope string `json:"scope"`
+	Hash  []byte `json:"hash"`
+}
+
+// Snapshot copies every kept home's key hash (for a peer that joins).
+func (k *RestoreKeys) Snapshot() map[string]RestoreEntry {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	out := make(map[string]RestoreEntry, len(k.byHome))
+	for home, e := range k.byHome {
+		out[home] = RestoreEntry{Scope: e.scope, Hash: append([]byte(nil), e.hash[:]...)}
+	}
+	return out
 }
 
 // restoreEntry is one kept home's key: the scope it restores into and the
@@ -57,9 +117,11 @@ func (k *RestoreKeys) Mint(scope, home string) (string, error) {
 		return "", err
 	}
 	key := base64.RawURLEncoding.EncodeToString(b[:])
+	e := restoreEntry{scope: scope, hash: sha256.Sum256([]byte(key))}
 	k.mu.Lock()
-	k.byHome[home] = restoreEntry{scope: scope, hash: sha256.Sum256([]byte(key))}
+	k.byHome[home] = e
 	k.mu.Unlock()
+	k.changed(home, &e)
 	return key, nil
 }
 
@@ -72,7 +134,6 @@ func (k *RestoreKeys) Take(scope, presented string) (Claim, bool) {
 	}
 	got := sha256.Sum256([]byte(presented))
 	k.mu.Lock()
-	defer k.mu.Unlock()
 	var found Claim
 	ok := false
 	for home, e := range k.byHome {
@@ -82,6 +143,10 @@ func (k *RestoreKeys) Take(scope, presented string) (Claim, bool) {
 	}
 	if ok {
 		delete(k.byHome, found.Home)
+	}
+	k.mu.Unlock()
+	if ok {
+		k.changed(found.Home, nil) // taken: on no peer either
 	}
 	return found, ok
 }
@@ -93,10 +158,14 @@ func (k *RestoreKeys) Release(c Claim) {
 		return
 	}
 	k.mu.Lock()
-	if _, newer := k.byHome[c.Home]; !newer {
+	_, newer := k.byHome[c.Home]
+	if !newer {
 		k.byHome[c.Home] = c.entry
 	}
 	k.mu.Unlock()
+	if !newer {
+		k.changed(c.Home, &c.entry)
+	}
 }
 
 // Forget drops the key of kept home home (its checkpoints are gone).
@@ -104,4 +173,5 @@ func (k *RestoreKeys) Forget(home string) {
 	k.mu.Lock()
 	delete(k.byHome, home)
 	k.mu.Unlock()
+	k.changed(home, nil)
 }

@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/open-bot/computer/apps/worker/internal/capability"
 )
 
 // capUpdate is one change on the capability channel: a computer's
@@ -21,12 +23,17 @@ type capUpdate struct {
 	Hash   []byte `json:"hash,omitempty"`
 	Shared string `json:"shared,omitempty"`
 	Exp    int64  `json:"exp,omitempty"`
+	// Home and Scope name a kept home's restore key (Hash; nil: taken or
+	// forgotten).
+	Home  string `json:"home,omitempty"`
+	Scope string `json:"scope,omitempty"`
 }
 
 // capSnapshot is every hash a peer holds, for one that joins.
 type capSnapshot struct {
-	Capabilities map[string][]byte `json:"capabilities"`
-	Dashboard    map[string]int64  `json:"dashboard"`
+	Capabilities map[string][]byte                  `json:"capabilities"`
+	Dashboard    map[string]int64                   `json:"dashboard"`
+	RestoreKeys  map[string]capability.RestoreEntry `json:"restoreKeys"`
 }
 
 // Dashboard is what the group passes between peers of a dashboard: the
@@ -60,7 +67,10 @@ func fromMs(ms int64) time.Time {
 func (g *Group) serveCaps(w http.ResponseWriter, r *http.Request) {
 	switch r.Method {
 	case http.MethodGet:
-		snap := capSnapshot{Capabilities: g.o.Caps.Snapshot(), Dashboard: map[string]int64{}}
+		snap := capSnapshot{Capabilities: g.o.Caps.Snapshot(), Dashboard: map[string]int64{}, RestoreKeys: map[string]capability.RestoreEntry{}}
+		if g.o.RestoreKeys != nil {
+			snap.RestoreKeys = g.o.RestoreKeys.Snapshot()
+		}
 		if g.dash != nil {
 			for k, exp := range g.dash.Shared() {
 				snap.Dashboard[k] = expMs(exp)
@@ -75,6 +85,8 @@ func (g *Group) serveCaps(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case err == nil && u.Shared != "" && g.dash != nil:
 			g.dash.PutShared(u.Shared, fromMs(u.Exp))
+		case err == nil && u.Home != "" && g.o.RestoreKeys != nil && (u.Hash == nil || len(u.Hash) == 32):
+			g.o.RestoreKeys.Put(u.Home, u.Scope, u.Hash)
 		case err == nil && u.ID != "" && (u.Hash == nil || len(u.Hash) == 32):
 			g.o.Caps.Put(u.ID, u.Hash)
 		default:
@@ -119,6 +131,11 @@ func (g *Group) peerRequest(ctx context.Context, method, addr string, body []byt
 // anew when it rejoins.
 func (g *Group) announce(id string, hash []byte) {
 	g.send(capUpdate{ID: id, Hash: hash}, id)
+}
+
+// announceRestore passes a kept home's restore key change on.
+func (g *Group) announceRestore(home, scope string, hash []byte) {
+	g.send(capUpdate{Home: home, Scope: scope, Hash: hash}, "")
 }
 
 // announceShared passes a dashboard sign-in code or session on, as
@@ -188,6 +205,11 @@ func (g *Group) learnCaps(ctx context.Context) error {
 		if g.dash != nil {
 			for k, exp := range snap.Dashboard {
 				g.dash.PutShared(k, fromMs(exp))
+			}
+		}
+		if g.o.RestoreKeys != nil {
+			for home, e := range snap.RestoreKeys {
+				g.o.RestoreKeys.Put(home, e.Scope, e.Hash)
 			}
 		}
 		g.o.Log.Info().Int("capabilities", len(snap.Capabilities)).Int("dashboard", len(snap.Dashboard)).Str("peer", a).Msg("worker group: learned the capabilities from a peer")

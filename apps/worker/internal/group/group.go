@@ -64,9 +64,11 @@ type Options struct {
 	// Token is the group token (at least 32 characters).
 	Token string
 	// TTL is the ownership and membership leases' lifetime (0: DefaultTTL).
-	TTL     time.Duration
-	Caps    *capability.Set
-	Metrics *metrics.Metrics
+	TTL  time.Duration
+	Caps *capability.Set
+	// RestoreKeys are the kept homes' restore keys, shared like Caps.
+	RestoreKeys *capability.RestoreKeys
+	Metrics     *metrics.Metrics
 	// Tracing makes a span of each relayed request (nil: none).
 	Tracing *tracing.Tracing
 	Log     zerolog.Logger
@@ -177,6 +179,9 @@ func (g *Group) Start(ctx context.Context) error {
 		return err
 	}
 	g.o.Caps.OnChange(g.announce)
+	if g.o.RestoreKeys != nil {
+		g.o.RestoreKeys.OnChange(g.announceRestore)
+	}
 	if g.dash != nil {
 		g.dash.OnShared(g.announceShared)
 	}
