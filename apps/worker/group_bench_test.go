@@ -28,7 +28,7 @@ func BenchmarkWorkerGroup(b *testing.B) {
 	require.NoError(b, err)
 	b.Cleanup(func() { db.Close() })
 	w := []*groupWorker{s.start(b, "w0"), s.start(b, "w1"), s.start(b, "w2")}
-	c := startComputer(b, "http://127.0.0.1:1", 1580, "VIEW_PORT_BASE=35600")
+	c := startComputer(b, "http://127.0.0.1:1", 1580, "VIEW_PORT_BASE=36600")
 	e := on(&workerEnv{token: s.token, op: s.op}, w[0]).addComputer(b, c, map[string]any{"team": "bench"}, "bench")
 	call := func(g *groupWorker) (int, time.Duration) {
 		t0 := time.Now()

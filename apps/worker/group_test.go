@@ -239,8 +239,8 @@ func TestWorkerGroupKillPartitionRejoin(t *testing.T) {
 	t.Cleanup(func() { db.Close() })
 
 	w := []*groupWorker{s.start(t, "w0"), s.start(t, "w1"), s.start(t, "w2")}
-	c1 := startComputer(t, "http://127.0.0.1:1", 1560, "VIEW_PORT_BASE=35200")
-	c2 := startComputer(t, "http://127.0.0.1:1", 1570, "VIEW_PORT_BASE=35400")
+	c1 := startComputer(t, "http://127.0.0.1:1", 1560, "VIEW_PORT_BASE=36200")
+	c2 := startComputer(t, "http://127.0.0.1:1", 1570, "VIEW_PORT_BASE=36400")
 	base := &workerEnv{token: s.token, op: s.op}
 	// Team t1's computer is made through w0, t2's through w1: each is its
 	// maker's.
@@ -580,7 +580,7 @@ func TestWorkerGroupTraceCrossesTheRelay(t *testing.T) {
 	rec := newOTLPReceiver(t)
 	s := newGroupSetup(t, map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": rec.srv.URL, "OTEL_BSP_SCHEDULE_DELAY": "200"})
 	w0, w1 := s.start(t, "w0"), s.start(t, "w1")
-	c := startComputer(t, "http://127.0.0.1:1", 1590, "VIEW_PORT_BASE=35800")
+	c := startComputer(t, "http://127.0.0.1:1", 1590, "VIEW_PORT_BASE=36800")
 	e := on(&workerEnv{token: s.token, op: s.op}, w0).addComputer(t, c, map[string]any{"team": "traced"}, "alice")
 
 	const callerTrace = "4bf92f3577b34da6a3ce929d0e0e4736"
