@@ -18,8 +18,7 @@ import (
 )
 
 // Displays 588-595 and loopback ports 15200-15221 and 15300-15321 (local
-// machines: 2 slots of 4 screens, 11 ports each) and 15400-15499 (the S3
-// server) are this file's alone.
+// machines: 2 slots of 4 screens, 11 ports each) are this file's alone.
 const destroyHomeDisplayBase = 588
 
 // TestDestroyForgetsHome (issue 25, red team): destroying a computer used
@@ -40,24 +39,8 @@ func TestDestroyForgetsHome(t *testing.T) {
 		})
 	})
 	t.Run("s3", func(t *testing.T) {
-		backend := s3mem.New()
-		var l net.Listener
-		for p := 15400; p < 15500 && l == nil; p++ {
-			l, _ = net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
-		}
-		require.NotNil(t, l, "a free port in 15400-15499")
-		srv := &http.Server{Handler: gofakes3.New(backend, gofakes3.WithLogger(gofakes3.DiscardLog())).Server()}
-		go func() { _ = srv.Serve(l) }()
-		t.Cleanup(func() { _ = srv.Close() })
-		keys := t.TempDir()
-		require.NoError(t, os.WriteFile(filepath.Join(keys, "ak"), []byte("test-access\n"), 0o600))
-		require.NoError(t, os.WriteFile(filepath.Join(keys, "sk"), []byte("test-secret-key\n"), 0o600))
-		env := map[string]string{
-			"WORKER_HOMES_S3_ENDPOINT": l.Addr().String(), "WORKER_HOMES_S3_BUCKET": "homes",
-			"WORKER_HOMES_S3_ACCESS_KEY_FILE": filepath.Join(keys, "ak"), "WORKER_HOMES_S3_SECRET_KEY_FILE": filepath.Join(keys, "sk"),
-			"WORKER_HOMES_S3_REGION": "us-east-1", "WORKER_HOMES_S3_PREFIX": "w1/", "WORKER_HOMES_S3_INSECURE": "true",
-			"WORKER_LOCAL_PORT_BASE": "15300",
-		}
+		backend, env := fakeS3(t, "w1/")
+		env["WORKER_LOCAL_PORT_BASE"] = "15300"
 		testDestroyForgetsHome(t, env, func(_ *workerEnv, id string) []string {
 			res, err := backend.ListBucket("homes", &gofakes3.Prefix{}, gofakes3.ListBucketPage{})
 			require.NoError(t, err)
@@ -138,4 +121,25 @@ func testDestroyForgetsHome(t *testing.T, env map[string]string, stored func(e *
 	require.NotEmpty(t, stored(b, b.computer), "keepHome=true keeps the home")
 	require.FileExists(t, filepath.Join(homeB, "bot", "bots", bot, "signed-in.txt"), "keepHome=true keeps the worker-owned home")
 	b.computer = ""
+}
+
+// fakeS3 serves an in-memory S3 (gofakes3) on loopback with bucket
+// "homes", and returns it with the worker's env for it as a home store
+// (objects under prefix, key files in a temp dir).
+func fakeS3(t testing.TB, prefix string) (*s3mem.Backend, map[string]string) {
+	t.Helper()
+	backend := s3mem.New()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := &http.Server{Handler: gofakes3.New(backend, gofakes3.WithLogger(gofakes3.DiscardLog())).Server()}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	keys := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(keys, "ak"), []byte("test-access\n"), 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(keys, "sk"), []byte("test-secret-key\n"), 0o600))
+	return backend, map[string]string{
+		"WORKER_HOMES_S3_ENDPOINT": l.Addr().String(), "WORKER_HOMES_S3_BUCKET": "homes",
+		"WORKER_HOMES_S3_ACCESS_KEY_FILE": filepath.Join(keys, "ak"), "WORKER_HOMES_S3_SECRET_KEY_FILE": filepath.Join(keys, "sk"),
+		"WORKER_HOMES_S3_REGION": "us-east-1", "WORKER_HOMES_S3_PREFIX": prefix, "WORKER_HOMES_S3_INSECURE": "true",
+	}
 }

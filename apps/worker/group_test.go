@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -22,8 +21,6 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
-	"github.com/johannesboyne/gofakes3"
-	"github.com/johannesboyne/gofakes3/backend/s3mem"
 	gomcp "github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
@@ -724,21 +721,9 @@ func TestWorkerGroupSharesThePool(t *testing.T) {
 // here), which all members share.
 func TestWorkerGroupRestoreKeyAnyWorker(t *testing.T) {
 	image := dockerImage(t)
-	backend := s3mem.New()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	srv := &http.Server{Handler: gofakes3.New(backend, gofakes3.WithLogger(gofakes3.DiscardLog())).Server()}
-	go func() { _ = srv.Serve(l) }()
-	t.Cleanup(func() { _ = srv.Close() })
-	keys := t.TempDir()
-	require.NoError(t, os.WriteFile(filepath.Join(keys, "ak"), []byte("test-access\n"), 0o600))
-	require.NoError(t, os.WriteFile(filepath.Join(keys, "sk"), []byte("test-secret-key\n"), 0o600))
-	s := newGroupSetup(t, map[string]string{
-		"WORKER_PROVIDER": providers.KindDocker, "WORKER_IMAGE": image,
-		"WORKER_HOMES_S3_ENDPOINT": l.Addr().String(), "WORKER_HOMES_S3_BUCKET": "homes",
-		"WORKER_HOMES_S3_ACCESS_KEY_FILE": filepath.Join(keys, "ak"), "WORKER_HOMES_S3_SECRET_KEY_FILE": filepath.Join(keys, "sk"),
-		"WORKER_HOMES_S3_REGION": "us-east-1", "WORKER_HOMES_S3_PREFIX": "group/", "WORKER_HOMES_S3_INSECURE": "true",
-	})
+	_, env := fakeS3(t, "group/")
+	env["WORKER_PROVIDER"], env["WORKER_IMAGE"] = providers.KindDocker, image
+	s := newGroupSetup(t, env)
 	w := []*groupWorker{s.start(t, "w0"), s.start(t, "w1"), s.start(t, "w2")}
 	var made []string
 	t.Cleanup(func() {
