@@ -65,3 +65,19 @@ func (f *fenced) PutCheckpoint(ctx context.Context, c store.Checkpoint) error {
 	}
 	return f.Store.PutCheckpoint(ctx, c)
 }
+
+func (f *fenced) PutSecret(ctx context.Context, sec store.Secret) (bool, error) {
+	ctx, err := f.g.Fence(ctx, sec.ComputerID)
+	if err != nil {
+		return false, err
+	}
+	return f.Store.PutSecret(ctx, sec)
+}
+
+func (f *fenced) DeleteSecret(ctx context.Context, computerID, name string) error {
+	ctx, err := f.g.Fence(ctx, computerID)
+	if err != nil {
+		return err
+	}
+	return f.Store.DeleteSecret(ctx, computerID, name)
+}

@@ -202,7 +202,8 @@ func (s *sqlStore) AddBot(ctx context.Context, b Bot) error {
 }
 
 // ctxFence is the condition (" AND EXISTS …") and its arguments that a
-// fence carried by ctx adds to a computer write; "" without one.
+// fence carried by ctx adds to a computer write (UpdateComputer, AddBot,
+// RemoveBot, PutCheckpoint, PutSecret, DeleteSecret); "" without one.
 func ctxFence(ctx context.Context) (string, []any) {
 	f, ok := FenceOf(ctx)
 	if !ok {
@@ -569,25 +570,46 @@ func (s *sqlStore) PutSecret(ctx context.Context, sec Secret) (bool, error) {
 	if sec.Visible {
 		visible = 1
 	}
-	res, err := s.db.ExecContext(ctx, s.q(`UPDATE secrets SET origin=?, value=?, visible=?, updated_at=? WHERE computer_id=? AND name=?`),
-		sec.Origin, sec.Value, visible, now, sec.ComputerID, sec.Name)
+	// A fence (a worker group's ownership) goes with every statement.
+	where, fargs := ctxFence(ctx)
+	update := func() (int64, error) {
+		res, err := s.db.ExecContext(ctx, s.q(`UPDATE secrets SET origin=?, value=?, visible=?, updated_at=? WHERE computer_id=? AND name=?`+where),
+			append([]any{sec.Origin, sec.Value, visible, now, sec.ComputerID, sec.Name}, fargs...)...)
+		if err != nil {
+			return 0, s.wrap(err)
+		}
+		n, err := res.RowsAffected()
+		return n, s.wrap(err)
+	}
+	n, err := update()
+	if err != nil {
+		return false, err
+	} else if n > 0 {
+		return true, nil
+	}
+	value := "?" // SQLite takes the blob as it is; Postgres must be told
+	if s.engine == "postgres" {
+		value = "CAST(? AS BYTEA)"
+	}
+	res, err := s.db.ExecContext(ctx, s.q(`INSERT INTO secrets (computer_id, name, origin, value, visible, created_at, updated_at)
+		SELECT CAST(? AS TEXT), CAST(? AS TEXT), CAST(? AS TEXT), `+value+`, CAST(? AS INTEGER), CAST(? AS BIGINT), CAST(? AS BIGINT) WHERE 1=1`+where),
+		append([]any{sec.ComputerID, sec.Name, sec.Origin, sec.Value, visible, now, now}, fargs...)...)
+	if errors.Is(s.wrap(err), ErrExists) {
+		// A concurrent put made it first: replace it.
+		if n, err := update(); err != nil || n > 0 {
+			return true, err
+		}
+		return false, ErrStaleEpoch
+	}
 	if err != nil {
 		return false, s.wrap(err)
 	}
 	if n, err := res.RowsAffected(); err != nil {
 		return false, s.wrap(err)
-	} else if n > 0 {
-		return true, nil
+	} else if n == 0 {
+		return false, ErrStaleEpoch // only a fence stops the insert
 	}
-	_, err = s.db.ExecContext(ctx, s.q(`INSERT INTO secrets (computer_id, name, origin, value, visible, created_at, updated_at) VALUES (?,?,?,?,?,?,?)`),
-		sec.ComputerID, sec.Name, sec.Origin, sec.Value, visible, now, now)
-	if errors.Is(s.wrap(err), ErrExists) {
-		// A concurrent put made it first: replace it.
-		_, err = s.db.ExecContext(ctx, s.q(`UPDATE secrets SET origin=?, value=?, visible=?, updated_at=? WHERE computer_id=? AND name=?`),
-			sec.Origin, sec.Value, visible, now, sec.ComputerID, sec.Name)
-		return true, s.wrap(err)
-	}
-	return false, s.wrap(err)
+	return false, nil
 }
 
 const secretCols = `computer_id, name, origin, value, visible, created_at, updated_at`
@@ -624,13 +646,17 @@ func (s *sqlStore) ListSecrets(ctx context.Context, computerID string) ([]Secret
 }
 
 func (s *sqlStore) DeleteSecret(ctx context.Context, computerID, name string) error {
-	res, err := s.db.ExecContext(ctx, s.q(`DELETE FROM secrets WHERE computer_id=? AND name=?`), computerID, name)
+	where, fargs := ctxFence(ctx)
+	res, err := s.db.ExecContext(ctx, s.q(`DELETE FROM secrets WHERE computer_id=? AND name=?`+where), append([]any{computerID, name}, fargs...)...)
 	if err != nil {
 		return s.wrap(err)
 	}
 	if n, err := res.RowsAffected(); err != nil {
 		return s.wrap(err)
 	} else if n == 0 {
+		if f, ok := FenceOf(ctx); ok && !s.fenceHolds(ctx, f) {
+			return ErrStaleEpoch
+		}
 		return ErrNotFound
 	}
 	return nil

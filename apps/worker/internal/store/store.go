@@ -128,7 +128,8 @@ type Fence struct {
 type fenceKey struct{}
 
 // WithFence returns ctx carrying f for the store's computer writes
-// (UpdateComputer, AddBot, RemoveBot, PutCheckpoint).
+// (UpdateComputer, AddBot, RemoveBot, PutCheckpoint, PutSecret,
+// DeleteSecret).
 func WithFence(ctx context.Context, f Fence) context.Context {
 	return context.WithValue(ctx, fenceKey{}, f)
 }
