@@ -316,7 +316,7 @@ func (g *Group) leave() {
 	}
 }
 
-// Created records that this worker just took computer id's lease for a
+// created records that this worker just took computer id's lease for a
 // computer it is making (Store's CreateComputer).
 func (g *Group) created(id string, l store.Lease, sent time.Time) {
 	g.mu.Lock()
