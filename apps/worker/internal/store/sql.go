@@ -224,6 +224,15 @@ func (s *sqlStore) fenceOrMissing(ctx context.Context, id, where string) error {
 	return ErrStaleEpoch
 }
 
+// missingOrStale tells why a delete changed nothing: the fence ctx
+// carries moved on, or the row is missing.
+func (s *sqlStore) missingOrStale(ctx context.Context) error {
+	if f, ok := FenceOf(ctx); ok && !s.fenceHolds(ctx, f) {
+		return ErrStaleEpoch
+	}
+	return ErrNotFound
+}
+
 func (s *sqlStore) RemoveBot(ctx context.Context, computerID, botID string) error {
 	where, fargs := ctxFence(ctx)
 	res, err := s.db.ExecContext(ctx, s.q(`DELETE FROM bots WHERE computer_id=? AND id=?`+where), append([]any{computerID, botID}, fargs...)...)
@@ -231,10 +240,7 @@ func (s *sqlStore) RemoveBot(ctx context.Context, computerID, botID string) erro
 		return s.wrap(err)
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
-		if f, ok := FenceOf(ctx); ok && !s.fenceHolds(ctx, f) {
-			return ErrStaleEpoch
-		}
-		return ErrNotFound
+		return s.missingOrStale(ctx)
 	}
 	return nil
 }
@@ -654,10 +660,7 @@ func (s *sqlStore) DeleteSecret(ctx context.Context, computerID, name string) er
 	if n, err := res.RowsAffected(); err != nil {
 		return s.wrap(err)
 	} else if n == 0 {
-		if f, ok := FenceOf(ctx); ok && !s.fenceHolds(ctx, f) {
-			return ErrStaleEpoch
-		}
-		return ErrNotFound
+		return s.missingOrStale(ctx)
 	}
 	return nil
 }
