@@ -5,8 +5,8 @@
 # before. Each named shard runs exactly its tests (-test.run '^(A|B)$'); the
 # last shard, "rest", runs every test no named shard names (-test.skip of all
 # their names), so a new test is never left out: it lands in "rest" unless
-# it is put in a named shard here. Shards are the default on 4 CPUs or
-# more; WORKER_SHARDS=1 forces them, WORKER_SHARDS=0 runs one process.
+# it is put in a named shard here. Shards are the default; WORKER_SHARDS=0
+# runs the package as one process.
 #
 # The collision rule. Tests of different shards run at the same time, so
 # two tests in different shards must share no fixed resource:
@@ -39,23 +39,24 @@
 # worker and checked against the host's users, so two workers never take
 # the same uid; but a test should not lean on that.
 #
-# One named shard holds the vendor tests (the E2B, Daytona and Box
-# emulators and the docker provider: their desktops run in containers, with
-# no X display or fixed host port of their own); "rest" holds the others.
-# Why two and not more: the other packages' `go test -p 2` takes about as
-# long as either half of this package (their sum was 1,850 s in the last
-# warm CI), so a third shard shortens nothing. Measured on the shared
-# 2-core machine (load average 35-48 with the other engineers' tests): the
-# vendor shard's desktops missed their in-container start-up deadlines (Box
-# emulator's 60 s desktop boot, "exit 137"; Daytona "sandbox does not
-# answer"; E2B "start display :0 … deadline_exceeded") in both full runs,
-# while the same test alone passed; hence no shards below 4 CPUs. Keep the
-# shards few: a flaky suite blocks every landing.
+# Three shards, each about a third of the package's time when it runs
+# alone (measured with `go test -v`: 794 s in all without the cluster's
+# tests; vendors 258 s). "vendors" holds the vendor tests (the E2B, Daytona
+# and Box emulators and the docker provider: their desktops run in
+# containers, with no X display or fixed host port of their own);
+# "cluster" the Kubernetes tests, the warm pools (pool_test.go's tests share
+# poolDisplayBase), the worker group and a few long local ones; "rest" the
+# others. All run at once beside the other packages' `go test`, on 2 CPUs
+# as well: the machine is mostly waiting (apps/worker alone kept 47 % of 2
+# cores busy). The in-container start-up deadlines that missed here once
+# did so under a load of 35–48 from other people's tests on a shared
+# machine. Keep the shards few: a flaky suite blocks every landing.
 
 # WORKER_SHARD_NAMES and WORKER_SHARD_TESTS are parallel: a shard's name and
 # the space-separated names of its tests.
 WORKER_SHARD_NAMES=(
   vendors
+  cluster
 )
 WORKER_SHARD_TESTS=(
   # E2B: templates, desktop acceptance and replace, takeover, sign-ins,
@@ -63,6 +64,9 @@ WORKER_SHARD_TESTS=(
   # desktop, a Daytona desktop and a Box); the docker provider's
   # acceptance; Daytona and Box.
   "TestE2BTemplatePerComputer TestAcceptanceE2BDesktop TestTakeoverE2B TestAcceptanceReplaceE2B TestSigninTravelsE2BDesktop TestRedteamForwarder TestRedTeamDesktopModelKey TestKeyHuntFindsCanary TestAcceptanceReplaceDocker TestTakeoverDaytona TestAcceptanceReplaceDaytona TestAcceptanceDaytonaDesktop TestSigninTravelsDaytonaDesktop TestAcceptanceReplaceBox TestTakeoverBox TestBoxNoEnvThroughWorker TestSigninTravelsBox"
+  # The cluster's tests, the warm pools, the worker group, and three long
+  # local tests (each with displays and ports of its own).
+  "TestPoolKubernetes TestPoolLocal TestPoolDocker TestAcceptanceReplaceKubernetes TestKubernetesAPIServerUnreachable TestWorkerGroupKillPartitionRejoin TestWorkerGroupTraceCrossesTheRelay TestWorkerGroupSharesThePool TestWorkerGroupRestoreKeyAnyWorker TestTakeoverAndBotdEvents TestRedteamVaultReveal TestWorkerKilledMidRun"
 )
 # The last shard, every other test: local provider, botd started directly,
 # the operator socket, the OpenAPI and MCP clients, and any new test.
