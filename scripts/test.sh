@@ -193,8 +193,9 @@ if [ "$sharded" = yes ]; then
       fi
     done
   done
-  runshard() { # name mode regex
-    local name=$1 mode=$2 re=$3 log="$logs/worker-$1.log" t=() s rc=0 secs
+  nshards=$(( ${#WORKER_SHARD_NAMES[@]} + 1 ))
+  runshard() { # index name mode regex
+    local idx=$1 name=$2 mode=$3 re=$4 log="$logs/worker-$2.log" t=() s rc=0 secs
     for n in "${ALL[@]}"; do
       local hit=no
       if [[ "$n" =~ ^($re)$ ]]; then hit=yes; fi
@@ -204,7 +205,8 @@ if [ "$sharded" = yes ]; then
     done
     log "worker shard $name (${#t[@]} tests): ${t[*]}"
     s=$(date +%s)
-    (cd apps/worker && exec "$bin" -test.v -test.paniconexit0 -test.timeout "$TEST_TIMEOUT" "-test.$mode" "^($re)\$") >"$log" 2>&1 || rc=$?
+    # WORKER_TEST_SHARD: the shard's own band of loopback ports (freeAddr)
+    (cd apps/worker && WORKER_TEST_SHARD="$idx/$nshards" exec "$bin" -test.v -test.paniconexit0 -test.timeout "$TEST_TIMEOUT" "-test.$mode" "^($re)\$") >"$log" 2>&1 || rc=$?
     secs=$(( $(date +%s) - s ))
     if [ "$rc" = 0 ]; then
       grep -E '^--- (PASS|SKIP)' "$log" | sed "s/^/    [$name] /" || true
@@ -223,11 +225,11 @@ if [ "$sharded" = yes ]; then
   }
   for i in "${!WORKER_SHARD_NAMES[@]}"; do
     re="${WORKER_SHARD_TESTS[$i]// /|}"
-    runshard "${WORKER_SHARD_NAMES[$i]}" run "$re" &
+    runshard "$i" "${WORKER_SHARD_NAMES[$i]}" run "$re" &
     shard_pids+=("$!")
     pids+=("$!")
   done
-  runshard "$WORKER_SHARD_REST" skip "$named_re" &
+  runshard "$(( nshards - 1 ))" "$WORKER_SHARD_REST" skip "$named_re" &
   shard_pids+=("$!")
   pids+=("$!")
 fi

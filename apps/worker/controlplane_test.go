@@ -323,7 +323,7 @@ func workerKilledMidRun(t *testing.T, dbURL string) {
 	token := "worker-token-killed-0123456789"
 	start := func() *exec.Cmd {
 		cmd := exec.Command(bin, "serve")
-		cmd.Env = append(os.Environ(), "DATA_DIR="+dataDir, "WORKER_LISTEN="+listen, "WORKER_TOKEN="+token,
+		cmd.Env = append(os.Environ(), "DATA_DIR="+dataDir, "WORKER_MACHINES_DIR="+filepath.Join(dataDir, "machines"), "WORKER_LISTEN="+listen, "WORKER_TOKEN="+token,
 			"WORKER_MODEL=scripted-model", "WORKER_MODEL_PROVIDER=botd", "WORKER_PROVIDER=attach",
 			"MODEL_UPSTREAM_URL="+modelURL+"/v1", "MODEL_API_KEY="+scriptedKey, // alice's worker runtime
 			"WORKER_DATABASE_URL="+dbURL) // "": SQLite in DATA_DIR

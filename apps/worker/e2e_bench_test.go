@@ -70,7 +70,7 @@ func BenchmarkWorkerIdleRSS(b *testing.B) {
 	require.NoError(b, err, "%s", out)
 	listen := "127.0.0.1:31501"
 	cmd := exec.Command(bin, "serve")
-	cmd.Env = append(os.Environ(), "DATA_DIR="+filepath.Join(dir, "data"), "WORKER_LISTEN="+listen, "WORKER_TOKEN=bench-token-0123456789")
+	cmd.Env = append(os.Environ(), "DATA_DIR="+filepath.Join(dir, "data"), "WORKER_MACHINES_DIR="+filepath.Join(dir, "machines"), "WORKER_LISTEN="+listen, "WORKER_TOKEN=bench-token-0123456789")
 	require.NoError(b, cmd.Start())
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
 	waitFor(b, "the worker to listen", 30*time.Second, func() bool {

@@ -65,11 +65,15 @@ func requireIntegration(t testing.TB, tools ...string) {
 // (32768+): a port from ":0" was closed before the daemon bound it, and an
 // outbound connection or the Docker engine's published container port of a
 // test running beside it took it in between (seen: "bind: address already
-// in use"). Each package of tests has a band of its own.
+// in use"). Each package of tests has a band of its own, and each shard of
+// this package (WORKER_TEST_SHARD=i/n, set by scripts/test.sh) its own part
+// of it: the shards are processes of one binary, and the same sequence in
+// two of them gave two botds one port (seen).
 func freeAddr(t testing.TB) string {
 	t.Helper()
-	for range 1000 {
-		p := 13000 + int(freeAddrNext.Add(1))%1000
+	from, size := freeAddrBand()
+	for range size {
+		p := from + int(freeAddrNext.Add(1))%size
 		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
 		if err == nil {
 			addr := l.Addr().String()
@@ -77,8 +81,18 @@ func freeAddr(t testing.TB) string {
 			return addr
 		}
 	}
-	t.Fatalf("no free loopback port in 13000-13999")
+	t.Fatalf("no free loopback port in %d-%d", from, from+size-1)
 	return ""
+}
+
+// freeAddrBand is this process's part of 13000-13999: all of it, or the
+// i-th of n parts under WORKER_TEST_SHARD=i/n.
+func freeAddrBand() (from, size int) {
+	var i, n int
+	if _, err := fmt.Sscanf(os.Getenv("WORKER_TEST_SHARD"), "%d/%d", &i, &n); err != nil || n < 1 || i < 0 || i >= n {
+		return 13000, 1000
+	}
+	return 13000 + i*(1000/n), 1000 / n
 }
 
 var freeAddrNext atomic.Int32
@@ -280,8 +294,12 @@ func (e *workerEnv) serve(t testing.TB, model string) {
 	if e.op == "" {
 		e.op = "operator-token-0123456789"
 	}
+	// MachinesDir of the test's own: the root default
+	// (/var/lib/open-bot/machines) is one lock for the whole host, and a
+	// worker of a test running beside this one (another shard) would hold
+	// it, leaving this one without its local and docker providers.
 	cfg := serveConfig{DataDir: e.dataDir, Provider: "attach", Token: e.token, OperatorToken: e.op, Model: model,
-		ModelProvider: "botd", Approvals: "decline"}
+		ModelProvider: "botd", Approvals: "decline", MachinesDir: filepath.Join(e.dataDir, "machines")}
 	if e.tweak != nil {
 		e.tweak(&cfg)
 	}

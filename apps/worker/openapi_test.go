@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -85,7 +86,8 @@ func checkAPI(t testing.TB, base string) *openapitest.Checker {
 // document lacks or a documented operation the router lacks; GET
 // /v1/openapi.json serves the document byte for byte, with the bearer token.
 func TestOpenAPIDocumentsEveryRoute(t *testing.T) {
-	w, err := newWorker(t.Context(), serveConfig{DataDir: t.TempDir(), Provider: "attach", Token: "openapi-test-token-0123456789",
+	data := t.TempDir()
+	w, err := newWorker(t.Context(), serveConfig{DataDir: data, MachinesDir: filepath.Join(data, "machines"), Provider: "attach", Token: "openapi-test-token-0123456789",
 		Approvals: "decline"}, zerolog.Nop())
 	require.NoError(t, err)
 	t.Cleanup(func() { w.Close() })

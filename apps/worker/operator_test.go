@@ -142,6 +142,7 @@ func TestTokenFileModes(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			data := t.TempDir()
 			t.Setenv("DATA_DIR", data)
+			t.Setenv("WORKER_MACHINES_DIR", filepath.Join(data, "machines"))
 			t.Setenv("WORKER_LISTEN", "127.0.0.1:0")
 			t.Setenv("WORKER_PROVIDER", "attach")
 			t.Setenv("WORKER_TOKEN", "")

@@ -420,7 +420,8 @@ func TestPoolBadValueFailsStart(t *testing.T) {
 		{"e2b=1", "\"e2b\" cannot be pooled"},
 		{"docker=1,docker=2", "docker is given twice"},
 	} {
-		_, err := newWorker(t.Context(), serveConfig{DataDir: t.TempDir(), Provider: providers.KindAttach, Token: "worker-token-0123456789",
+		data := t.TempDir()
+		_, err := newWorker(t.Context(), serveConfig{DataDir: data, MachinesDir: filepath.Join(data, "machines"), Provider: providers.KindAttach, Token: "worker-token-0123456789",
 			Model: "m", Approvals: "decline", Getenv: envMap(map[string]string{"WORKER_POOL": tc.pool})}, testLog(t))
 		require.ErrorContains(t, err, tc.want, "WORKER_POOL=%s", tc.pool)
 	}

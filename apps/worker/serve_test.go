@@ -14,7 +14,7 @@ import (
 // one, a DATA_DIR another worker uses, or a secret key readable by others.
 func TestServeStartErrors(t *testing.T) {
 	cfg := func(dir string) serveConfig {
-		return serveConfig{DataDir: dir, Provider: "attach", Token: "serve-test-token-0123456789", Approvals: "decline"}
+		return serveConfig{DataDir: dir, MachinesDir: filepath.Join(dir, "machines"), Provider: "attach", Token: "serve-test-token-0123456789", Approvals: "decline"}
 	}
 	dir := t.TempDir()
 	c := cfg(dir)

@@ -4,7 +4,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -75,8 +74,12 @@ for a in "$@"; do printf '%s\n' "$a"; done
 // wrapper does (in sh, which Debian's wrapper uses, and in bash), in a
 // directory full of files, so a glob of the resolver rule's * would show.
 func TestChromiumDSnippet(t *testing.T) {
-	_, file, _, _ := runtime.Caller(0)
-	snippet := filepath.Join(filepath.Dir(file), "..", "..", "..", "..", "rootfs", "etc", "chromium.d", "open-bot")
+	// go test runs a package's tests in its directory; runtime.Caller's
+	// file is not a path under -trimpath.
+	snippet, err := filepath.Abs(filepath.Join("..", "..", "..", "..", "rootfs", "etc", "chromium.d", "open-bot"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := os.Stat(snippet); err != nil {
 		t.Fatal(err)
 	}
