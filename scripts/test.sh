@@ -60,9 +60,9 @@ fi
 #      Docker, no cluster and no Postgres (apps/botd/..., pkg/shared/...)
 #      start in the background: on a new machine they run while the image
 #      is built from debootstrap;
-#   3. `go vet`, the image, then the cluster starts with the image imported
-#      (its tests get KUBE_TEST_KUBECONFIG) while apps/worker's test binary
-#      compiles;
+#   3. `go vet` and apps/worker's test binary in the background; the image,
+#      then the cluster starts with the image imported (its tests get
+#      KUBE_TEST_KUBECONFIG);
 #   4. every other package's tests, and apps/worker's as shards
 #      (scripts/worker-shards.sh), all at once.
 # TEST_KUBE=0 leaves the cluster out (its tests skip; fail under CI=true).
@@ -120,23 +120,23 @@ if [ "${#EARLY[@]}" -gt 0 ]; then
   pids+=("$early_pid")
 fi
 
-t=$(date +%s)
-"$GO" vet "${PKGS[@]}"
-took "go vet" "$t"
-if docker info >/dev/null 2>&1; then
-  t=$(date +%s)
-  IMAGE="$IMAGE" IMAGE_SKIP_PROVISION=1 bash scripts/build-image.sh
-  took "the image" "$t"
-else
-  log "no Docker engine answers; the image tests skip (fail under CI=true)"
-fi
-
 bin="$logs/worker.test"
 compile_pid=""
 if [ "$sharded" = yes ]; then
   ( t=$(date +%s); "$GO" test -c -o "$bin" ./apps/worker && took "apps/worker's test binary" "$t" ) &
   compile_pid=$!
   pids+=("$compile_pid")
+fi
+# go vet beside the rest (its result counts at the end)
+( t=$(date +%s); rc=0; "$GO" vet "${PKGS[@]}" || rc=$?; took "go vet (rc=$rc)" "$t"; exit "$rc" ) &
+vet_pid=$!
+pids+=("$vet_pid")
+if docker info >/dev/null 2>&1; then
+  t=$(date +%s)
+  IMAGE="$IMAGE" IMAGE_SKIP_PROVISION=1 bash scripts/build-image.sh
+  took "the image" "$t"
+else
+  log "no Docker engine answers; the image tests skip (fail under CI=true)"
 fi
 
 if [ -n "$kube_build_pid" ]; then
@@ -235,7 +235,7 @@ if [ "$sharded" = yes ]; then
 fi
 
 failed=0
-for p in "${shard_pids[@]}" $late_pid $early_pid; do
+for p in "${shard_pids[@]}" $late_pid $early_pid $vet_pid; do
   wait "$p" || failed=1
 done
 took "the tests" "$t_tests"

@@ -315,9 +315,7 @@ func workerKilledMidRun(t *testing.T, dbURL string) {
 	}
 	c := startComputerWith(t, scripted(modelURL), display, viewBase)
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "worker")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	require.NoError(t, err, "%s", out)
+	bin := goBuilt(t, workerPkg)
 	dataDir := filepath.Join(dir, "data")
 	listen := "127.0.0.1:31400"
 	token := "worker-token-killed-0123456789"
@@ -348,7 +346,7 @@ func workerKilledMidRun(t *testing.T, dbURL string) {
 	}
 	w1 := start()
 	env := &workerEnv{url: "http://" + listen, token: token, dataDir: dataDir}
-	_, err = os.Stat(filepath.Join(dataDir, "worker.db"))
+	_, err := os.Stat(filepath.Join(dataDir, "worker.db"))
 	require.Equal(t, dbURL == "", err == nil, "the worker keeps its state in SQLite only without WORKER_DATABASE_URL (%v)", err)
 	// The operator's CLI on the worker's host: no token at all, the
 	// operator socket in DATA_DIR (the attach token file is read by the
@@ -467,7 +465,7 @@ func workerKilledMidRun(t *testing.T, dbURL string) {
 		require.NoError(t, err, "worker %v: %s", args, out)
 		return string(out)
 	}
-	out = []byte(cli("computers", "list"))
+	out := []byte(cli("computers", "list"))
 	require.Regexp(t, env.computer+`\s+team\s+attach\s+team:t1\s+running`, string(out))
 	require.NotContains(t, string(out), env.capa)
 	var listed struct {

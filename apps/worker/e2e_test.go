@@ -188,9 +188,7 @@ func startComputerWith(t testing.TB, prov provider, displayBase int, env ...stri
 	require.NoError(t, err)
 	require.NoError(t, os.Chmod(dir, 0o755))
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	bin := filepath.Join(dir, "botd")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/open-bot/computer/apps/botd").CombinedOutput()
-	require.NoError(t, err, "build botd: %s", out)
+	bin := goBuilt(t, botdPkg)
 	var extraEnv []string
 	if prov.Features != "" {
 		extra := filepath.Join(dir, "codex-extra.toml")

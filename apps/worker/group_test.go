@@ -53,9 +53,7 @@ type groupSetup struct {
 // shared secret key (every member unseals the same secrets).
 func newGroupSetup(t testing.TB, env map[string]string) *groupSetup {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "worker")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	require.NoError(t, err, "build the worker: %s", out)
+	bin := goBuilt(t, workerPkg)
 	key := make([]byte, 32)
 	_, _ = rand.Read(key)
 	return &groupSetup{bin: bin, dbURL: testDatabaseURL(t), token: "worker-token-group-" + randHex(8), op: "operator-token-group-" + randHex(8),

@@ -266,9 +266,7 @@ func TestMCPGoClient(t *testing.T) {
 	require.Equal(t, "forbidden", mcpCode(t, r))
 
 	// `worker mcp --stdio`: a local client over stdin/stdout, bridged.
-	bin := filepath.Join(t.TempDir(), "worker")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	require.NoError(t, err, "build worker: %s", out)
+	bin := goBuilt(t, workerPkg)
 	stdio := func(capa string) *exec.Cmd {
 		cmd := exec.Command(bin, "mcp", "--stdio", "--url", e.url, "--bot", "alice")
 		cmd.Env = append(os.Environ(), "WORKER_TOKEN="+e.token, "WORKER_CAPABILITY="+capa, "WORKER_TOKEN_FILE=")

@@ -197,12 +197,9 @@ func openDir(t testing.TB, prefix string) string {
 }
 
 // buildBotd builds botd into dir.
-func buildBotd(t testing.TB, dir string) string {
+func buildBotd(t testing.TB, _ string) string {
 	t.Helper()
-	bin := filepath.Join(dir, "botd")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/open-bot/computer/apps/botd").CombinedOutput()
-	require.NoError(t, err, "build botd: %s", out)
-	return bin
+	return goBuilt(t, botdPkg)
 }
 
 // envMap is a getenv over m, then the process's environment.

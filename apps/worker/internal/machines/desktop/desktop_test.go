@@ -151,6 +151,20 @@ func openTerminal(t *testing.T, m *Machine, id, leaseID string) (int, int) {
 	require.NoError(t, err)
 	win := waitWindow(t, m.b, "xfce4-terminal", 100)
 	require.NotEmpty(t, win, "the terminal window appeared")
+	// Ready to be typed into: the window manager has given the new window
+	// the focus and the terminal's shell runs. On a loaded machine both
+	// come a moment after the window shows, and text typed in between went
+	// elsewhere (rehearsal 24: the command never ran).
+	ready := false
+	for i := 0; i < 150 && !ready; i++ {
+		r, err := m.b.Exec(ctx, Cmd{Argv: []string{"sh", "-c", `[ "$(xdotool getactivewindow)" = "$1" ] && pgrep -P "$(xdotool getwindowpid "$1")" >/dev/null`, "sh", win},
+			User: "user", Env: map[string]string{"DISPLAY": ":0"}})
+		require.NoError(t, err)
+		if ready = r.ExitCode == 0; !ready {
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	require.True(t, ready, "the terminal has the focus and its shell runs")
 	g, err := m.b.Exec(ctx, Cmd{Argv: []string{"xdotool", "getwindowgeometry", "--shell", win}, User: "user", Env: map[string]string{"DISPLAY": ":0"}})
 	require.NoError(t, err)
 	geo := map[string]int{}
