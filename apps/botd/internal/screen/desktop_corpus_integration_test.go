@@ -8,7 +8,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -166,14 +169,29 @@ func runDeskCorpus(tb testing.TB, ctx context.Context, e *itEnv, mux http.Handle
 		}
 	}
 
+	info, ok := e.m.Info(id)
+	require.True(tb, ok)
+	baseline := windows()
 	var results []deskResult
 	for _, p := range deskCorpus {
 		res := deskResult{name: p.name, expected: len(p.expect), kinds: map[string]int{}}
 		if p.launch != "" {
+			// Each program starts on the desktop as it was: a window a
+			// launcher click opened after its restore looked (a slow start
+			// under load) is closed, and the program's last instance on
+			// this display has exited: mousepad is one process per
+			// session, and a launch that reaches a dying one opens nothing
+			// (fresh-clone CI, stop 44).
+			deskSettle(tb, info.Display, p.app, baseline, windows, act)
 			r := act(map[string]any{"type": "wait", "ms": 1})
 			require.Equal(tb, http.StatusOK, r.status, r.body)
 			r = callTB(tb, mux, "POST", "/screens/"+id+"/launch", map[string]any{"leaseId": l.ID, "app": p.launch})
 			require.Equal(tb, http.StatusOK, r.status, r.body)
+			deadline := time.Now().Add(60 * time.Second)
+			for !deskHasWindow(windows(), p.app) {
+				require.True(tb, time.Now().Before(deadline), "%s: launched %q, and no window of %s came in 60 s", p.name, p.launch, p.app)
+				time.Sleep(200 * time.Millisecond)
+			}
 		}
 		openMenu := func() {}
 		if p.menu != "" {
@@ -360,6 +378,73 @@ func runDeskCorpus(tb testing.TB, ctx context.Context, e *itEnv, mux http.Handle
 	}
 
 	return results
+}
+
+// deskHasWindow: a window of app (its class) is listed.
+func deskHasWindow(ws []shared.Window, app string) bool {
+	for _, w := range ws {
+		if strings.EqualFold(w.App, app) {
+			return true
+		}
+	}
+	return false
+}
+
+// deskProcs are the pids of the processes named comm on display.
+func deskProcs(display, comm string) []int {
+	var out []int
+	ents, _ := os.ReadDir("/proc")
+	for _, d := range ents {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		c, err := os.ReadFile(filepath.Join("/proc", d.Name(), "comm"))
+		if err != nil || strings.TrimSpace(string(c)) != comm {
+			continue
+		}
+		env, err := os.ReadFile(filepath.Join("/proc", d.Name(), "environ"))
+		if err != nil {
+			continue
+		}
+		for _, kv := range strings.Split(string(env), "\x00") {
+			if kv == "DISPLAY="+display {
+				out = append(out, pid)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// deskSettle closes the windows not in baseline and waits (15 s) for app's
+// processes on display to exit; one still there is ended (SIGTERM, then 5 s).
+func deskSettle(tb testing.TB, display, app string, baseline []shared.Window, windows func() []shared.Window, act func(map[string]any) apiResp) {
+	tb.Helper()
+	had := map[string]bool{}
+	for _, w := range baseline {
+		had[w.ID] = true
+	}
+	for _, w := range windows() {
+		if !had[w.ID] {
+			tb.Logf("closing %s's window %q left from before", w.App, w.Title)
+			act(map[string]any{"type": "close_window", "window": w.ID})
+		}
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for len(deskProcs(display, app)) > 0 && time.Now().Before(deadline) {
+		time.Sleep(200 * time.Millisecond)
+	}
+	if left := deskProcs(display, app); len(left) > 0 {
+		tb.Logf("%s on %s still runs after its windows closed (pids %v): ending it", app, display, left)
+		for _, pid := range left {
+			_ = syscall.Kill(pid, syscall.SIGTERM)
+		}
+		deadline = time.Now().Add(5 * time.Second)
+		for len(deskProcs(display, app)) > 0 && time.Now().Before(deadline) {
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
 }
 
 // callTB is call for tests and benchmarks.
