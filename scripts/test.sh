@@ -54,17 +54,17 @@ else
 fi
 
 # The order, so that the machine is never idle while something waits:
-#   1. the cluster's binary builds in the background (scripts/kube.sh: a
-#      per-machine cache, minutes cold, nothing warm);
-#   2. `make build`, then the tests of the packages that need no image, no
-#      Docker, no cluster and no Postgres (apps/botd/..., pkg/shared/...)
-#      start in the background: on a new machine they run while the image
-#      is built from debootstrap;
-#   3. `go vet` and apps/worker's test binary in the background; the image,
-#      then the cluster starts with the image imported (its tests get
-#      KUBE_TEST_KUBECONFIG);
-#   4. every other package's tests, and apps/worker's as shards
-#      (scripts/worker-shards.sh), all at once.
+#   1. in the background: the cluster's binary (scripts/kube.sh build: a
+#      per-machine cache, minutes cold, nothing warm) and the image's base
+#      (debootstrap on a new machine); `make build` meanwhile;
+#   2. the tests of the packages that need no image, no Docker, no cluster
+#      and no Postgres (apps/botd/..., pkg/shared/...) start in the
+#      background, with `go vet` and apps/worker's test binary; the image;
+#   3. the tests that need the image, an engine or the database but not the
+#      cluster: the other packages', apps/worker's shards but "cluster";
+#   4. the cluster starts with the image imported (waiting for its build),
+#      then the tests that use it (KUBE_TEST_KUBECONFIG): the packages whose
+#      tests name it and apps/worker's "cluster" shard.
 # TEST_KUBE=0 leaves the cluster out (its tests skip; fail under CI=true).
 # Each phase's time is printed ("make test: … took Ns").
 t_all=$(date +%s)
@@ -82,6 +82,18 @@ if [ "$setup" = yes ] && [ "${TEST_KUBE:-1}" = 1 ]; then
   kube_build_pid=$!
   pids+=("$kube_build_pid")
 fi
+# The image's base (debootstrap on a new machine: minutes, mostly download
+# and unpacking) beside the Go build; the image itself waits for it.
+have_docker=no
+if docker info >/dev/null 2>&1; then have_docker=yes; fi
+base_pid=""
+if [ "$have_docker" = yes ]; then
+  ( t=$(date +%s); rc=0
+    IMAGE="$IMAGE" IMAGE_BASE_ONLY=1 IMAGE_SKIP_PROVISION=1 bash scripts/build-image.sh >"$logs/image-base.log" 2>&1 || rc=$?
+    took "the image's base (rc=$rc)" "$t"; exit "$rc" ) &
+  base_pid=$!
+  pids+=("$base_pid")
+fi
 
 t=$(date +%s)
 make --no-print-directory build
@@ -97,15 +109,19 @@ WORKER_SHARDS="${WORKER_SHARDS:-1}"
 mapfile -t LISTED < <("$GO" list "${PKGS[@]}")
 EARLY=()
 LATE=()
+LATE_KUBE=()
 sharded=no
 for p in "${LISTED[@]}"; do
+  dir="${p#github.com/open-bot/computer/}"
   case "$p" in
     github.com/open-bot/computer/apps/botd | github.com/open-bot/computer/apps/botd/* | \
     github.com/open-bot/computer/pkg/shared | github.com/open-bot/computer/pkg/shared/*)
       EARLY+=("$p") ;;
     "$WORKER_PKG")
-      if [ "$WORKER_SHARDS" != 0 ]; then sharded=yes; else LATE+=("$p"); fi ;;
-    *) LATE+=("$p") ;;
+      if [ "$WORKER_SHARDS" != 0 ]; then sharded=yes; else LATE_KUBE+=("$p"); fi ;;
+    *)
+      # a package whose tests use the cluster waits for it
+      if grep -qs KUBE_TEST_KUBECONFIG "$dir"/*_test.go; then LATE_KUBE+=("$p"); else LATE+=("$p"); fi ;;
   esac
 done
 
@@ -131,7 +147,10 @@ fi
 ( t=$(date +%s); rc=0; "$GO" vet "${PKGS[@]}" || rc=$?; took "go vet (rc=$rc)" "$t"; exit "$rc" ) &
 vet_pid=$!
 pids+=("$vet_pid")
-if docker info >/dev/null 2>&1; then
+if [ "$have_docker" = yes ]; then
+  if ! wait "$base_pid"; then
+    log "the image's base failed ($logs/image-base.log):"; tail -n 30 "$logs/image-base.log" >&2
+  fi
   t=$(date +%s)
   IMAGE="$IMAGE" IMAGE_SKIP_PROVISION=1 bash scripts/build-image.sh
   took "the image" "$t"
@@ -139,40 +158,20 @@ else
   log "no Docker engine answers; the image tests skip (fail under CI=true)"
 fi
 
-if [ -n "$kube_build_pid" ]; then
-  t=$(date +%s)
-  kube_ok=yes
-  if ! wait "$kube_build_pid"; then
-    kube_ok=no
-    log "scripts/kube.sh build failed ($kube_log):"; tail -n 30 "$kube_log" >&2
-  fi
-  if [ "$kube_ok" = yes ]; then
-    bash scripts/kube.sh status >/dev/null 2>&1 || kube_started=yes
-    if KUBE_COMPUTER_IMAGE="$IMAGE" bash scripts/kube.sh start >>"$kube_log" 2>&1; then
-      export KUBE_TEST_KUBECONFIG=/var/lib/open-bot-kube/admin.kubeconfig
-      log "Kubernetes test cluster up (KUBE_TEST_KUBECONFIG=$KUBE_TEST_KUBECONFIG; log $kube_log)"
-    else
-      kube_ok=no
-      log "scripts/kube.sh start failed ($kube_log):"; tail -n 30 "$kube_log" >&2
-    fi
-  fi
-  took "the cluster (waiting for its build, then start)" "$t"
-  if [ "$kube_ok" = no ] && [ "${CI:-}" = true ]; then
-    log "CI=true: the Kubernetes tests cannot run without the cluster"
-    exit 1
-  fi
-fi
-
-late_pid=""
-if [ "${#LATE[@]}" -gt 0 ]; then
+# gotest NAME PKG...: `go test` of the packages in the background.
+test_pids=()
+gotest() {
+  local name=$1; shift
   ( t=$(date +%s); rc=0
-    "$GO" test -count=1 -timeout "$TEST_TIMEOUT" "${LATE[@]}" || rc=$?
-    took "the other packages' tests (rc=$rc)" "$t"; exit "$rc" ) &
-  late_pid=$!
-  pids+=("$late_pid")
+    "$GO" test -count=1 -timeout "$TEST_TIMEOUT" "$@" || rc=$?
+    took "$name (rc=$rc)" "$t"; exit "$rc" ) &
+  test_pids+=("$!")
+  pids+=("$!")
+}
+if [ "${#LATE[@]}" -gt 0 ]; then
+  gotest "the tests of ${#LATE[@]} packages that need the image, an engine or the database" "${LATE[@]}"
 fi
 
-shard_pids=()
 if [ "$sharded" = yes ]; then
   if ! wait "$compile_pid"; then
     log "apps/worker's test binary did not build"
@@ -213,29 +212,69 @@ if [ "$sharded" = yes ]; then
       printf 'ok  \t%s [shard %s, %d tests]\t%ds\n' "$WORKER_PKG" "$name" "${#t[@]}" "$secs"
     else
       # each failed test's whole output (and an unfinished one's: a panic
-      # or the timeout), not the passing ones'
+      # or the timeout), not the passing ones'; its --- FAIL lines as go test
+      # prints them (unprefixed), the rest prefixed with the shard
       awk '/^=== RUN   [^\/]*$/ { buf = "" }
         { buf = buf $0 "\n" }
         /^--- (PASS|SKIP): / { buf = "" }
         /^--- FAIL: / { printf "%s", buf; buf = "" }
-        END { printf "%s", buf }' "$log" | sed "s/^/[$name] /"
+        END { n = split(buf, l, "\n"); for (i = 1; i < n; i++) if (l[i] !~ /^ +--- (PASS|SKIP): /) print l[i] }' "$log" | sed "/^--- FAIL: /!s/^/[$name] /"
       printf 'FAIL\t%s [shard %s, %d tests]\t%ds (log: %s)\n' "$WORKER_PKG" "$name" "${#t[@]}" "$secs" "$log"
     fi
     return "$rc"
   }
+  # the shards that need no cluster start now, the others once it is up
   for i in "${!WORKER_SHARD_NAMES[@]}"; do
-    re="${WORKER_SHARD_TESTS[$i]// /|}"
-    runshard "$i" "${WORKER_SHARD_NAMES[$i]}" run "$re" &
-    shard_pids+=("$!")
-    pids+=("$!")
+    if [ "${WORKER_SHARD_NAMES[$i]}" != "$WORKER_SHARD_CLUSTER" ]; then
+      runshard "$i" "${WORKER_SHARD_NAMES[$i]}" run "${WORKER_SHARD_TESTS[$i]// /|}" &
+      test_pids+=("$!")
+      pids+=("$!")
+    fi
   done
   runshard "$(( nshards - 1 ))" "$WORKER_SHARD_REST" skip "$named_re" &
-  shard_pids+=("$!")
+  test_pids+=("$!")
   pids+=("$!")
 fi
 
+if [ -n "$kube_build_pid" ]; then
+  t=$(date +%s)
+  kube_ok=yes
+  if ! wait "$kube_build_pid"; then
+    kube_ok=no
+    log "scripts/kube.sh build failed ($kube_log):"; tail -n 30 "$kube_log" >&2
+  fi
+  if [ "$kube_ok" = yes ]; then
+    bash scripts/kube.sh status >/dev/null 2>&1 || kube_started=yes
+    if KUBE_COMPUTER_IMAGE="$IMAGE" bash scripts/kube.sh start >>"$kube_log" 2>&1; then
+      export KUBE_TEST_KUBECONFIG=/var/lib/open-bot-kube/admin.kubeconfig
+      log "Kubernetes test cluster up (KUBE_TEST_KUBECONFIG=$KUBE_TEST_KUBECONFIG; log $kube_log)"
+    else
+      kube_ok=no
+      log "scripts/kube.sh start failed ($kube_log):"; tail -n 30 "$kube_log" >&2
+    fi
+  fi
+  took "the cluster (waiting for its build, then start)" "$t"
+  if [ "$kube_ok" = no ] && [ "${CI:-}" = true ]; then
+    log "CI=true: the Kubernetes tests cannot run without the cluster"
+    exit 1
+  fi
+fi
+
+if [ "${#LATE_KUBE[@]}" -gt 0 ]; then
+  gotest "the tests of ${#LATE_KUBE[@]} packages that use the cluster" "${LATE_KUBE[@]}"
+fi
+if [ "$sharded" = yes ]; then
+  for i in "${!WORKER_SHARD_NAMES[@]}"; do
+    if [ "${WORKER_SHARD_NAMES[$i]}" = "$WORKER_SHARD_CLUSTER" ]; then
+      runshard "$i" "${WORKER_SHARD_NAMES[$i]}" run "${WORKER_SHARD_TESTS[$i]// /|}" &
+      test_pids+=("$!")
+      pids+=("$!")
+    fi
+  done
+fi
+
 failed=0
-for p in "${shard_pids[@]}" $late_pid $early_pid $vet_pid; do
+for p in "${test_pids[@]}" $early_pid $vet_pid; do
   wait "$p" || failed=1
 done
 took "the tests" "$t_tests"

@@ -71,3 +71,6 @@ WORKER_SHARD_TESTS=(
 # The last shard, every other test: local provider, botd started directly,
 # the operator socket, the OpenAPI and MCP clients, and any new test.
 WORKER_SHARD_REST=rest
+# The shard that waits for the Kubernetes test cluster (KUBE_TEST_KUBECONFIG);
+# the others start as soon as the image is built.
+WORKER_SHARD_CLUSTER=cluster
