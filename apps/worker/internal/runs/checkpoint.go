@@ -15,10 +15,7 @@ const CheckpointTimeout = 10 * time.Minute
 // lost its lease writes nothing). The run's events say how it went; a
 // failed checkpoint leaves the previous one intact.
 func (r *Run) checkpointAtEnd() {
-	r.mu.Lock()
-	fenced := r.fenced
-	r.mu.Unlock()
-	if fenced || !r.m.o.Computers.KeepsCheckpoints(context.Background(), r.computerID) {
+	if r.fenced.Load() || !r.m.o.Computers.KeepsCheckpoints(context.Background(), r.computerID) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), CheckpointTimeout)

@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -216,8 +217,16 @@ type Run struct {
 	cancel     context.CancelFunc
 	// abort cancels the run's context with the cap it exceeded.
 	abort context.CancelCauseFunc
-	// fenced is set when the store refused a write as stale: the run stops.
-	fenced bool
+	// fenced is set when the store refused a write as stale, or this
+	// worker stopped acting for the computer: the run stops. Read without
+	// r.mu: a store write in flight holds r.mu, and fencing never waits.
+	fenced atomic.Bool
+	// writes is the context of the run's store writes; fence cancels it,
+	// so that a write stuck on a store that no longer answers (this worker
+	// cut off) lets go of r.mu at once.
+	writesOnce sync.Once
+	writes     context.Context
+	stopWrites context.CancelFunc
 	// resumed: a previous worker process started this run; screen leases it
 	// took under the run's holder name are given back at the end too.
 	resumed bool
@@ -353,13 +362,25 @@ func (r *Run) renew(ctx context.Context) {
 	}
 }
 
-// fence stops a run whose lease moved on: it must not act any more.
+// fence stops a run whose lease moved on: it must not act any more. It
+// takes no lock: the run's store write in flight (holding r.mu, up to its
+// timeout when the store does not answer) is cancelled, not waited for, so
+// the run stops before the computer's new owner resumes it.
 func (r *Run) fence() {
-	r.mu.Lock()
-	r.fenced = true
-	r.mu.Unlock()
+	if r.fenced.Swap(true) {
+		return
+	}
+	r.writeCtx()
+	r.stopWrites()
 	r.traced(r.m.o.Log.Warn()).Str("run", r.id).Msg("run lost its bot lease (stale epoch); stopping it")
 	r.cancel()
+}
+
+// writeCtx is the parent context of the run's store writes (cancelled
+// when the run is fenced).
+func (r *Run) writeCtx() context.Context {
+	r.writesOnce.Do(func() { r.writes, r.stopWrites = context.WithCancel(context.Background()) })
+	return r.writes
 }
 
 // Live returns a run of this process by id.
@@ -686,14 +707,15 @@ func (r *Run) emitLocked(typ string, data any) {
 		r.evBytes += len(b)
 	}
 	e := Event{Seq: len(r.events) + 1, At: time.Now().UTC(), Type: typ, Data: data}
-	if !r.fenced {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	if !r.fenced.Load() {
+		ctx, cancel := context.WithTimeout(r.writeCtx(), 10*time.Second)
 		seq, err := r.m.o.Store.AppendEvent(ctx, r.id, r.epoch, typ, b)
 		cancel()
 		switch {
 		case errors.Is(err, store.ErrStaleEpoch):
-			r.fenced = true
-			go r.fence()
+			r.fence()
+		case r.fenced.Load():
+			// fenced while the write waited: nothing more to say
 		case err != nil:
 			r.traced(r.m.o.Log.Warn()).Str("run", r.id).Err(err).Msg("record run event")
 		default:
@@ -713,15 +735,14 @@ func (r *Run) emitLocked(typ string, data any) {
 
 // persistLocked writes the run's record under its epoch.
 func (r *Run) persistLocked(u store.RunUpdate) {
-	if r.fenced {
+	if r.fenced.Load() {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(r.writeCtx(), 10*time.Second)
 	defer cancel()
 	if _, err := r.m.o.Store.UpdateRun(ctx, r.id, r.epoch, u); errors.Is(err, store.ErrStaleEpoch) {
-		r.fenced = true
-		go r.fence()
-	} else if err != nil {
+		r.fence()
+	} else if err != nil && !r.fenced.Load() {
 		r.traced(r.m.o.Log.Warn()).Str("run", r.id).Err(err).Msg("record run")
 	}
 }
@@ -785,7 +806,7 @@ func (r *Run) run(ctx context.Context, drive func(context.Context) error) {
 			r.snap.Status, r.snap.Error = StatusFailed, "the run ended without an outcome"
 		}
 		r.persistLocked(store.RunUpdate{State: ptr(string(r.snap.Status)), Error: ptr(r.snap.Error), Message: ptr(r.snap.Message)})
-		if !r.fenced {
+		if !r.fenced.Load() {
 			_ = r.m.o.Store.ReleaseLease(rctx, r.leaseKey, r.epoch)
 		}
 		for ch := range r.subs {
@@ -814,10 +835,7 @@ func (r *Run) run(ctx context.Context, drive func(context.Context) error) {
 		if ctx.Err() != nil && r.Snapshot().Status == StatusStopped {
 			return
 		}
-		r.mu.Lock()
-		fenced := r.fenced
-		r.mu.Unlock()
-		if fenced {
+		if r.fenced.Load() {
 			return // another holder owns the bot now; nothing to write
 		}
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
@@ -1180,10 +1198,7 @@ func (r *Run) execTool(ctx context.Context, callID, tool string, args json.RawMe
 	// A run whose lease moved on (its writes refused, that one included)
 	// acts no more: the call is not carried out, even before the fence's
 	// cancel reaches the turn.
-	r.mu.Lock()
-	fenced := r.fenced
-	r.mu.Unlock()
-	if fenced {
+	if r.fenced.Load() {
 		return tools.Result{Success: false, Content: []tools.Content{{Type: "text", Text: errFencedCall}}}
 	}
 	start := time.Now()

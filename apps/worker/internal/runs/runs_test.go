@@ -139,3 +139,45 @@ func TestRecoverFailsWhatCannotResume(t *testing.T) {
 	_, err = st.AppendEvent(ctx, "r1", old.Epoch, "status", []byte(`{}`))
 	require.ErrorIs(t, err, store.ErrStaleEpoch)
 }
+
+// stuckStore is a store whose event writes hang until their context ends
+// (a worker cut off from Postgres); it reports why each one ended.
+type stuckStore struct {
+	store.Store
+	entered chan struct{}
+	ended   chan error
+}
+
+func (s *stuckStore) AppendEvent(ctx context.Context, runID string, epoch int64, typ string, data []byte) (int64, error) {
+	s.entered <- struct{}{}
+	<-ctx.Done()
+	s.ended <- ctx.Err()
+	return 0, ctx.Err()
+}
+
+// TestFenceDoesNotWaitForAStuckWrite: a worker that stops acting for a
+// computer (its store gone) fences the computer's runs while one of them is
+// inside a store write that holds the run's lock. The fence cancels that
+// write instead of waiting out its 10 s timeout (stop 44: under load the
+// cut-off worker's run outlived the hand-over while the new owner resumed
+// it), and the run is cancelled and acts no more.
+func TestFenceDoesNotWaitForAStuckWrite(t *testing.T) {
+	r, st := newTestRun(t, ApproveNone)
+	ss := &stuckStore{Store: st, entered: make(chan struct{}), ended: make(chan error, 1)}
+	r.m.o.Store = ss
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	emitted := make(chan struct{})
+	go func() {
+		r.emit("tool_call", map[string]string{"tool": "shell"})
+		close(emitted)
+	}()
+	<-ss.entered // the write holds r.mu and waits on the store
+	r.fence()
+	require.Error(t, ctx.Err(), "the fenced run is cancelled at once")
+	require.ErrorIs(t, <-ss.ended, context.Canceled, "the stuck write was cancelled by the fence, not ended by its timeout")
+	<-emitted
+	res := r.execTool(context.Background(), "c1", "shell", json.RawMessage(`{}`))
+	require.False(t, res.Success)
+	require.Equal(t, errFencedCall, res.Content[0].Text, "a fenced run carries out no tool call")
+}
