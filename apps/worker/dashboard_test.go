@@ -248,10 +248,13 @@ func TestDashboardThroughWorker(t *testing.T) {
 	require.True(t, e.w.People.Takeover.InControl(e.computer, "bob"))
 	cs := ch.open(t, href)
 	var status string
-	waitFor(t, "the control page connected", 60*time.Second, func() bool {
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		_ = ch.eval(cs, `document.getElementById('status') ? document.getElementById('status').textContent : ''`, &status)
-		return status == "connected"
-	})
+		if status == "connected" {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the control page never connected: its status is %q", status)
+	}
 	require.NoError(t, ch.eval(s, `document.querySelector('.bot[data-bot="bob"] .release').click(), true`, new(bool)))
 	waitFor(t, "release of bob", 20*time.Second, func() bool {
 		_ = ch.eval(s, `document.querySelector('.message[data-key="`+e.computer+`/bob"]').innerText`, &text)
