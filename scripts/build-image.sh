@@ -14,7 +14,7 @@
 #
 # Needs root for debootstrap (only when the base is made here). As root on
 # Debian it installs what it uses and starts an engine when none answers.
-# IMAGE_BASE_ONLY=1 stops after step 2 (the base).
+# IMAGE_PREBUILD=1 makes only the base and the Dockerfile's system stage.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/usr/local/go/bin:$PATH"
@@ -31,6 +31,18 @@ log() { printf 'make image: %s\n' "$*" >&2; }
 # terminal or not), and the time they took at the end.
 STEPS=4
 STEP=0
+# build_ca: npm inside the build trusts what it trusts on this machine: the
+# file named by BUILD_CA_FILE, else NODE_EXTRA_CA_CERTS (set where a
+# TLS-intercepting proxy stands between this machine and the npm registry);
+# empty otherwise. Written only when it changed (the engine's cache).
+build_ca() {
+  local ca="${BUILD_CA_FILE:-${NODE_EXTRA_CA_CERTS:-}}"
+  if [ -n "$ca" ] && [ -s "$ca" ]; then
+    cmp -s "$ca" "$OUT/build-ca.crt" || cp "$ca" "$OUT/build-ca.crt"
+  else
+    [ -e "$OUT/build-ca.crt" ] && [ ! -s "$OUT/build-ca.crt" ] || : >"$OUT/build-ca.crt"
+  fi
+}
 step() {
   STEP=$((STEP + 1))
   log "step $STEP/$STEPS: $* (${SECONDS}s so far)"
@@ -187,10 +199,20 @@ else
   make_base
 fi
 
-# IMAGE_BASE_ONLY=1: only the base (make test starts it at once, beside the
-# Go build, so a new machine's debootstrap is not on the way to the image).
-if [ "${IMAGE_BASE_ONLY:-0}" = 1 ]; then
-  log "the base $BASE_IMAGE is ready (IMAGE_BASE_ONLY=1) in ${SECONDS}s"
+# IMAGE_PREBUILD=1: only the base and the Dockerfile's system stage (the
+# packages and Codex: the longest step on a new machine), left in the
+# engine's cache; no Go. make test starts it at once, beside the Go build.
+if [ "${IMAGE_PREBUILD:-0}" = 1 ]; then
+  mkdir -p "$OUT"
+  build_ca
+  prelog="$(mktemp)"
+  trap 'rm -f "$prelog"' EXIT
+  log "docker build --target system (the packages and Codex, cached for the image)"
+  if ! docker build --force-rm --target system --build-arg "BASE_IMAGE=$BASE_IMAGE" -f "$DOCKERFILE" . >"$prelog" 2>&1; then
+    cat "$prelog" >&2
+    explain_failure "docker build --target system" "$prelog" "$(docker info --format '{{.DockerRootDir}}' 2>/dev/null || echo /var/lib/docker)=3000"
+  fi
+  log "the base $BASE_IMAGE and the system stage are ready (IMAGE_PREBUILD=1) in ${SECONDS}s"
   exit 0
 fi
 
@@ -213,18 +235,9 @@ for b in botd worker; do
   if cmp -s "$OUT/$b.new" "$OUT/$b"; then rm -f "$OUT/$b.new"; else mv -f "$OUT/$b.new" "$OUT/$b"; fi
 done
 
-# npm inside the build trusts what it trusts on this machine: the file named
-# by BUILD_CA_FILE, else NODE_EXTRA_CA_CERTS (set where a TLS-intercepting
-# proxy stands between this machine and the npm registry); empty otherwise.
-ca="${BUILD_CA_FILE:-${NODE_EXTRA_CA_CERTS:-}}"
-if [ -n "$ca" ] && [ -s "$ca" ]; then
-  cmp -s "$ca" "$OUT/build-ca.crt" || cp "$ca" "$OUT/build-ca.crt"
-else
-  [ -e "$OUT/build-ca.crt" ] && [ ! -s "$OUT/build-ca.crt" ] || : >"$OUT/build-ca.crt"
-fi
-
 droot="$(docker info --format '{{.DockerRootDir}}' 2>/dev/null || echo /var/lib/docker)"
 check_space "$droot" 3000 "the engine's data-root; free space or move Docker's data-root"
+build_ca
 buildlog="$(mktemp)"
 trap 'rm -f "$gologf" "$buildlog"' EXIT
 step "docker build -t $IMAGE (base $BASE_IMAGE)"

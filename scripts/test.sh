@@ -82,15 +82,16 @@ if [ "$setup" = yes ] && [ "${TEST_KUBE:-1}" = 1 ]; then
   kube_build_pid=$!
   pids+=("$kube_build_pid")
 fi
-# The image's base (debootstrap on a new machine: minutes, mostly download
-# and unpacking) beside the Go build; the image itself waits for it.
+# The image's base and its system stage (debootstrap and the packages on a
+# new machine: minutes, mostly download and unpacking; seconds when cached)
+# beside the Go build; the image itself waits for them.
 have_docker=no
 if docker info >/dev/null 2>&1; then have_docker=yes; fi
 base_pid=""
 if [ "$have_docker" = yes ]; then
   ( t=$(date +%s); rc=0
-    IMAGE="$IMAGE" IMAGE_BASE_ONLY=1 IMAGE_SKIP_PROVISION=1 bash scripts/build-image.sh >"$logs/image-base.log" 2>&1 || rc=$?
-    took "the image's base (rc=$rc)" "$t"; exit "$rc" ) &
+    IMAGE="$IMAGE" IMAGE_PREBUILD=1 IMAGE_SKIP_PROVISION=1 bash scripts/build-image.sh >"$logs/image-base.log" 2>&1 || rc=$?
+    took "the image's base and system stage (rc=$rc)" "$t"; exit "$rc" ) &
   base_pid=$!
   pids+=("$base_pid")
 fi
@@ -149,7 +150,7 @@ vet_pid=$!
 pids+=("$vet_pid")
 if [ "$have_docker" = yes ]; then
   if ! wait "$base_pid"; then
-    log "the image's base failed ($logs/image-base.log):"; tail -n 30 "$logs/image-base.log" >&2
+    log "the image's base or system stage failed ($logs/image-base.log):"; tail -n 30 "$logs/image-base.log" >&2
   fi
   t=$(date +%s)
   IMAGE="$IMAGE" IMAGE_SKIP_PROVISION=1 bash scripts/build-image.sh
