@@ -13,6 +13,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -29,6 +30,7 @@ import (
 	"github.com/open-bot/computer/apps/worker/internal/mockmodel"
 	"github.com/open-bot/computer/apps/worker/internal/providers"
 	"github.com/open-bot/computer/apps/worker/internal/runs"
+	"github.com/open-bot/computer/apps/worker/internal/store"
 )
 
 // desktopPageURL is the button page as the sandbox's browser reaches it.
@@ -403,8 +405,16 @@ func takeoverSteps(t *testing.T, e, c *workerEnv, bot, container string, xauthOf
 	require.False(t, x == 321 && y == 123, "a pointer move after the release reached the sandbox's X")
 
 	// The execution lease held by another worker's run: busy too.
-	l, err := e.w.Store.AcquireLease(ctx, computers.LeaseKey(row, bot), "r_of_another_worker", time.Minute)
-	require.NoError(t, err)
+	// The run reads completed before its end (the recording, the
+	// checkpoint) gives the bot's lease back: under load that is seconds
+	// (rehearsal 28).
+	var l store.Lease
+	waitFor(t, "the finished run to give the bot's lease back", 60*time.Second, func() bool {
+		var err error
+		l, err = e.w.Store.AcquireLease(ctx, computers.LeaseKey(row, bot), "r_of_another_worker", time.Minute)
+		require.True(t, err == nil || errors.Is(err, store.ErrBusy), "%v", err)
+		return err == nil
+	})
 	status, _, msg = takeoverCall(t, c, "POST", bot, "")
 	require.Equal(t, http.StatusConflict, status)
 	require.Equal(t, "Stop the bot first", msg)
