@@ -1,12 +1,42 @@
 // The control page: noVNC connected to this link's own relay (same path,
 // websocket), with input enabled. The link in the address bar is the
 // credential; nothing else is sent.
+//
+// A connection that fails before it is up (the relay answered 502: the
+// screen's VNC server not listening yet, the machine briefly unreachable)
+// is tried again while the link itself is still good (a plain GET of it
+// answers 200; released or expired answers 410, invalid 401). A connection
+// the relay ends (release, expiry) is not.
 import RFB from '/control/novnc/core/rfb.js';
 
 const status = document.getElementById('status');
 const url = (location.protocol === 'https:' ? 'wss://' : 'ws://') + location.host + location.pathname;
-const rfb = new RFB(document.getElementById('screen'), url, { wsProtocols: ['binary'] });
-rfb.viewOnly = false;
-rfb.scaleViewport = true;
-rfb.addEventListener('connect', () => { status.textContent = 'connected'; });
-rfb.addEventListener('disconnect', () => { status.textContent = 'disconnected (released or expired)'; });
+const retryLimit = 20;
+let tries = 0;
+
+async function linkStillGood() {
+  try {
+    const r = await fetch(location.pathname, { cache: 'no-store', credentials: 'omit' });
+    return r.status === 200;
+  } catch (e) {
+    return false;
+  }
+}
+
+function connect() {
+  tries++;
+  const rfb = new RFB(document.getElementById('screen'), url, { wsProtocols: ['binary'] });
+  rfb.viewOnly = false;
+  rfb.scaleViewport = true;
+  let up = false;
+  rfb.addEventListener('connect', () => { up = true; tries = 0; status.textContent = 'connected'; });
+  rfb.addEventListener('disconnect', async (e) => {
+    if (!up && !(e.detail && e.detail.clean) && tries < retryLimit && await linkStillGood()) {
+      status.textContent = 'reconnecting…';
+      setTimeout(connect, Math.min(500 * tries, 3000));
+      return;
+    }
+    status.textContent = 'disconnected (released or expired)';
+  });
+}
+connect();

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"html/template"
 	"net/http"
+	"regexp"
 	"strings"
 	"time"
 
@@ -72,6 +73,21 @@ func (s *Service) serveLink(w http.ResponseWriter, r *http.Request) {
 	s.relay(w, r, c, g)
 }
 
+// quietErr is err's text fit for the log: the given secrets replaced and
+// every URL's query dropped (a vendor's port URL may carry its own token
+// there).
+func quietErr(err error, secrets ...string) string {
+	t := err.Error()
+	for _, s := range secrets {
+		if s != "" {
+			t = strings.ReplaceAll(t, s, "[redacted]")
+		}
+	}
+	return urlQuery.ReplaceAllString(t, "?[query]")
+}
+
+var urlQuery = regexp.MustCompile(`\?[^\s"']+`)
+
 func isUpgrade(r *http.Request) bool {
 	return strings.EqualFold(r.Header.Get("Upgrade"), "websocket")
 }
@@ -84,6 +100,7 @@ func (s *Service) relay(w http.ResponseWriter, r *http.Request, c claims, g *gra
 	defer cancel()
 	m, err := s.o.Computers.Machine(ctx, c.Computer)
 	if err != nil {
+		s.o.Log.Warn().Str("error", quietErr(err)).Str("computer", c.Computer).Msg("control relay: the computer is not reachable")
 		http.Error(w, "the computer is not reachable", http.StatusBadGateway)
 		return
 	}
@@ -101,6 +118,7 @@ func (s *Service) relay(w http.ResponseWriter, r *http.Request, c claims, g *gra
 	}
 	up, err := m.DialVNC(ctx, c.Screen, link)
 	if err != nil {
+		s.o.Log.Warn().Str("error", quietErr(err, link.Token)).Str("screen", c.Screen).Msg("control relay: the screen's VNC did not answer")
 		http.Error(w, "the screen is not running", http.StatusBadGateway)
 		return
 	}
