@@ -27,7 +27,6 @@ import (
 	"github.com/coder/websocket"
 	"github.com/stretchr/testify/require"
 
-	cdpsession "github.com/open-bot/computer/apps/worker/internal/cdp"
 	"github.com/open-bot/computer/apps/worker/internal/providers"
 )
 
@@ -216,9 +215,6 @@ func TestCDPClientsDocker(t *testing.T) {
 	})
 
 	t.Run("no idle suspension under a session", func(t *testing.T) {
-		every := cdpsession.TouchEvery
-		cdpsession.TouchEvery = 100 * time.Millisecond
-		defer func() { cdpsession.TouchEvery = every }()
 		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 		defer cancel()
 		h := http.Header{"Authorization": {"Bearer " + e.token}, "X-Computer-Capability": {e.capa}}

@@ -45,11 +45,6 @@ const (
 	ClientReadLimit  = 4 << 20
 )
 
-// TouchEvery is how often an open session marks its computer used, so
-// idle suspension (COMPUTER_IDLE_MINUTES) never stops a machine a client
-// is driving. A variable for tests.
-var TouchEvery = 30 * time.Second
-
 // ErrOutsideNamespace is the answer for a screen that is not the bot's.
 var ErrOutsideNamespace = shared.Errorf(http.StatusForbidden, shared.CodeForbidden,
 	"that screen is not this bot's: a bot's screens are <bot> and <bot>-<suffix>")
@@ -137,6 +132,10 @@ type Session struct {
 	// lease itself goes back with the last hold, unless it was held
 	// before any).
 	letGo func()
+	// unuse ends the session's hold of its computer in use (Open takes
+	// it): idle suspension (COMPUTER_IDLE_MINUTES) never stops a machine
+	// while a session opens or is open, however quiet its client.
+	unuse func()
 	up    *websocket.Conn
 }
 
@@ -153,11 +152,14 @@ func (s *Service) Open(ctx context.Context, computer, bot, screen string) (*Sess
 	if !s.claim(computer, screen) {
 		return nil, ErrBusy
 	}
+	unuse := s.o.Computers.Use(computer)
 	sess, err := s.open1(ctx, computer, bot, screen)
 	if err != nil {
+		unuse()
 		s.unclaim(computer, screen)
 		return nil, err
 	}
+	sess.unuse = unuse
 	return sess, nil
 }
 
@@ -212,25 +214,9 @@ func (x *Session) Serve(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	log := x.s.o.Log.With().Str("computer", x.computer).Str("bot", x.bot).Str("screen", x.screen).Logger()
 	log.Info().Msg("cdp session opened")
-	// Used while open: no idle suspension under a client.
-	done := make(chan struct{})
-	go func() {
-		t := time.NewTicker(TouchEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				x.s.o.Computers.Touch(x.computer)
-			}
-		}
-	}()
-	defer close(done)
 	// The session outlives nothing but its two ends: the request's context
 	// is the hijacked connection's, and ends with the relay anyway.
 	end := wsrelay.Relay(context.WithoutCancel(r.Context()), down, x.up)
-	x.s.o.Computers.Touch(x.computer) // idle from the session's end
 	by := "client"
 	if end.From == x.up {
 		by = "machine"
@@ -242,7 +228,13 @@ func (x *Session) Serve(w http.ResponseWriter, r *http.Request) {
 // release gives the session's hold of the screen's agent lease back
 // (agentlease: the last hold gives the lease back, unless it was held
 // before any); one botd already dropped (lost, taken over) is no matter.
-func (x *Session) release() { x.letGo() }
+// release gives the lease back and ends the hold in use (idle from now).
+func (x *Session) release() {
+	x.letGo()
+	if x.unuse != nil {
+		x.unuse()
+	}
+}
 
 // upstream keeps the machine's answer when it is an API error (its code
 // and message are meant for callers) and hides anything else.

@@ -84,10 +84,13 @@ func (s *Service) Owns(id string) bool { return s.owns(id) }
 // Service manages computers.
 type Service struct {
 	o Options
-	// mu guards machines, lastUsed and connecting.
+	// mu guards machines, lastUsed, inUse and connecting.
 	mu       sync.Mutex
 	machines map[string]providers.Machine
 	lastUsed map[string]time.Time
+	// inUse counts what holds each computer in use (Use): idle suspension
+	// passes over it whatever its last use.
+	inUse map[string]int
 	// connecting holds one lock per computer: connecting (and so replacing)
 	// its machine is serialized, or two callers that both found the machine
 	// gone would each make a replacement and one would be left behind.
@@ -113,7 +116,7 @@ func New(o Options) (*Service, error) {
 	if o.RestoreKeys == nil {
 		o.RestoreKeys = capability.NewRestoreKeys()
 	}
-	return &Service{o: o, machines: map[string]providers.Machine{}, lastUsed: map[string]time.Time{},
+	return &Service{o: o, machines: map[string]providers.Machine{}, lastUsed: map[string]time.Time{}, inUse: map[string]int{},
 		connecting: map[string]*sync.Mutex{}, checkpointing: map[string]*sync.Mutex{}}, nil
 }
 
@@ -614,9 +617,33 @@ func (s *Service) Machine(ctx context.Context, id string) (providers.Machine, er
 	return m, nil
 }
 
+// Use holds computer id in use until done is called (once; more calls do
+// nothing): idle suspension never stops it meanwhile, however long since
+// its last Touch. Done counts as a use (idle from then). For what stays
+// open and silent, such as a CDP session: a periodic Touch alone leaves
+// a gap a slow tick or a slow start falls into.
+func (s *Service) Use(id string) (done func()) {
+	s.mu.Lock()
+	s.inUse[id]++
+	s.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.mu.Lock()
+			if s.inUse[id]--; s.inUse[id] <= 0 {
+				delete(s.inUse, id)
+			}
+			if s.machines[id] != nil {
+				s.lastUsed[id] = time.Now()
+			}
+			s.mu.Unlock()
+		})
+	}
+}
+
 // Touch marks computer id used now (when its machine is connected), for a
 // connection that uses the machine without calling through the service
-// (a CDP session): idle suspension leaves a computer in use running.
+// (a forwarded port's traffic): idle suspension counts from here.
 func (s *Service) Touch(id string) {
 	s.mu.Lock()
 	if s.machines[id] != nil {

@@ -228,8 +228,9 @@ func (s *Service) SuspendIdle(ctx context.Context, idle time.Duration) error {
 		if !ok {
 			s.lastUsed[c.ID] = now // first seen by this process: idle from now
 		}
+		held := s.inUse[c.ID] > 0
 		s.mu.Unlock()
-		if !ok || now.Sub(last) < idle {
+		if held || !ok || now.Sub(last) < idle {
 			continue
 		}
 		live, err := s.o.Store.ListRuns(ctx, c.ID, store.RunQueued, store.RunRunning, store.RunWaitingTakeover)
