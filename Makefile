@@ -6,6 +6,13 @@ IMAGE ?= open-bot/computer:dev
 WORKER_IMAGE_TAG ?= open-bot/worker:dev
 STATE_DIR ?= $(HOME)/.open-bot
 TEST_TIMEOUT ?= 75m
+# One Go build configuration for every go command make runs (make build,
+# go vet, the tests and the programs they build, the image's binaries):
+# -trimpath, and the pure-Go resolver and user lookup the image's static
+# binaries need. Go's build cache then compiles each package once per
+# machine, not once per set of flags, and a clone at another path reuses it.
+GO_BUILD_FLAGS ?= -trimpath -tags=osusergo,netgo
+export GOFLAGS := $(strip $(GOFLAGS) $(GO_BUILD_FLAGS))
 
 .PHONY: build test test-live bench run image worker-image lint fmt clean
 

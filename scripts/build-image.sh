@@ -44,10 +44,14 @@ build_ca() {
     [ -e "$OUT/build-ca.crt" ] && [ ! -s "$OUT/build-ca.crt" ] || : >"$OUT/build-ca.crt"
   fi
 }
-# image_go_build BOTD WORKER: the image's two binaries (see step 3).
+# image_go_build BOTD WORKER: the image's two binaries (see step 3). Both
+# with the flags the Makefile gives every go command (-trimpath, the pure-Go
+# resolver and user lookup), so they reuse make build's and the tests'
+# compiled packages; the worker without cgo (its JPEG encoder's pure-Go
+# form), botd with libjpeg-turbo linked in statically.
 image_go_build() {
   CGO_ENABLED=1 "$GO" build -trimpath -tags osusergo,netgo -ldflags '-s -w -linkmode external -extldflags "-static"' -o "$1" ./apps/botd &&
-    CGO_ENABLED=0 "$GO" build -trimpath -ldflags '-s -w' -o "$2" ./apps/worker
+    CGO_ENABLED=0 "$GO" build -trimpath -tags osusergo,netgo -ldflags '-s -w' -o "$2" ./apps/worker
 }
 step() {
   STEP=$((STEP + 1))

@@ -69,7 +69,7 @@ put() {
 }
 
 step "go build the worker (CGO_ENABLED=0, static)"
-CGO_ENABLED=0 "$GO" build -trimpath -ldflags '-s -w' -o "$OUT/worker.build" ./apps/worker ||
+CGO_ENABLED=0 "$GO" build -trimpath -tags osusergo,netgo -ldflags '-s -w' -o "$OUT/worker.build" ./apps/worker ||
   die "go build of the worker failed; see the output above"
 put "$OUT/worker.build" "$OUT/worker" 755
 rm -f "$OUT/worker.build"

@@ -80,7 +80,7 @@ func versitygw(t *testing.T) string {
 		start := time.Now()
 		cmd := exec.Command(goTool, "install", versitygwModule)
 		cmd.Dir = gobin
-		cmd.Env = append(os.Environ(), "GOBIN="+gobin, "GOFLAGS=-mod=mod", "GOWORK=off", "CGO_ENABLED=0")
+		cmd.Env = append(os.Environ(), "GOBIN="+gobin, "GOFLAGS=-mod=mod -trimpath -tags=osusergo,netgo", "GOWORK=off", "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			versitygwBuild.err = fmt.Errorf("go install %s: %v\n%s", versitygwModule, err, out)
 			return
