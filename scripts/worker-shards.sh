@@ -46,11 +46,11 @@
 # containers, with no X display or fixed host port of their own);
 # "cluster" the Kubernetes tests, the warm pools (pool_test.go's tests share
 # poolDisplayBase), the worker group and a few long local ones; "rest" the
-# others. All run at once beside the other packages' `go test`, on 2 CPUs
-# as well: the machine is mostly waiting (apps/worker alone kept 47 % of 2
-# cores busy). The in-container start-up deadlines that missed here once
-# did so under a load of 35–48 from other people's tests on a shared
-# machine. Keep the shards few: a flaky suite blocks every landing.
+# others. They run beside the other packages' tests, and in `make test` the
+# two cores are busy throughout (the rehearsals' CPU samples): under that
+# load a shard takes several times its time alone (rehearsal 29: vendors
+# 2,317 s), so the start-up deadlines of the tests are generous. Keep the
+# shards few: a flaky suite blocks every landing.
 
 # WORKER_SHARD_NAMES and WORKER_SHARD_TESTS are parallel: a shard's name and
 # the space-separated names of its tests.
