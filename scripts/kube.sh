@@ -367,7 +367,8 @@ start_containerd() {
 # --------------------------------------------------------------- images --
 
 # import_image NAME DOCKER_REF: docker save | ctr import, unless containerd
-# already holds the image of the same Docker image id. (grep without -q:
+# already holds the image of the same Docker image id. Returns 1 (said in
+# the log) when the import fails. (grep without -q:
 # one that quits at the first match can end ctr with SIGPIPE, and under
 # pipefail a found image then reads as missing; seen in a CI run.)
 import_image() {
@@ -383,9 +384,14 @@ import_image() {
   t0="$(now)"
   log "image $ref: importing into containerd ($id)"
   mkdir -p "$STATE/images"
-  docker save "$ref" | ctr_ images import - >>"$LOGS/images.log" 2>&1 ||
-    die "importing $ref into containerd failed (log: $LOGS/images.log)"
-  ctr_ images ls -q | grep -xF "$cref" >/dev/null || die "containerd has no $cref after the import (log: $LOGS/images.log)"
+  if ! docker save "$ref" | ctr_ images import - >>"$LOGS/images.log" 2>&1; then
+    log "importing $ref into containerd failed (log: $LOGS/images.log): $(tail -n 1 "$LOGS/images.log" | cut -c1-300)"
+    return 1
+  fi
+  if ! ctr_ images ls -q | grep -xF "$cref" >/dev/null; then
+    log "containerd has no $cref after the import (log: $LOGS/images.log)"
+    return 1
+  fi
   echo "$id" >"$STATE/images/$name.id"
   log "image $ref: imported in $(since "$t0")s"
 }
@@ -408,6 +414,16 @@ build_pause_image() {
     rm -rf "$ctx"
   fi
   import_image pause "$ref"
+}
+
+# import_images: the pause image and the computer image into containerd.
+import_images() {
+  build_pause_image || return 1
+  if docker image inspect "$COMPUTER_IMAGE" >/dev/null 2>&1; then
+    import_image computer "$COMPUTER_IMAGE" || return 1
+  else
+    log "WARNING: docker has no $COMPUTER_IMAGE (scripts/build-image.sh builds it): not imported; pods of it cannot start"
+  fi
 }
 
 # -------------------------------------------------------- control plane --
@@ -589,7 +605,7 @@ cmd_start() {
     log "already running (admin kubeconfig: $ADMIN_KUBECONFIG)"
     # A computer image rebuilt since: imported now (running pods keep theirs).
     if docker image inspect "$COMPUTER_IMAGE" >/dev/null 2>&1; then
-      import_image computer "$COMPUTER_IMAGE"
+      import_image computer "$COMPUTER_IMAGE" || die "the running cluster's containerd did not take $COMPUTER_IMAGE; scripts/kube.sh stop && scripts/kube.sh start clears its image store"
     fi
     echo "$ADMIN_KUBECONFIG"
     return 0
@@ -620,11 +636,17 @@ cmd_start() {
   write_containerd_config "$pref"
   start_containerd
   log "containerd up ($(since "$t0")s)"
-  build_pause_image
-  if docker image inspect "$COMPUTER_IMAGE" >/dev/null 2>&1; then
-    import_image computer "$COMPUTER_IMAGE"
-  else
-    log "WARNING: docker has no $COMPUTER_IMAGE (scripts/build-image.sh builds it): not imported; pods of it cannot start"
+  # containerd's image store holds only images imported from Docker's: one
+  # a killed import or a killed machine left inconsistent (seen: "parent
+  # snapshot ... does not exist" after a restart mid-import) is cleared
+  # and everything imported again, once.
+  if ! import_images; then
+    log "clearing containerd's image store ($STATE/containerd) and importing again"
+    stop_component containerd 30
+    cleanup_mounts
+    rm -rf "$STATE/containerd" "$STATE/images"
+    start_containerd
+    import_images || die "importing the images into a cleared containerd failed too (log: $LOGS/images.log)"
   fi
 
   "$KUBE" certs --dir "$PKI" --node-name "$NODE_NAME" --node-ip "$NODE_IP" \
@@ -666,7 +688,7 @@ our_shims() {
   local p args
   for p in /proc/[0-9]*; do
     [ -r "$p/cmdline" ] || continue
-    args="$(tr '\0' '\n' <"$p/cmdline" 2>/dev/null)" || continue
+    args="$({ tr '\0' '\n' <"$p/cmdline"; } 2>/dev/null)" || continue
     case "$args" in
       *containerd-shim*) ;;
       *) continue ;;
@@ -850,7 +872,7 @@ cmd_smoke() {
     die "the cluster is not running (scripts/kube.sh start)"
   fi
   docker image inspect "$COMPUTER_IMAGE" >/dev/null 2>&1 || die "docker has no $COMPUTER_IMAGE (scripts/build-image.sh)"
-  import_image computer "$COMPUTER_IMAGE"
+  import_image computer "$COMPUTER_IMAGE" || die "containerd did not take $COMPUTER_IMAGE"
 
   local ns pod=botd token tmp
   ns="smoke-$(head -c 4 /dev/urandom | od -An -tx1 | tr -d ' \n')"
