@@ -5,6 +5,7 @@ the act channel is a socketpair: it records each request line and answers
 like botd's actchan. Each test checks the exact requests a call sends.
 """
 
+import itertools
 import json
 import os
 import socket
@@ -384,7 +385,13 @@ class ShimTest(unittest.TestCase):
     def test_pause_is_slept_after_each_call(self):
         self.assertEqual(DEFAULT_PAUSE, 0.1)
         pyautogui.PAUSE = 0.1
-        with mock.patch.object(pyautogui.time, "sleep") as sleep:
+        # The shim's clock moves 0.1 ms a reading, so the click's act takes
+        # next to no time however slow this machine is (under load a real
+        # round trip to the fake botd took longer than PAUSE, and no sleep
+        # was left to make).
+        clock = itertools.count(1000.0, 0.0001)
+        with mock.patch.object(pyautogui.time, "sleep") as sleep, \
+                mock.patch.object(pyautogui.time, "monotonic", lambda: next(clock)):
             pyautogui.click(1, 1)  # an act that took no time: nearly all of PAUSE
             pyautogui.press("a", _pause=False)
             pyautogui.keyDown("shift")  # sent nothing: all of PAUSE
