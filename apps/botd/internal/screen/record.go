@@ -61,6 +61,12 @@ const recFree = 4 << 20
 // before it is killed (the file still plays: fragmented MP4).
 const recStopWait = 10 * time.Second
 
+// recFirstFrameWait bounds how long a requested stop waits for the file's
+// first fragment when it has none yet: a stop right after the start still
+// gives video that plays (under load, ffmpeg took over 2 s to write
+// anything, and a stop at 2 s left an empty file).
+const recFirstFrameWait = 15 * time.Second
+
 // recording is one recording botd knows.
 type recording struct {
 	shared.Recording
@@ -206,7 +212,7 @@ func (m *Manager) StartRecording(ctx context.Context, id string, in shared.Recor
 			return err
 		}
 		r.f = f
-		r.w = &fragWriter{f: f, limit: maxBytes, end: func(reason string, err error) {
+		r.w = &fragWriter{f: f, limit: maxBytes, frame: make(chan struct{}), end: func(reason string, err error) {
 			rc.mu.Lock()
 			if r.reason == "" {
 				r.reason = reason
@@ -365,6 +371,15 @@ func (m *Manager) StopRecording(ctx context.Context, id, rid string) (*shared.Re
 		r.reason = shared.RecordingStopRequested
 	}
 	rc.mu.Unlock()
+	// Not before the file has video (bounded): see recFirstFrameWait.
+	t := time.NewTimer(recFirstFrameWait)
+	select {
+	case <-r.w.frame:
+	case <-r.done:
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	t.Stop()
 	r.ask(ctx)
 	rc.mu.Lock()
 	defer rc.mu.Unlock()

@@ -26,6 +26,10 @@ type fragWriter struct {
 	buf  []byte // bytes not yet a whole box
 	moof []byte // a fragment's moof waiting for its mdat
 	done bool
+	// frame is closed once the file holds its first fragment (a moof and
+	// its mdat: video that plays), when the writer was made with one.
+	frame     chan struct{}
+	hasFrames bool
 }
 
 // maxBox bounds one box held in memory (a fragment is about a second of
@@ -76,6 +80,12 @@ func (w *fragWriter) commit(unit []byte) {
 		return
 	}
 	n, err := w.f.Write(unit)
+	if err == nil && !w.hasFrames && len(unit) >= 8 && string(unit[4:8]) == "moof" {
+		w.hasFrames = true
+		if w.frame != nil {
+			close(w.frame)
+		}
+	}
 	if err != nil {
 		_ = w.f.Truncate(w.n)
 		_, _ = w.f.Seek(w.n, 0)

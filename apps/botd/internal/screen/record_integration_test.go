@@ -229,6 +229,19 @@ func TestIntegrationRecording(t *testing.T) {
 	require.NoFileExists(t, recFile(e, "rec", rid))
 	require.Empty(t, recList(t, mux, "rec"))
 	leaseIntact(t, mux, "rec", lid)
+
+	// A stop right after the start still leaves video that plays: the stop
+	// waits for the file's first fragment (the OSWorld guest API stops
+	// 2 s after its start; under load ffmpeg had written nothing by then).
+	r = call(t, mux, "POST", "/screens/rec/recordings", map[string]any{"leaseId": lid, "fps": 10})
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	quick := r.body["id"].(string)
+	r = call(t, mux, "POST", "/screens/rec/recordings/"+quick+"/stop", nil)
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	require.Equal(t, "requested", r.body["stopReason"])
+	require.Greater(t, r.body["bytes"].(float64), 0.0, "a stop right after the start left an empty file")
+	require.Positive(t, playable(t, recFile(e, "rec", quick)))
+	leaseIntact(t, mux, "rec", lid)
 }
 
 // TestIntegrationRecordingLimits: a recording stops cleanly at its size
