@@ -227,8 +227,8 @@ func (x *Session) Serve(w http.ResponseWriter, r *http.Request) {
 
 // release gives the session's hold of the screen's agent lease back
 // (agentlease: the last hold gives the lease back, unless it was held
-// before any); one botd already dropped (lost, taken over) is no matter.
-// release gives the lease back and ends the hold in use (idle from now).
+// before any; one botd already dropped, lost or taken over, is no matter)
+// and ends its hold of the computer in use (idle from now).
 func (x *Session) release() {
 	x.letGo()
 	if x.unuse != nil {
