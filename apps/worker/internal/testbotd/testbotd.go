@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -98,7 +99,14 @@ func FreeAddr(t testing.TB) string {
 	return l.Addr().String()
 }
 
-// Start starts a botd with a fresh home and waits until it is healthy.
+// listenAddr picks botd's API address (a variable for the retry's test).
+var listenAddr = FreeAddr
+
+// Start starts a botd with a fresh home and waits until it is healthy. A
+// botd that could not bind its kernel-picked port (another process took
+// it between FreeAddr and botd's listen, which botd's start-up of seconds
+// leaves room for on a busy machine) is started again on new ports, up to
+// three times.
 func Start(t testing.TB, o Options) *Botd {
 	t.Helper()
 	Require(t)
@@ -109,14 +117,31 @@ func Start(t testing.TB, o Options) *Botd {
 	if err != nil {
 		t.Fatal(err)
 	}
+	for attempt := 1; ; attempt++ {
+		d, exited := start(t, b, o)
+		if !exited {
+			return d
+		}
+		logs := d.Logs(40)
+		if attempt < 3 && strings.Contains(logs, "address already in use") {
+			t.Logf("botd's port was taken before it listened (attempt %d); again on new ports", attempt)
+			continue
+		}
+		t.Fatalf("botd exited:\n%s", logs)
+	}
+}
+
+// start starts one botd; exited says it ended before it was healthy.
+func start(t testing.TB, b string, o Options) (d *Botd, exited bool) {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "testbotd-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	_ = os.Chmod(dir, 0o755)
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	addr := FreeAddr(t)
-	d := &Botd{URL: "http://" + addr, Token: "testbotd-token-0123456789", Home: filepath.Join(dir, "home"), logs: &syncBuffer{}, done: make(chan struct{})}
+	addr := listenAddr(t)
+	d = &Botd{URL: "http://" + addr, Token: "testbotd-token-0123456789", Home: filepath.Join(dir, "home"), logs: &syncBuffer{}, done: make(chan struct{})}
 	d.cmd = exec.Command(b)
 	d.cmd.Env = append(os.Environ(),
 		"BOTD_TOKEN="+d.Token, "BOTD_HOME="+d.Home, "BOTD_LISTEN="+addr,
@@ -142,11 +167,11 @@ func Start(t testing.TB, o Options) *Botd {
 	for {
 		h, err := d.Client.Health(ctx)
 		if err == nil && h.OK {
-			return d
+			return d, false
 		}
 		select {
 		case <-d.done:
-			t.Fatalf("botd exited:\n%s", d.Logs(40))
+			return d, true
 		case <-ctx.Done():
 			t.Fatalf("botd not healthy: %v\n%s", err, d.Logs(40))
 		case <-time.After(100 * time.Millisecond):
