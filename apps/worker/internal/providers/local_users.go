@@ -15,6 +15,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Every local computer runs as users of its own: a desktop user, a bot user
@@ -206,6 +208,16 @@ func runTool(argv ...string) error {
 // the screen starts. When a step fails, what this call made is removed
 // again (never a user or group someone else made meanwhile).
 func (u localUsers) create(home, ref string) (err error) {
+	unlock, err := lockUsers()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	// Free when the caller looked may be taken now: looked again under the
+	// host's lock, with nothing made yet.
+	if !u.free() {
+		return fmt.Errorf("local provider: %w: %s, %s or %s", errIDTaken, u.Desktop, u.Bot, u.Group)
+	}
 	var users, groups []string
 	defer func() {
 		if err == nil {
@@ -244,6 +256,11 @@ func (u localUsers) create(home, ref string) (err error) {
 // remove deletes u's users and groups; ones already gone are fine. Their
 // processes must have ended (userdel refuses otherwise).
 func (u localUsers) remove() error {
+	unlock, err := lockUsers()
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	var errs []error
 	for _, n := range []string{u.Desktop, u.Bot} {
 		if err := runGone("userdel", n); err != nil {
@@ -256,6 +273,29 @@ func (u localUsers) remove() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// usersLock is the host's one lock on local computers' users: every
+// worker on the host (each with its own machines directory, all drawing
+// ids from the same range) makes and removes them under it, so one's
+// check that ids are free and its useradd are never split by another's
+// groupadd or groupdel of the same names (seen: two tests' workers, the
+// same second, "useradd: group '61005' does not exist"). In /run, which
+// only root writes; opened without following a symlink.
+const usersLock = "/run/open-bot-local-users.lock"
+
+// lockUsers takes usersLock; unlock gives it back. Never nested: create
+// and remove each take it once and call neither each other nor it again.
+func lockUsers() (unlock func(), err error) {
+	fd, err := unix.Open(usersLock, unix.O_RDWR|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("local provider: open %s: %w", usersLock, err)
+	}
+	if err := unix.Flock(fd, unix.LOCK_EX); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("local provider: lock %s: %w", usersLock, err)
+	}
+	return func() { unix.Close(fd) }, nil
 }
 
 // runGone runs userdel or groupdel; exit 6 (no such user or group) is fine.

@@ -2,12 +2,15 @@ package providers
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -332,4 +335,53 @@ func TestLocalUsersIDRange(t *testing.T) {
 		l := &Local{o: LocalOptions{IDBase: 60100}}
 		require.False(t, l.usersFor(0).free())
 	}
+}
+
+// TestLocalUsersCreateRemoveAtOnce: two workers' providers (each its own
+// machines directory, the same id range) making and removing the same
+// computer number's users at once: every create makes all its users or
+// finds a name or id taken, and every remove removes what its create made.
+func TestLocalUsersCreateRemoveAtOnce(t *testing.T) {
+	requireHost(t)
+	if _, err := exec.LookPath("useradd"); err != nil {
+		unavailable(t, "useradd not on PATH (scripts/provision.sh)")
+	}
+	u := (&Local{o: LocalOptions{IDBase: DefaultLocalIDBase}}).usersFor(650) // no other test's
+	require.True(t, u.free(), "%s's ids are free before the test", u.Desktop)
+	defer func() { _ = u.remove() }()
+	home := t.TempDir()
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	made := make([]int, 2)
+	for w := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 12 {
+				err := u.create(home, fmt.Sprintf("c_atonce%d%d-00000000", w, i))
+				if errors.Is(err, errIDTaken) {
+					continue
+				}
+				if err != nil {
+					errs <- err
+					continue
+				}
+				made[w]++
+				if !u.present() {
+					errs <- fmt.Errorf("worker %d: made, then not present", w)
+				}
+				if err := u.remove(); err != nil {
+					errs <- err
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	t.Logf("made %d and %d times", made[0], made[1])
+	require.Positive(t, made[0]+made[1])
+	require.True(t, u.free(), "all removed")
 }
