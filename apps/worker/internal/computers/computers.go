@@ -619,9 +619,9 @@ func (s *Service) Machine(ctx context.Context, id string) (providers.Machine, er
 
 // Use holds computer id in use until done is called (once; more calls do
 // nothing): idle suspension never stops it meanwhile, however long since
-// its last Touch. Done counts as a use (idle from then). For what stays
-// open and silent, such as a CDP session: a periodic Touch alone leaves
-// a gap a slow tick or a slow start falls into.
+// its last use. Done counts as a use (idle from then). For what stays
+// open and silent without calling through the service, such as a CDP
+// session.
 func (s *Service) Use(id string) (done func()) {
 	s.mu.Lock()
 	s.inUse[id]++
@@ -639,17 +639,6 @@ func (s *Service) Use(id string) (done func()) {
 			s.mu.Unlock()
 		})
 	}
-}
-
-// Touch marks computer id used now (when its machine is connected), for a
-// connection that uses the machine without calling through the service
-// (a forwarded port's traffic): idle suspension counts from here.
-func (s *Service) Touch(id string) {
-	s.mu.Lock()
-	if s.machines[id] != nil {
-		s.lastUsed[id] = time.Now()
-	}
-	s.mu.Unlock()
 }
 
 // Adopt mints a new capability for computer id; the old one stops working.
