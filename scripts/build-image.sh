@@ -14,8 +14,7 @@
 #
 # Needs root for debootstrap (only when the base is made here). As root on
 # Debian it installs what it uses and starts an engine when none answers.
-# IMAGE_PREBUILD=1 makes only the base and the Dockerfile's system stage;
-# IMAGE_GO_ONLY=1 only compiles the binaries (Go's build cache).
+# IMAGE_PREBUILD=1 makes only the base and the Dockerfile's system stage.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/usr/local/go/bin:$PATH"
@@ -92,18 +91,6 @@ explain_failure() {
   done
   die "$what failed; see the output above"
 }
-
-# IMAGE_GO_ONLY=1: only compile the image's binaries, into a directory that
-# is thrown away: it fills Go's build cache (the image's flags are not make
-# build's, so on a new machine this is minutes), and make test runs it
-# beside the tests while the base is made; step 3 then only links.
-if [ "${IMAGE_GO_ONLY:-0}" = 1 ]; then
-  tmpgo="$(mktemp -d)"
-  trap 'rm -rf "$tmpgo"' EXIT
-  image_go_build "$tmpgo/botd" "$tmpgo/worker"
-  log "compiled botd and the worker as the image builds them (IMAGE_GO_ONLY=1) in ${SECONDS}s"
-  exit 0
-fi
 
 step "tools and the Docker engine"
 # As root on Debian, install what this build uses (cgo, libturbojpeg,

@@ -122,21 +122,28 @@ for p in "${LISTED[@]}"; do
   esac
 done
 
-# Each `go test` below runs one test binary at a time (-p 1): beside the
+# Each `go test` here runs one test binary at a time (-p 1): beside the
 # shards, -p 2 made seven test processes of desktops, browsers and vendor
 # sandboxes at once, a load of 30-40 on two cores, and the waits that poll
 # (a sandbox's command per look) burnt the CPU the tests needed: rehearsal
 # 29 took 41 min warm, the vendors shard 2,317 s against 258 s alone, and
 # three tests missed under the load.
+#
+# gotest NAME PKG...: that `go test` of the packages, in the background.
+test_pids=()
+gotest() {
+  local name=$1; shift
+  ( t=$(date +%s); rc=0
+    "$GO" test -p 1 -count=1 -timeout "$TEST_TIMEOUT" "$@" || rc=$?
+    took "$name (rc=$rc)" "$t"; exit "$rc" ) &
+  test_pids+=("$!")
+  pids+=("$!")
+}
+
 t_tests=$(date +%s)
-early_pid=""
 if [ "${#EARLY[@]}" -gt 0 ]; then
   log "starting the tests of ${#EARLY[@]} packages that need no image, engine, cluster or database"
-  ( t=$(date +%s); rc=0
-    "$GO" test -p 1 -count=1 -timeout "$TEST_TIMEOUT" "${EARLY[@]}" || rc=$?
-    took "the early packages' tests (rc=$rc)" "$t"; exit "$rc" ) &
-  early_pid=$!
-  pids+=("$early_pid")
+  gotest "the early packages' tests" "${EARLY[@]}"
 fi
 
 bin="$logs/worker.test"
@@ -152,11 +159,6 @@ fi
 vet_pid=$!
 pids+=("$vet_pid")
 if [ "$have_docker" = yes ]; then
-  # the image's binaries compile while its base and system stage are made
-  # (their flags differ from make build's: minutes on a new machine)
-  t=$(date +%s)
-  IMAGE_GO_ONLY=1 bash scripts/build-image.sh >"$logs/image-go.log" 2>&1 || log "compiling the image's binaries failed ($logs/image-go.log); the image step says why"
-  took "compiling the image's binaries" "$t"
   if ! wait "$base_pid"; then
     log "the image's base or system stage failed ($logs/image-base.log):"; tail -n 30 "$logs/image-base.log" >&2
   fi
@@ -167,16 +169,6 @@ else
   log "no Docker engine answers; the image tests skip (fail under CI=true)"
 fi
 
-# gotest NAME PKG...: `go test` of the packages in the background.
-test_pids=()
-gotest() {
-  local name=$1; shift
-  ( t=$(date +%s); rc=0
-    "$GO" test -p 1 -count=1 -timeout "$TEST_TIMEOUT" "$@" || rc=$?
-    took "$name (rc=$rc)" "$t"; exit "$rc" ) &
-  test_pids+=("$!")
-  pids+=("$!")
-}
 
 if [ "$sharded" = yes ]; then
   if ! wait "$compile_pid"; then
@@ -283,7 +275,7 @@ if [ "$sharded" = yes ]; then
 fi
 
 failed=0
-for p in "${test_pids[@]}" $early_pid $vet_pid; do
+for p in "${test_pids[@]}" $vet_pid; do
   wait "$p" || failed=1
 done
 took "the tests" "$t_tests"
