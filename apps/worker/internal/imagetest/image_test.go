@@ -168,6 +168,10 @@ func run(t *testing.T, ctx context.Context, img, vol, tokenPath string, env ...s
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
+		if t.Failed() {
+			// botd's log says why (it never holds a token or a cookie value).
+			t.Logf("the last lines of container %s's log:\n%s", name, logs(ctx, name, "80"))
+		}
 		_, _ = docker(ctx, "rm", "-f", name)
 	})
 	return name

@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"slices"
 	"strings"
@@ -35,7 +36,8 @@ func windowNames(ctx context.Context, t *testing.T, b Backend, display string) [
 // root without CAP_SYS_PTRACE reads no other user's environ).
 func browserMains(ctx context.Context, t *testing.T, b Backend, display string) []string {
 	t.Helper()
-	script := `for d in /proc/[0-9]*; do
+	script := `for f in $(grep -lz -- '^--user-data-dir=' /proc/[0-9]*/cmdline 2>/dev/null); do
+  d="${f%/cmdline}"
   tr '\0' '\n' <"$d/cmdline" 2>/dev/null | grep -q '^--type=' && continue
   prof=$(tr '\0' '\n' <"$d/cmdline" 2>/dev/null | sed -n 's/^--user-data-dir=//p')
   [ -n "$prof" ] || continue
@@ -48,10 +50,16 @@ done | sort -u`
 
 func waitUntil(t *testing.T, what string, d time.Duration, ok func() bool) {
 	t.Helper()
+	waitUntilSeen(t, what, d, ok, func() string { return "" })
+}
+
+// waitUntilSeen is waitUntil whose failure says what seen returns then.
+func waitUntilSeen(t *testing.T, what string, d time.Duration, ok func() bool, seen func() string) {
+	t.Helper()
 	deadline := time.Now().Add(d)
 	for !ok() {
-		require.True(t, time.Now().Before(deadline), "timed out: %s", what)
-		time.Sleep(200 * time.Millisecond)
+		require.True(t, time.Now().Before(deadline), "timed out: %s%s", what, seen())
+		time.Sleep(500 * time.Millisecond)
 	}
 }
 
@@ -104,7 +112,7 @@ setsid python3 -m http.server --bind 127.0.0.1 18090 >/dev/null 2>&1 </dev/null 
 	require.Equal(t, []string{profA}, browserMains(ctx, t, b, ":0"))
 	require.Equal(t, []string{profB}, browserMains(ctx, t, b, ":1"))
 	pid := func(display string) string {
-		r, err := b.Exec(ctx, Cmd{Argv: []string{"sh", "-c", `for d in /proc/[0-9]*; do tr '\0' '\n' <"$d/cmdline" 2>/dev/null | grep -q '^--type=' && continue; tr '\0' '\n' <"$d/cmdline" 2>/dev/null | grep -q '^--user-data-dir=' || continue; tr '\0' '\n' <"$d/environ" 2>/dev/null | grep -qx "DISPLAY=$1" && echo "${d#/proc/}"; done`, "sh", display}, User: "user"})
+		r, err := b.Exec(ctx, Cmd{Argv: []string{"sh", "-c", `for f in $(grep -lz -- '^--user-data-dir=' /proc/[0-9]*/cmdline 2>/dev/null); do d="${f%/cmdline}"; grep -qz -- '^--type=' "$f" && continue; grep -qzx "DISPLAY=$1" "$d/environ" 2>/dev/null && echo "${d#/proc/}"; done`, "sh", display}, User: "user"})
 		require.NoError(t, err)
 		return strings.TrimSpace(string(r.Stdout))
 	}
@@ -167,8 +175,15 @@ mkdir -p proj/Cache proj/Crashpad; echo keep >proj/Cache/file; echo keep >proj/C
 
 	// The browsers were closed for the copy and started again on their
 	// tabs, each on its own display.
-	waitUntil(t, "a's browser back on its tab", 60*time.Second, func() bool { p := pid(":0"); return p != "" && p != pidA && has(":0", "page-of-a")() })
-	waitUntil(t, "b's browser back on its tab", 60*time.Second, func() bool { p := pid(":1"); return p != "" && p != pidB && has(":1", "page-of-b")() })
+	// Liveness deadlines: under CI's load a restored Chromium may take a
+	// minute to show its tab again (CI at 1036599: not within 60 s).
+	seen := func(display string) func() string {
+		return func() string {
+			return fmt.Sprintf(" (browser pid %q, windows %q)", pid(display), windowNames(ctx, t, b, display))
+		}
+	}
+	waitUntilSeen(t, "a's browser back on its tab", 120*time.Second, func() bool { p := pid(":0"); return p != "" && p != pidA && has(":0", "page-of-a")() }, seen(":0"))
+	waitUntilSeen(t, "b's browser back on its tab", 120*time.Second, func() bool { p := pid(":1"); return p != "" && p != pidB && has(":1", "page-of-b")() }, seen(":1"))
 	require.Equal(t, []string{profA}, browserMains(ctx, t, b, ":0"))
 	require.Equal(t, []string{profB}, browserMains(ctx, t, b, ":1"))
 	t.Logf("browsers back after %v", time.Since(t0))
