@@ -582,19 +582,19 @@ func requireSawAndPressed(t testing.TB, final runs.Snapshot, rep mockmodel.Accep
 		}
 	}
 	// Observe, open the page, look (again while the button is not drawn),
-	// click, shell, write.
+	// click, look again while the button still shows, shell, write.
 	want := []string{"computer_observe", "open_path", "computer_observe"}
-	for range rep.Looks - 1 {
+	for range rep.Looks - 1 + 1 + rep.AfterClick {
 		want = append(want, "computer_act")
 	}
-	want = append(want, "computer_act", "shell", "file_write")
+	want = append(want, "shell", "file_write")
 	require.Equal(t, want, names)
 	require.Equal(t, shots, rep.Screenshots, "observe/act results the model was sent")
 	require.Equal(t, shots, rep.Images, "observe/act results in which the model decoded a 1280x800 JPEG")
 	require.NotNil(t, rep.Click, "the model clicked")
 	require.Equal(t, 1, clicks, "clicks on the button the page recorded (the model clicked at %v)", *rep.Click)
 	require.Empty(t, misses, "clicks off the button the page recorded (viewport x,y; the model clicked at %v)", *rep.Click)
-	t.Logf("the model decoded %d screenshots, looked %d times for the button and clicked it at %v", rep.Images, rep.Looks, *rep.Click)
+	t.Logf("the model decoded %d screenshots, looked %d times for the button, clicked it at %v and looked %d more times until it was gone", rep.Images, rep.Looks, *rep.Click, rep.AfterClick)
 }
 
 // requireKeyHidden fails if key appears in the environment of any process

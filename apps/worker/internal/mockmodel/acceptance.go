@@ -59,6 +59,9 @@ type Acceptance struct {
 	PageURL, Bot string
 	// MaxLooks bounds the screenshots searched for the button (default 10).
 	MaxLooks int
+	// MaxAfterClick bounds the looks after the click's own screenshot
+	// while the button still shows (default 5).
+	MaxAfterClick int
 	// OnReport, when set, gets the report after every step (mockserve
 	// writes it where a test outside its process reads it).
 	OnReport func(AcceptanceReport)
@@ -78,6 +81,9 @@ type AcceptanceReport struct {
 	Looks int `json:"looks"`
 	// Click is where the model clicked (screen pixels), nil before.
 	Click *image.Point `json:"click,omitempty"`
+	// AfterClick counts the looks after the click's own screenshot (the
+	// button still showed in the one before).
+	AfterClick int `json:"afterClick"`
 	// Problems are what went wrong: a result without a screenshot, the
 	// button never found, the button still there after the click.
 	Problems []string `json:"problems"`
@@ -170,14 +176,40 @@ func (a *Acceptance) Script(outs []Output) Step {
 		return Step{Tool: "computer_act", Args: map[string]any{"actions": []map[string]any{
 			{"type": "click", "x": at.X, "y": at.Y}, {"type": "wait", "ms": 300}}}}
 	}
-	if l := shot(i+1, "the click's screenshot"); l.ok && l.found {
-		rep.Problems = append(rep.Problems, fmt.Sprintf("the click at %v did not press the button: it is still at %v", at, l.button))
+	// outs[i+1:] are the click's screenshot and looks after it while the
+	// button still shows: the page may paint its answer after the act's
+	// screenshot (a loaded machine), so the button must be gone within
+	// MaxAfterClick looks, not at once.
+	maxAfter := a.MaxAfterClick
+	if maxAfter <= 0 {
+		maxAfter = 5
+	}
+	j := i + 1
+	for after := 0; ; after++ {
+		what := "the click's screenshot"
+		if after > 0 {
+			what = fmt.Sprintf("look %d after the click", after)
+		}
+		l := shot(j, what)
+		if !l.ok || !l.found {
+			break
+		}
+		if after >= maxAfter {
+			rep.Problems = append(rep.Problems, fmt.Sprintf("the click at %v did not press the button: it is still at %v after %d more looks", at, l.button, after))
+			break
+		}
+		rep.AfterClick++
+		if j == len(outs)-1 {
+			return Step{Tool: "computer_act", Args: map[string]any{"actions": []map[string]any{
+				{"type": "wait", "ms": 500}, {"type": "move", "x": 2 + after%2, "y": 2}}}}
+		}
+		j++
 	}
 	steps := []Step{
 		{Tool: "shell", Args: map[string]any{"argv": []string{"sh", "-c", "id -un > bots/" + a.Bot + "/whoami.txt; echo ran"}}},
 		{Tool: "file_write", Args: map[string]any{"path": "bots/" + a.Bot + "/result.txt", "content": "the button was pressed\n"}},
 	}
-	if n := len(outs) - (i + 2); n < len(steps) {
+	if n := len(outs) - (j + 1); n < len(steps) {
 		return steps[n]
 	}
 	return Step{Message: "Done: pressed the button, ran a command and wrote the file."}

@@ -90,11 +90,31 @@ func TestAcceptanceLooksBeforeClicking(t *testing.T) {
 	require.Equal(t, 2, rep.Looks)
 	require.Equal(t, image.Pt(748, 620), *rep.Click)
 
-	// The click's screenshot still shows the button: a problem.
+	// The click's screenshot still shows the button: the model looks
+	// again (the page may paint late), and the button gone on a later
+	// look is no problem.
+	a.MaxAfterClick = 2
 	step = a.Script(append(outs, result(t, "5", withButton)))
+	require.Equal(t, "computer_act", step.Tool)
+	require.NotContains(t, jsonOf(t, step.Args), "click", "no second click: %s", jsonOf(t, step.Args))
+	require.Empty(t, a.Report().Problems)
+	step = a.Script(append(outs, result(t, "5", withButton), result(t, "6", empty)))
+	require.Equal(t, "shell", step.Tool)
+	require.Empty(t, a.Report().Problems)
+	require.Equal(t, 1, a.Report().AfterClick)
+	step = a.Script(append(outs, result(t, "5", withButton), result(t, "6", empty), text("7")))
+	require.Equal(t, "file_write", step.Tool)
+
+	// Still there after MaxAfterClick more looks: a problem, and the flow
+	// goes on.
+	step = a.Script(append(outs, result(t, "5", withButton), result(t, "6b", withButton)))
+	require.Equal(t, "computer_act", step.Tool)
+	require.Empty(t, a.Report().Problems)
+	step = a.Script(append(outs, result(t, "5", withButton), result(t, "6b", withButton), result(t, "7b", withButton)))
 	require.Equal(t, "shell", step.Tool)
 	require.Len(t, a.Report().Problems, 1)
 	require.Contains(t, a.Report().Problems[0], "did not press the button")
+	require.Contains(t, a.Report().Problems[0], "after 2 more looks")
 
 	// Never found: it gives up after MaxLooks, saying why, without a click.
 	a = NewAcceptance("http://127.0.0.1:1/", "alice")
