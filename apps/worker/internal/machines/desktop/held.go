@@ -24,8 +24,9 @@ const HeldStreamEnv = "WORKER_DESKTOP_HELD_STREAM"
 // them, and a refresh at least this often bounds what a lost push costs.
 const heldFresh = time.Second
 
-// heldRefresh bounds the wait for the stream's answer to one refresh; past
-// it the observation takes the command path.
+// heldRefresh is Options.HeldRefresh's default: the wait for the
+// stream's answer to one refresh, past which the observation takes the
+// command path.
 const heldRefresh = 2 * time.Second
 
 // holdStream starts the worker's own RFB session to screen s's control
@@ -146,7 +147,7 @@ func (m *Machine) streamFrame(ctx context.Context, s *screen) (f frame, ok bool)
 		return frame{}, false
 	}
 	if cur := c.Frame(); cur.Seq == 0 || !cur.At.After(s.settledAt) || !cur.At.After(c.InputAt()) || time.Since(cur.At) > heldFresh {
-		rctx, cancel := context.WithTimeout(ctx, heldRefresh)
+		rctx, cancel := context.WithTimeout(ctx, m.o.HeldRefresh)
 		_, err := c.Refresh(rctx)
 		cancel()
 		if err != nil {

@@ -55,7 +55,10 @@ func scrot(t *testing.T, m *Machine) image.Image {
 func heldMachine(t *testing.T) (*Machine, client.Lease) {
 	t.Helper()
 	cli, id := sandbox(t, 1)
-	m, err := New(Options{Backend: NewDockerBackend(cli, id, 1), HeldStream: true})
+	// HeldRefresh: these tests check which path an observation takes, not
+	// how fast the stream answers (under CI's load a refresh took over the
+	// default 2 s, and the observation rightly took the command path).
+	m, err := New(Options{Backend: NewDockerBackend(cli, id, 1), HeldStream: true, HeldRefresh: 30 * time.Second})
 	require.NoError(t, err)
 	t.Cleanup(func() { m.Close() })
 	ctx := ctxFor(t, 5*time.Minute)

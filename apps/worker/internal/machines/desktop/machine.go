@@ -76,6 +76,10 @@ type Options struct {
 	// the stream is down (issue 31). Providers set it from HeldStreamEnv:
 	// on unless that is "0".
 	HeldStream bool
+	// HeldRefresh bounds the wait for the held stream's answer to a
+	// refresh, past which an observation takes the command path
+	// (default 2 s).
+	HeldRefresh time.Duration
 	// Log takes the held streams' state changes and viewers' ends (the
 	// zero Logger drops them). Nothing secret is logged.
 	Log zerolog.Logger
@@ -138,6 +142,9 @@ func New(o Options) (*Machine, error) {
 	}
 	if o.Width <= 0 || o.Height <= 0 {
 		o.Width, o.Height = 1280, 800
+	}
+	if o.HeldRefresh <= 0 {
+		o.HeldRefresh = heldRefresh
 	}
 	if o.MaxScreens <= 0 {
 		o.MaxScreens = 4
