@@ -262,8 +262,54 @@ type Run struct {
 // ErrNotFound is returned for unknown run ids.
 var ErrNotFound = shared.Errorf(http.StatusNotFound, shared.CodeNotFound, "no such run")
 
+// endingWait bounds how long a new run of a bot waits for the bot's last
+// run on this worker to finish its end and give the lease back.
+const endingWait = 30 * time.Second
+
+// acquireBotLease takes the bot's lease (key) for run id. A run reports
+// its outcome before its end is done (the recording stopped, the
+// checkpoint taken), and holds the lease until then: a new run of the
+// same bot that this worker's ended run still holds the lease of waits
+// for that end (at most endingWait) instead of failing with 409. A run
+// still going, or one on another worker, is busy at once.
+func (m *Manager) acquireBotLease(ctx context.Context, key, id string) (store.Lease, error) {
+	l, err := m.o.Store.AcquireLease(ctx, key, id, LeaseTTL)
+	if !errors.Is(err, store.ErrBusy) {
+		return l, err
+	}
+	m.mu.Lock()
+	var same []*Run
+	for _, r := range m.runs {
+		if r.leaseKey == key {
+			same = append(same, r)
+		}
+	}
+	m.mu.Unlock()
+	for _, r := range same {
+		if !r.Snapshot().Status.Ended() {
+			return l, err
+		}
+	}
+	if len(same) == 0 {
+		return l, err
+	}
+	t := time.NewTimer(endingWait)
+	defer t.Stop()
+	for _, r := range same {
+		select {
+		case <-r.done:
+		case <-t.C:
+			return l, err
+		case <-ctx.Done():
+			return l, ctx.Err()
+		}
+	}
+	return m.o.Store.AcquireLease(ctx, key, id, LeaseTTL)
+}
+
 // Start begins a run of req.BotID on computer computerID and returns at
-// once; 409 while that bot has a run.
+// once; 409 while that bot has a run (one that has reported its outcome
+// and is finishing its end is waited for, see acquireBotLease).
 func (m *Manager) Start(ctx context.Context, computerID string, req StartRequest) (*Run, error) {
 	if len(req.Prompt) > MaxPrompt {
 		return nil, shared.Errorf(http.StatusRequestEntityTooLarge, shared.CodeTooLarge, "prompt is %d bytes; the limit is %d", len(req.Prompt), MaxPrompt)
@@ -294,7 +340,7 @@ func (m *Manager) Start(ctx context.Context, computerID string, req StartRequest
 	}
 	id := newID()
 	key := computers.LeaseKey(c, req.BotID)
-	lease, err := m.o.Store.AcquireLease(ctx, key, id, LeaseTTL)
+	lease, err := m.acquireBotLease(ctx, key, id)
 	if errors.Is(err, store.ErrBusy) {
 		return nil, shared.Errorf(http.StatusConflict, shared.CodeConflict, "bot %s already has a computer-use run; stop it first", req.BotID)
 	}

@@ -181,3 +181,40 @@ func TestFenceDoesNotWaitForAStuckWrite(t *testing.T) {
 	require.False(t, res.Success)
 	require.Equal(t, errFencedCall, res.Content[0].Text, "a fenced run carries out no tool call")
 }
+
+// TestNewRunWaitsForTheEndingRun: a run that has reported its outcome
+// still holds its bot's lease while its end runs (recording, checkpoint);
+// a new run of the bot waits for that end and then gets the lease, while a
+// run still going leaves the lease busy at once.
+func TestNewRunWaitsForTheEndingRun(t *testing.T) {
+	r, st := newTestRun(t, ApproveNone)
+	m := r.m
+	m.mu.Lock()
+	m.runs[r.id] = r
+	m.mu.Unlock()
+
+	_, err := m.acquireBotLease(t.Context(), "team:t/alice", "r2")
+	require.ErrorIs(t, err, store.ErrBusy, "a run still going keeps its lease")
+
+	r.setStatus(StatusCompleted, "")
+	got := make(chan error, 1)
+	go func() {
+		_, err := m.acquireBotLease(context.Background(), "team:t/alice", "r2")
+		got <- err
+	}()
+	select {
+	case err := <-got:
+		t.Fatalf("the new run did not wait for the ended run's end: %v", err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	// The end is done: the lease is released, then done closed (as run's
+	// deferred end does).
+	require.NoError(t, st.ReleaseLease(t.Context(), "team:t/alice", r.epoch))
+	close(r.done)
+	select {
+	case err := <-got:
+		require.NoError(t, err, "the new run gets the lease once the end gave it back")
+	case <-time.After(30 * time.Second):
+		t.Fatal("the new run still waits after the end")
+	}
+}
