@@ -262,6 +262,20 @@ type Run struct {
 // ErrNotFound is returned for unknown run ids.
 var ErrNotFound = shared.Errorf(http.StatusNotFound, shared.CodeNotFound, "no such run")
 
+// runsWhere is this process's runs that keep says so (m.mu is taken, and
+// released before it returns).
+func (m *Manager) runsWhere(keep func(*Run) bool) []*Run {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var rs []*Run
+	for _, r := range m.runs {
+		if keep(r) {
+			rs = append(rs, r)
+		}
+	}
+	return rs
+}
+
 // endingWait bounds how long a new run of a bot waits for the bot's last
 // run on this worker to finish its end and give the lease back.
 const endingWait = 30 * time.Second
@@ -277,14 +291,7 @@ func (m *Manager) acquireBotLease(ctx context.Context, key, id string) (store.Le
 	if !errors.Is(err, store.ErrBusy) {
 		return l, err
 	}
-	m.mu.Lock()
-	var same []*Run
-	for _, r := range m.runs {
-		if r.leaseKey == key {
-			same = append(same, r)
-		}
-	}
-	m.mu.Unlock()
+	same := m.runsWhere(func(r *Run) bool { return r.leaseKey == key })
 	for _, r := range same {
 		if !r.Snapshot().Status.Ended() {
 			return l, err
@@ -547,15 +554,7 @@ func (m *Manager) RecoverComputer(ctx context.Context, computerID string, fence 
 // writing anything: this worker no longer owns the computer, and the new
 // owner resumes the runs.
 func (m *Manager) Abandon(computerID string) {
-	m.mu.Lock()
-	var rs []*Run
-	for _, r := range m.runs {
-		if r.computerID == computerID {
-			rs = append(rs, r)
-		}
-	}
-	m.mu.Unlock()
-	for _, r := range rs {
+	for _, r := range m.runsWhere(func(r *Run) bool { return r.computerID == computerID }) {
 		r.fence()
 	}
 }
