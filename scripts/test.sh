@@ -140,12 +140,13 @@ done
 # 29 took 41 min warm, the vendors shard 2,317 s against 258 s alone, and
 # three tests missed under the load.
 #
-# gotest NAME PKG...: that `go test` of the packages, in the background.
+# gotest NAME PKG...: that `go test` of the packages, in the background
+# (GOTEST_P: its -p, default 1).
 test_pids=()
 gotest() {
   local name=$1; shift
   ( t=$(date +%s); rc=0
-    "$GO" test -p 1 -count=1 -timeout "$TEST_TIMEOUT" "$@" || rc=$?
+    "$GO" test -p "${GOTEST_P:-1}" -count=1 -timeout "$TEST_TIMEOUT" "$@" || rc=$?
     took "$name (rc=$rc)" "$t"; exit "$rc" ) &
   test_pids+=("$!")
   pids+=("$!")
@@ -291,8 +292,8 @@ fi
 # packages' tests are done, as a third `go test` in their place: one
 # `go test` of all the late packages was the run's tail, alone on a
 # half-idle machine for its last 9 minutes (rehearsal 33: it ended 540 s
-# after the others), while starting a third at once would add to the load
-# the others already saturate.
+# after the others), while starting it at once would add to the load the
+# others already saturate.
 failed=0
 if [ "${#AFTER_EARLY[@]}" -gt 0 ]; then
   if [ -n "$early_pid" ]; then
@@ -301,7 +302,10 @@ if [ "${#AFTER_EARLY[@]}" -gt 0 ]; then
     for p in "${test_pids[@]}"; do [ "$p" = "$early_pid" ] || rest+=("$p"); done
     test_pids=("${rest[@]}")
   fi
-  gotest "the tests of the ${#AFTER_EARLY[@]} packages after the worker's providers" "${AFTER_EARLY[@]}"
+  # -p 2: by then the shards are ending and the machine has room; with
+  # -p 1 this go test alone took 573 s in rehearsal 34, linking its 35 test
+  # binaries one after another.
+  GOTEST_P=2 gotest "the tests of the ${#AFTER_EARLY[@]} packages after the worker's providers" "${AFTER_EARLY[@]}"
 fi
 for p in "${test_pids[@]}" $vet_pid; do
   wait "$p" || failed=1
