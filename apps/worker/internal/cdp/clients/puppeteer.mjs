@@ -6,7 +6,10 @@
 // playwright.mjs.
 import puppeteer from "puppeteer-core";
 
-const out = (o) => process.stdout.write(JSON.stringify(o) + "\n");
+// out resolves once its line is handed to the OS: a write to a full pipe
+// (the screenshot's line is hundreds of KiB) finishes asynchronously, and
+// process.exit would cut it, and every line after it, short.
+const out = (o) => new Promise((resolve) => process.stdout.write(JSON.stringify(o) + "\n", resolve));
 const headers = {};
 if (process.env.WORKER_TOKEN) headers.Authorization = `Bearer ${process.env.WORKER_TOKEN}`;
 if (process.env.WORKER_CAPABILITY) headers["X-Computer-Capability"] = process.env.WORKER_CAPABILITY;
@@ -17,14 +20,14 @@ const browser = await puppeteer.connect({
   defaultViewport: null,
   protocolTimeout: 60_000,
 });
-out({ step: "connected", version: await browser.version() });
+await out({ step: "connected", version: await browser.version() });
 const page = await browser.newPage();
 await page.goto(process.env.SITE + "/form", { waitUntil: "load" });
 const evaluated = await page.evaluate(() => ({ title: document.title, answer: 6 * 7, hasForm: !!document.querySelector("#note") }));
-out({ step: "evaluate", ...evaluated });
+await out({ step: "evaluate", ...evaluated });
 const png = await page.screenshot({ encoding: "base64" });
-out({ step: "screenshot", png });
+await out({ step: "screenshot", png });
 await page.close();
 await browser.disconnect();
-out({ step: "done" });
+await out({ step: "done" });
 process.exit(0);
