@@ -526,6 +526,21 @@ func sessionFiles(home, bot, pageURL string) string {
 		b, _ := os.ReadFile(f)
 		out = append(out, fmt.Sprintf("%s (%d bytes, names the page: %v)", filepath.Base(f), len(b), strings.Contains(string(b), pageURL)))
 	}
+	// How Chromium says the profile's last session ended (a crashed one
+	// is restored differently).
+	var prefs struct {
+		Profile struct {
+			ExitType      string `json:"exit_type"`
+			ExitedCleanly *bool  `json:"exited_cleanly"`
+		} `json:"profile"`
+	}
+	if b, err := os.ReadFile(filepath.Join(home, "desktop", "screens", bot, "chromium", "Default", "Preferences")); err == nil && json.Unmarshal(b, &prefs) == nil {
+		clean := "unset"
+		if prefs.Profile.ExitedCleanly != nil {
+			clean = fmt.Sprint(*prefs.Profile.ExitedCleanly)
+		}
+		out = append(out, fmt.Sprintf("Preferences: exit_type %q, exited_cleanly %s", prefs.Profile.ExitType, clean))
+	}
 	return strings.Join(out, ", ")
 }
 
