@@ -84,7 +84,8 @@ type Options struct {
 	OnBlocked func(Blocked)
 	// OnState is told about every process state change.
 	OnState func(shared.ProcessState)
-	// ReadyTimeout bounds the start (default 30 s).
+	// ReadyTimeout bounds the start (default: what is left of Start's
+	// context, 30 s when it has no deadline).
 	ReadyTimeout time.Duration
 	// CallTimeout bounds each DevTools call without its own deadline.
 	CallTimeout time.Duration
@@ -138,6 +139,9 @@ func Start(ctx context.Context, o Options) (*Browser, error) {
 	}
 	if o.ReadyTimeout <= 0 {
 		o.ReadyTimeout = 30 * time.Second
+		if dl, ok := ctx.Deadline(); ok {
+			o.ReadyTimeout = time.Until(dl)
+		}
 	}
 	if o.Width <= 0 || o.Height <= 0 {
 		o.Width, o.Height = 1280, 800

@@ -101,9 +101,6 @@ const PauseWait = 60 * time.Second
 // using a browser to finish before it closes the browser anyway.
 const DrainWait = 30 * time.Second
 
-// screenBrowserStart bounds a screen browser's start, readiness included.
-const screenBrowserStart = 60 * time.Second
-
 // wakeLocked tells every waiter to look again; bs.mu is held.
 func (bs *Screens) wakeLocked() {
 	close(bs.changed)
@@ -321,18 +318,16 @@ func (bs *Screens) start(sm *screen.Manager, id string, op *startOp) {
 	keep = append(keep, "NO_AT_BRIDGE=1")
 	u := bs.o.Desktop
 	log := bs.o.Log
-	// One bound for the whole start, Chromium's readiness included (its
-	// own default is 30 s): on a loaded machine a slow start is a browser,
-	// not an error.
-	ctx, cancel := context.WithTimeout(context.Background(), screenBrowserStart)
+	// One bound for the whole start, Chromium's readiness included: on a
+	// loaded machine a slow start is a browser, not an error.
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	bs.setState(id, shared.StateStarting)
 	b, err := Start(ctx, Options{
 		ID: id, Display: t.Display, XAuthority: t.XAuthority,
 		ProfileDir: filepath.Join(sm.ProfileDir(id), "chromium"),
 		SocksAddr:  bs.o.SocksAddr, Width: t.Width, Height: t.Height, NoSandbox: bs.o.NoSandbox,
-		ReadyTimeout: screenBrowserStart,
-		User:         &u, Runner: bs.o.Runner, Bin: bs.o.Bin, ExtraArgs: bs.o.ExtraArgs, Env: keep,
+		User: &u, Runner: bs.o.Runner, Bin: bs.o.Bin, ExtraArgs: bs.o.ExtraArgs, Env: keep,
 		ApplyGuardExtraDomains: bs.o.ApplyGuardExtraDomains,
 		UserHolds: func() bool {
 			l := sm.Leases().Current(id)
