@@ -584,7 +584,7 @@ func requireSawAndPressed(t testing.TB, final runs.Snapshot, rep mockmodel.Accep
 	// Observe, open the page, look (again while the button is not drawn),
 	// click, look again while the button still shows, shell, write.
 	want := []string{"computer_observe", "open_path", "computer_observe"}
-	for range rep.Looks - 1 + 1 + rep.AfterClick {
+	for range rep.Looks + rep.AfterClick { // the looks after the first, the click, the looks after it
 		want = append(want, "computer_act")
 	}
 	want = append(want, "shell", "file_write")

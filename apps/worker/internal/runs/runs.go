@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -292,12 +293,7 @@ func (m *Manager) acquireBotLease(ctx context.Context, key, id string) (store.Le
 		return l, err
 	}
 	same := m.runsWhere(func(r *Run) bool { return r.leaseKey == key })
-	for _, r := range same {
-		if !r.Snapshot().Status.Ended() {
-			return l, err
-		}
-	}
-	if len(same) == 0 {
+	if len(same) == 0 || slices.ContainsFunc(same, func(r *Run) bool { return !r.Snapshot().Status.Ended() }) {
 		return l, err
 	}
 	t := time.NewTimer(endingWait)
