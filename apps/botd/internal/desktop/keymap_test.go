@@ -9,6 +9,7 @@ import (
 
 	"github.com/BurntSushi/xgb"
 	"github.com/BurntSushi/xgb/xproto"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/open-bot/computer/apps/botd/internal/testenv"
@@ -178,7 +179,7 @@ func TestTypeManyDistinctCharacters(t *testing.T) {
 	}
 	text := b.String()
 	require.NoError(t, d.Do(ctx, shared.Action{Type: "type", Text: &text}))
-	require.Eventually(t, func() bool { return k.text() == text }, 5*time.Second, 20*time.Millisecond, "typed %q", k.text())
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, text, k.text(), "typed") }, 5*time.Second, 20*time.Millisecond)
 
 	// Every spare keycode borrowed, then exactly as many new characters
 	// followed by an already mapped one: the batch must stop before it.
@@ -192,5 +193,5 @@ func TestTypeManyDistinctCharacters(t *testing.T) {
 	}
 	more := string(first) + string(second) + string(first[0]) + string(second) + string(first)
 	require.NoError(t, d.Do(ctx, shared.Action{Type: "type", Text: &more}))
-	require.Eventually(t, func() bool { return k.text() == text+more }, 5*time.Second, 20*time.Millisecond, "typed %q", k.text())
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, text+more, k.text(), "typed") }, 5*time.Second, 20*time.Millisecond)
 }

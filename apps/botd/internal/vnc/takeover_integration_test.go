@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/open-bot/computer/apps/botd/internal/runner"
@@ -96,7 +97,7 @@ func TestIntegrationTakeover(t *testing.T) {
 		map[string]any{"type": "type", "text": "agent one"},
 		map[string]any{"type": "keypress", "keys": []string{"enter"}})
 	require.Equal(t, http.StatusOK, r.status, "%+v", r.env)
-	require.Eventually(t, func() bool { return readFile(out) == "agent one\n" }, 10*time.Second, 50*time.Millisecond, "file: %q", readFile(out))
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, "agent one\n", readFile(out), "file") }, 10*time.Second, 50*time.Millisecond)
 
 	// A control link opened before taking control only watches: its keys
 	// are dropped.
@@ -145,7 +146,7 @@ func TestIntegrationTakeover(t *testing.T) {
 	require.Equal(t, http.StatusOK, e.callAuth(t, "GET", "/screens/tk/viewer-state", ctl.Token, nil, &st))
 	require.True(t, st.InControl)
 	require.NoError(t, cc.typeText("human two\n"))
-	require.Eventually(t, func() bool { return readFile(out) == "agent one\nhuman two\n" }, 10*time.Second, 50*time.Millisecond, "file: %q", readFile(out))
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, "agent one\nhuman two\n", readFile(out), "file") }, 10*time.Second, 50*time.Millisecond)
 
 	// 4. The user releases: the control connection is closed at once.
 	released := time.Now()
@@ -164,7 +165,9 @@ func TestIntegrationTakeover(t *testing.T) {
 		map[string]any{"type": "type", "text": "agent three"},
 		map[string]any{"type": "keypress", "keys": []string{"enter"}})
 	require.Equal(t, http.StatusOK, r.status, "%+v", r.env)
-	require.Eventually(t, func() bool { return readFile(out) == "agent one\nhuman two\nagent three\n" }, 10*time.Second, 50*time.Millisecond, "file: %q", readFile(out))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Equal(c, "agent one\nhuman two\nagent three\n", readFile(out), "file")
+	}, 10*time.Second, 50*time.Millisecond)
 	require.NotContains(t, readFile(out), "dropped")
 }
 

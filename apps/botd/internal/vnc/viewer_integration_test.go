@@ -19,6 +19,7 @@ import (
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/cdproto/target"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/open-bot/computer/apps/botd/internal/cdp"
@@ -237,12 +238,16 @@ func TestIntegrationViewerPage(t *testing.T) {
 		return x > 600 && x < 680 && y > 360 && y < 440
 	}, 10*time.Second, 50*time.Millisecond, "the pointer follows noVNC")
 	require.NoError(t, eval(ctx, cs, `(document.getElementById('release').click(), true)`, new(bool)))
-	require.Eventually(t, func() bool { st = h.bar(ctx, t, cs); return !st.InControl && st.Take && st.Status == "watching" }, 10*time.Second, 50*time.Millisecond, "%+v", st)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Equal(c, pageState{Status: "watching", Connected: true, Take: true, Screen: "pg"}, h.bar(ctx, t, cs), "the bar after release")
+	}, 10*time.Second, 50*time.Millisecond)
 	require.Nil(t, e.m.Leases().Current("pg"))
 
 	// The screen stops: the bar says so.
 	require.Equal(t, 200, e.call(t, "POST", "/screens/pg/stop", nil, nil))
-	require.Eventually(t, func() bool { st = h.bar(ctx, t, s); return st.Status == "stopped" }, 10*time.Second, 50*time.Millisecond, "%+v", st)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Equal(c, "stopped", h.bar(ctx, t, s).Status, "the bar after the screen stopped")
+	}, 10*time.Second, 50*time.Millisecond)
 	for _, tok := range []string{view.Token, ctl.Token} {
 		require.NotContains(t, e.log.String(), tok)
 	}
