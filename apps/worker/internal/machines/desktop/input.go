@@ -22,10 +22,13 @@ const (
 	// lacks with. xdotool maps such a character onto a spare keycode for
 	// the key's press and unmaps it half its delay after: a client that
 	// reads the key after the unmapping types nothing (a loaded machine
-	// dropped "é" and "à" at 8 ms). 300 ms keeps the keycode mapped for
-	// 150 ms, botd's own settle for a remapped keycode (keyboard.go's
-	// mapSettle) that never dropped one.
-	borrowDelayMs = 300
+	// dropped "é" and "à" at 8 ms, and "é" again at 300 ms in rehearsal
+	// 37: a GTK client re-reads the keymap when it handles the mapping
+	// change, so one starved of the CPU for longer than the hold reads
+	// the keymap already unmapped). 1000 ms keeps the keycode mapped for
+	// 500 ms: slow (a second a character the keymap lacks), but a dropped
+	// character is silently wrong text.
+	borrowDelayMs = 1000
 	// typeChunk is how many characters one xdotool type command carries:
 	// the lease is checked between chunks, so a person taking the screen
 	// stops a long text within one chunk.
