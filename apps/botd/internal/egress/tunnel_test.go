@@ -149,13 +149,18 @@ func TestConcurrent200(t *testing.T) {
 				go func() {
 					defer done.Done()
 					c, err := socksConnect(proxy, "localhost", port)
-					opened.Done()
 					if err != nil {
 						errs <- err
+						opened.Done()
 						return
 					}
 					defer c.Close()
+					// Counted before opened.Done: counted after, a
+					// loaded machine let opened.Wait return first, and
+					// the check below then waited for an error that
+					// never came (rehearsal 37: hung 19 minutes).
 					open.Add(1)
+					opened.Done()
 					<-release // every connection is open at once
 					msg := bytes.Repeat([]byte{byte(i)}, 64*1024)
 					_ = c.SetDeadline(time.Now().Add(20 * time.Second))
@@ -170,6 +175,7 @@ func TestConcurrent200(t *testing.T) {
 			if o := open.Load(); o != n {
 				close(release)
 				done.Wait()
+				close(errs)
 				t.Fatalf("only %d of %d connections opened: %v", o, n, <-errs)
 			}
 			close(release)
