@@ -42,7 +42,7 @@ func (t snapshotFlags) Set(v string) error {
 func main() {
 	listen := flag.String("listen", "127.0.0.1:3000", "address (loopback only)")
 	keyFile := flag.String("key-file", "", "where to write a made API key when DAYTONA_API_KEY(_FILE) is unset (default $TMPDIR/daytona-emulator-key)")
-	ports := flag.String("ports", "", "container ports published on 127.0.0.1, comma-separated (default 7000,8080,6080-6099)")
+	ports := flag.String("ports", "", "container ports the emulator reaches (at the container's bridge address), comma-separated (default 7000,8080,6080-6099)")
 	minute := flag.Duration("minute", time.Minute, "how long a minute of auto-stop/auto-archive lasts (shorten to try auto-stop)")
 	base := flag.String("base", "", "the URL clients reach this emulator at (default http://<the request's Host>)")
 	snapshots := snapshotFlags{}

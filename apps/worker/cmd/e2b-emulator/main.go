@@ -45,7 +45,7 @@ func main() {
 	listen := flag.String("listen", "127.0.0.1:3000", "address (loopback only)")
 	domain := flag.String("domain", "e2b.localhost", "sandbox domain ({port}-{sandboxID}.DOMAIN)")
 	keyFile := flag.String("key-file", "", "where to write a made API key when E2B_API_KEY(_FILE) is unset (default $TMPDIR/e2b-emulator-key)")
-	ports := flag.String("ports", "", "container ports published on 127.0.0.1, comma-separated (default 7000,8080,6080-6099)")
+	ports := flag.String("ports", "", "container ports the emulator reaches (at the container's bridge address), comma-separated (default 7000,8080,6080-6099)")
 	templates := templateFlags{}
 	flag.Var(templates, "template", "template mapping name=image[,user=USER][,image-entrypoint] (repeatable; default open-bot and base → open-bot/computer:dev as root, desktop → open-bot/e2b-desktop:dev as user with its own entrypoint)")
 	flag.Parse()

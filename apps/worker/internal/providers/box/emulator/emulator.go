@@ -10,7 +10,8 @@
 // (never in an argv); stop stops the container (its filesystem is kept),
 // resume starts it again, delete removes it; a box whose TTL runs out is
 // stopped the same way. The desktop is x11vnc on :0 behind websockify
-// (noVNC's web files) on a container port published on 127.0.0.1 only,
+// (noVNC's web files) on a container port reached at the container's
+// bridge address (emukit: nothing published),
 // reached at {base}/desktop/{id}/{secret}/.
 //
 // The account's dashboard secrets (Config.AccountEnv, AccountFiles) are
@@ -116,7 +117,7 @@ type box struct {
 	expiresAt      time.Time
 	createdAt      time.Time
 	archivedReason string
-	desktopPort    string // 127.0.0.1:port of the desktop's websockify
+	desktopPort    string // containerIP:port of the desktop's websockify
 	desktopSecret  string
 	desktopStarted bool
 	// accountEnv: the account's secrets apply (the box's last create or
@@ -490,12 +491,12 @@ if ! up; then
   i=0; while [ "$(DISPLAY=:0 xprop -root _NET_CLIENT_LIST 2>/dev/null | tr ',' '\n' | grep -c 0x)" -lt 2 ]; do i=$((i+1)); [ $i -gt 300 ] && break; sleep 0.1; done
 fi`
 
-// boot brings :0 up in the started container id (ports: its published
-// ports) and records the desktop port.
+// boot brings :0 up in the started container id (ports: where its
+// ports are reached) and records the desktop port.
 func (e *Emulator) boot(ctx context.Context, b *box, id string, ports map[int]string) error {
 	hostPort := ports[DesktopPort]
 	if hostPort == "" {
-		return errors.New("the desktop port is not published on 127.0.0.1")
+		return errors.New("the container's desktop port cannot be reached")
 	}
 	res, err := e.exec(ctx, id, e.envOf(b), desktopBoot, "", 60)
 	if err != nil {

@@ -8,8 +8,8 @@
 // /toolbox/{sandboxId}/toolbox/…. Each sandbox is a container on the local
 // Docker engine from the image its snapshot maps to; toolbox calls run
 // through the engine's exec API (nothing runs inside the container for
-// them), and preview URLs reverse-proxy to the container's ports published
-// on 127.0.0.1.
+// them), and preview URLs reverse-proxy to the container's ports at its
+// address on the engine's bridge (emukit: nothing published).
 //
 // One listener serves it all: the API at /, the toolbox proxy at
 // /toolbox/ (toolboxProxyUrl is {base}/toolbox), previews at
@@ -59,7 +59,7 @@ type Config struct {
 	APIKey string
 	// Snapshots maps snapshot names to images.
 	Snapshots map[string]Snapshot
-	// Ports are the container ports published on 127.0.0.1 (DefaultPorts
+	// Ports are the container ports the previews reach (DefaultPorts
 	// when empty); previews of others answer 502.
 	Ports []int
 	// Docker is the engine client.
@@ -103,7 +103,7 @@ type sandbox struct {
 	autoDelete               int
 	createdAt, updatedAt     time.Time
 	lastActivity, stoppedAt  time.Time
-	ports                    map[int]string // container port → 127.0.0.1:hostport
+	ports                    map[int]string // container port → containerIP:port
 	previewToken             string
 	// life serialises the sandbox's start, stop and delete.
 	life sync.Mutex
@@ -401,7 +401,8 @@ func (e *Emulator) startContainer(ctx context.Context, b *sandbox, snap Snapshot
 	return id, nil
 }
 
-// startAndMap starts the container and reads back its published ports.
+// startAndMap starts the container and reads back where its ports are
+// reached.
 func (e *Emulator) startAndMap(ctx context.Context, b *sandbox, id string) error {
 	ports, err := emukit.Start(ctx, e.cfg.Docker, id)
 	if err != nil {

@@ -6,7 +6,7 @@
 // local Docker engine from the image its template maps to; envd is served on
 // the host through the engine's exec API (nothing runs inside the container
 // for it), and any other sandbox port is reverse-proxied to the container's
-// port published on 127.0.0.1.
+// port at its address on the engine's bridge (emukit: nothing published).
 //
 // Sandbox traffic is told from control-plane traffic the way the vendor's
 // proxy does: by the Host `{port}-{sandboxID}.{domain}`, or by the
@@ -56,7 +56,7 @@ type Config struct {
 	Domain string
 	// Templates maps templateIDs (and aliases) to images.
 	Templates map[string]Template
-	// Ports are the container ports published on 127.0.0.1 at create
+	// Ports are the container ports the vendor's port routing reaches
 	// (DefaultPorts when empty); others cannot be reached.
 	Ports []int
 	// Docker is the engine client.
@@ -98,7 +98,7 @@ type sandbox struct {
 	autoPause             bool
 	gen                   int // bumps when the timer is re-armed or the sandbox goes
 	timer                 *time.Timer
-	ports                 map[int]string // container port → 127.0.0.1:hostport
+	ports                 map[int]string // container port → containerIP:port
 	defaultUser           string
 	allowInternet         *bool
 	procs                 *procTable
@@ -412,8 +412,8 @@ func (e *Emulator) startContainer(ctx context.Context, b *sandbox, tpl Template,
 	return id, nil
 }
 
-// startAndMap starts the container and reads back its published ports
-// (they change at every start).
+// startAndMap starts the container and reads back where its ports are
+// reached (the container's address may change at every start).
 func (e *Emulator) startAndMap(ctx context.Context, b *sandbox, id string) error {
 	ports, err := emukit.Start(ctx, e.cfg.Docker, id)
 	if err != nil {
