@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os/exec"
 	goruntime "runtime"
 	"strings"
 	"syscall"
@@ -76,6 +77,66 @@ func TestTabsComeBackAfterRestart(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Logf("restored: %v", urls)
+}
+
+// TestTabsComeBackAfterKill: a browser killed outright (as when its
+// machine is lost: Chromium records its exit as "Crashed") brings its tab
+// back at the next start, as after a clean close. Without markCleanExit,
+// Chromium 156 opens a new tab page instead.
+func TestTabsComeBackAfterKill(t *testing.T) {
+	u := browsertest.Require(t)
+	x := browsertest.StartX(t, u)
+	s := newSite(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, `<title>%s</title>kept`, r.URL.Path)
+	}))
+	socks := browsertest.StartSocks(t, s.addr())
+	o := x.Options(t, "killed")
+	o.SocksAddr = socks.Addr
+	ctx := browsertest.Ctx(t, 2*time.Minute)
+
+	b, err := browser.Start(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Open(ctx, "http://www.kept.test/killed", false); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the tab", func() bool { return s.saw("GET www.kept.test/killed") })
+	// Until Chromium's session file names the page and its Preferences
+	// records the running session as "Crashed" (both are saved on timers),
+	// as on a machine that is lost later than its browser's first moments.
+	sessions := o.ProfileDir + "/Default/Sessions"
+	waitFor(t, 60*time.Second, "the session saved", func() bool {
+		out, _ := exec.Command("grep", "-rlF", "www.kept.test/killed", sessions).Output()
+		return len(out) > 0
+	})
+	waitFor(t, 60*time.Second, "Preferences saying Crashed", func() bool {
+		out, _ := exec.Command("grep", "-lF", `"exit_type":"Crashed"`, o.ProfileDir+"/Default/Preferences").Output()
+		return len(out) > 0
+	})
+	if err := syscall.Kill(b.Pid(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-b.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the killed browser is still running")
+	}
+
+	b2 := browsertest.Launch(t, o)
+	var urls []string
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		urls, err = b2.AllURLs(ctx)
+		if err == nil && contains(urls, "http://www.kept.test/killed") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the killed browser's tab did not come back: %v %v", urls, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("restored after SIGKILL: %v", urls)
 }
 
 func TestBadInput(t *testing.T) {

@@ -404,10 +404,19 @@ func (b *Browser) prepareProfile(ctx context.Context) error {
 		if err := safefs.EnsureDir(filepath.Dir(parent), filepath.Base(parent), 0o700, int(u.UID), int(u.GID)); err != nil {
 			return fmt.Errorf("browser: profile: %w", err)
 		}
-		return releaseProfile(ctx, profile{dir: dir, base: filepath.Dir(parent), rel: filepath.Join(filepath.Base(parent), filepath.Base(dir)), uid: int(u.UID)}, b.log)
+		return b.readyProfile(ctx, profile{dir: dir, base: filepath.Dir(parent), rel: filepath.Join(filepath.Base(parent), filepath.Base(dir)), uid: int(u.UID)})
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("browser: profile: %w", err)
 	}
-	return releaseProfile(ctx, profile{dir: dir, base: dir, rel: ".", uid: -1}, b.log)
+	return b.readyProfile(ctx, profile{dir: dir, base: dir, rel: ".", uid: -1})
+}
+
+// readyProfile releases p (releaseProfile), then marks its last exit clean
+// (markCleanExit) so that its tabs come back.
+func (b *Browser) readyProfile(ctx context.Context, p profile) error {
+	if err := releaseProfile(ctx, p, b.log); err != nil {
+		return err
+	}
+	return markCleanExit(p, b.log)
 }

@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -106,6 +109,78 @@ func releaseProfile(ctx context.Context, p profile, log zerolog.Logger) error {
 			return &os.PathError{Op: "remove", Path: p.dir + "/" + f, Err: err}
 		}
 	}
+	return nil
+}
+
+// maxPreferences bounds the Preferences file markCleanExit reads.
+const maxPreferences = 16 << 20
+
+// markCleanExit records the profile's last exit as clean in its
+// Default/Preferences (exit_type "Normal", exited_cleanly true) when it
+// says otherwise. Chromium records "Crashed" while it runs, so a profile
+// whose browser was killed, or whose machine was lost and replaced from a
+// checkpoint, says "Crashed"; Chromium then ignores --restore-last-session
+// and opens a new tab page instead of the profile's tabs (seen with
+// Chromium 156: three restarts after a SIGKILL, no tab back; with the mark,
+// each brought the page back). The file is the profile user's: opened
+// below the profile without following a link, and rewritten in place only
+// when it is a regular file with one link, owned by that user (uid -1: the
+// profile is root's own).
+func markCleanExit(p profile, log zerolog.Logger) error {
+	const notPlain = "the profile's Preferences is not a plain file of its user: its last exit is left as recorded"
+	dfd, err := safefs.OpenDirBelow(p.base, filepath.Join(p.rel, "Default"))
+	if errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	if errors.Is(err, safefs.ErrUnsafe) {
+		log.Warn().Msg(notPlain)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("browser: profile: %w", err)
+	}
+	defer unix.Close(dfd)
+	fd, err := unix.Openat(dfd, "Preferences", unix.O_RDWR|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	if errors.Is(err, unix.ELOOP) {
+		log.Warn().Msg(notPlain)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("browser: profile: open Preferences: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), filepath.Join(p.dir, "Default", "Preferences"))
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fmt.Errorf("browser: profile: %w", err)
+	}
+	owner := p.uid
+	if owner < 0 {
+		owner = 0
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink != 1 || int(st.Uid) != owner || st.Size > maxPreferences {
+		log.Warn().Msg(notPlain)
+		return nil
+	}
+	data, err := io.ReadAll(io.LimitReader(f, maxPreferences))
+	if err != nil {
+		return fmt.Errorf("browser: profile: read Preferences: %w", err)
+	}
+	out := bytes.Replace(data, []byte(`"exit_type":"Crashed"`), []byte(`"exit_type":"Normal"`), 1)
+	out = bytes.Replace(out, []byte(`"exited_cleanly":false`), []byte(`"exited_cleanly":true`), 1)
+	if bytes.Equal(out, data) {
+		return nil
+	}
+	if _, err := f.WriteAt(out, 0); err != nil {
+		return fmt.Errorf("browser: profile: write Preferences: %w", err)
+	}
+	if err := f.Truncate(int64(len(out))); err != nil {
+		return fmt.Errorf("browser: profile: write Preferences: %w", err)
+	}
+	log.Info().Msg("the profile's last exit was not clean (its browser or machine died): marked clean so its tabs come back")
 	return nil
 }
 
