@@ -20,15 +20,22 @@ import (
 	"github.com/open-bot/computer/pkg/shared"
 )
 
-func TestTabsComeBackAfterRestart(t *testing.T) {
+// keptSite is a screen's browser options on a display of its own, through
+// a SOCKS proxy to a site that answers every path with its title.
+func keptSite(t *testing.T, screen string) (browser.Options, *site) {
 	u := browsertest.Require(t)
 	x := browsertest.StartX(t, u)
 	s := newSite(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, `<title>%s</title>kept`, r.URL.Path)
 	}))
 	socks := browsertest.StartSocks(t, s.addr())
-	o := x.Options(t, "restore")
+	o := x.Options(t, screen)
 	o.SocksAddr = socks.Addr
+	return o, s
+}
+
+func TestTabsComeBackAfterRestart(t *testing.T) {
+	o, s := keptSite(t, "restore")
 	ctx := browsertest.Ctx(t, 90*time.Second)
 
 	goroutines := goruntime.NumGoroutine()
@@ -84,14 +91,7 @@ func TestTabsComeBackAfterRestart(t *testing.T) {
 // back at the next start, as after a clean close. Without markCleanExit,
 // Chromium 156 opens a new tab page instead.
 func TestTabsComeBackAfterKill(t *testing.T) {
-	u := browsertest.Require(t)
-	x := browsertest.StartX(t, u)
-	s := newSite(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintf(w, `<title>%s</title>kept`, r.URL.Path)
-	}))
-	socks := browsertest.StartSocks(t, s.addr())
-	o := x.Options(t, "killed")
-	o.SocksAddr = socks.Addr
+	o, s := keptSite(t, "killed")
 	ctx := browsertest.Ctx(t, 2*time.Minute)
 
 	b, err := browser.Start(ctx, o)

@@ -125,7 +125,7 @@ const maxPreferences = 16 << 20
 // each brought the page back). The file is the profile user's: opened
 // below the profile without following a link, and rewritten in place only
 // when it is a regular file with one link, owned by that user (uid -1: the
-// profile is root's own).
+// profile is botd's own).
 func markCleanExit(p profile, log zerolog.Logger) error {
 	const notPlain = "the profile's Preferences is not a plain file of its user: its last exit is left as recorded"
 	dfd, err := safefs.OpenDirBelow(p.base, filepath.Join(p.rel, "Default"))
@@ -159,7 +159,7 @@ func markCleanExit(p profile, log zerolog.Logger) error {
 	}
 	owner := p.uid
 	if owner < 0 {
-		owner = 0
+		owner = os.Geteuid()
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink != 1 || int(st.Uid) != owner || st.Size > maxPreferences {
 		log.Warn().Msg(notPlain)
