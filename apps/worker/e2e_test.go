@@ -281,7 +281,15 @@ func startWorkerModel(t testing.TB, c *computer, model string, bots ...string) *
 // tweak (nil: as is).
 func startWorkerWith(t testing.TB, c *computer, model string, tweak func(*serveConfig), bots ...string) *workerEnv {
 	t.Helper()
-	e := &workerEnv{token: "worker-token-0123456789", dataDir: t.TempDir(), tweak: tweak}
+	// The worker's log, shown when the test fails (a relay's refusal, say,
+	// is only there).
+	logs := &syncBuffer{}
+	e := &workerEnv{token: "worker-token-0123456789", dataDir: t.TempDir(), tweak: tweak, logs: logs}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("worker logs:\n%s", tail(logs.String(), 80))
+		}
+	})
 	e.serve(t, model)
 	return e.addComputer(t, c, map[string]any{"team": "t1"}, bots...)
 }
