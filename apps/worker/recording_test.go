@@ -174,10 +174,18 @@ func TestRunRecordingAndReplay(t *testing.T) {
 	ch := startCDP(t)
 	s := ch.open(t, link)
 	var text string
-	waitFor(t, "the dashboard with the run's replay link", 90*time.Second, func() bool {
+	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		_ = ch.eval(s, `(() => { const a = document.querySelector('li[data-run="`+id+`"] a.replay'); return a ? a.href : ''; })()`, &text)
-		return text != ""
-	})
+		if text != "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			// What the page shows instead (rehearsal 40 timed out here).
+			var page string
+			_ = ch.eval(s, `location.pathname + " | " + document.body.innerText.slice(0, 2000)`, &page)
+			t.Fatalf("timed out waiting for the dashboard with the run's replay link; the page: %s", page)
+		}
+	}
 	require.Contains(t, text, "/dashboard/replay?computer="+e.computer+"&run="+id)
 	rs := ch.open(t, text)
 	var ready bool
