@@ -178,7 +178,7 @@ func TestBadInput(t *testing.T) {
 	o := x.Options(t, "bad")
 	o.SocksAddr = socks.Addr
 	b := browsertest.Launch(t, o)
-	ctx := browsertest.Ctx(t, 120*time.Second)
+	ctx := browsertest.Ctx(t, 300*time.Second)
 
 	t.Run("never finishes loading", func(t *testing.T) {
 		if _, err := b.Open(ctx, "http://www.slow.test/never", false); err != nil {
@@ -223,11 +223,29 @@ func TestBadInput(t *testing.T) {
 		if !p.TextTruncated || len([]rune(p.Text)) != browser.MaxPageText {
 			t.Fatalf("big page: %d chars, truncated %v", len([]rune(p.Text)), p.TextTruncated)
 		}
-		start := time.Now()
-		if _, err := b.ReadPage(ctx); err != nil {
-			t.Fatal(err)
+		// The renderer may still be parsing the rest of the 10 MB: a read
+		// then says "still loading" or "not responding" (the CI run at
+		// 252c31f). Those two are honest answers to retry; any other error
+		// fails, and a read must succeed within the bound.
+		var took time.Duration
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			start := time.Now()
+			_, err := b.ReadPage(ctx)
+			took = time.Since(start)
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, browser.ErrPageLoading) && !errors.Is(err, browser.ErrPageUnresponsive) {
+				t.Fatalf("read of the big page: %v", err)
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("read of the big page still fails after 60 s: %v", err)
+			}
+			t.Logf("read of the big page: %v after %v; retrying", err, took)
+			time.Sleep(200 * time.Millisecond)
 		}
-		t.Logf("read of a 10 MB page took %v", time.Since(start))
+		t.Logf("read of a 10 MB page took %v", took)
 	})
 
 	t.Run("busy page", func(t *testing.T) {
