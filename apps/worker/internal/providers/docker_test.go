@@ -108,9 +108,9 @@ func requireDockerGone(t *testing.T, d *Docker, r dockerRemains) {
 	require.True(t, errors.Is(err, os.ErrNotExist), "the token directory %s must be removed (%v)", r.tokenDir, err)
 }
 
-// The security shape of a docker machine: ports on 127.0.0.1 only, the token
+// The shape of a docker machine: ports on 127.0.0.1 only, the token
 // a read-only root-only file (never in the environment), /home on a volume,
-// the label marking it ours; List reconciles it.
+// the label marking it ours, no Docker health check; List reconciles it.
 func TestDockerMachineShapeAndList(t *testing.T) {
 	d := testDocker(t)
 	ctx := testCtx(t, 2*time.Minute)
@@ -145,6 +145,10 @@ func TestDockerMachineShapeAndList(t *testing.T) {
 	}
 	require.True(t, home, "/home on the machine's named volume")
 	require.True(t, secret, "the token file is mounted read-only")
+	// The image's HEALTHCHECK is off: the worker checks botd itself, and
+	// Docker's check is an exec every 5 s.
+	require.NotNil(t, cfg.Config.Healthcheck, "the image's health check is left on")
+	require.Equal(t, []string{"NONE"}, cfg.Config.Healthcheck.Test, "the image's health check is left on")
 
 	list, err := d.List(ctx)
 	require.NoError(t, err)

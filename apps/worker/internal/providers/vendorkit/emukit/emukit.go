@@ -70,6 +70,9 @@ func Create(ctx context.Context, d *dockerclient.Client, c Container) (string, m
 		Config: &container.Config{
 			Image: c.Image, Env: c.Env, ExposedPorts: exposed, Hostname: c.Hostname,
 			Labels: map[string]string{c.Label: c.ID},
+			// A vendor's sandbox has no Docker health check, and the
+			// computer image's (an exec every 5 s) would only cost CPU.
+			Healthcheck: &container.HealthConfig{Test: []string{"NONE"}},
 		},
 		HostConfig: &container.HostConfig{
 			Tmpfs:   map[string]string{"/tmp": "rw,nosuid,nodev,mode=1777", "/tmp/.X11-unix": "rw,nosuid,nodev,mode=1777"},
