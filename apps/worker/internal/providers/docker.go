@@ -274,9 +274,9 @@ func (d *Docker) Provision(ctx context.Context, spec Spec) (string, error) {
 				Hostname: "computer",
 				// Not the image's HEALTHCHECK: the worker asks botd for its
 				// health itself (Machine.Health), and Docker runs each check
-				// as an exec (runc, the shim, a shell and curl), about 0.15 s
-				// of CPU every 5 s, 3 % of a core per computer for a status
-				// nothing here reads.
+				// as an exec (runc, the shim, a shell and curl), about 0.13 s
+				// of CPU every 5 s (measured: 3.8 s for 30 checks), 2.5 % of a
+				// core per computer, for a status nothing here reads.
 				Healthcheck: &container.HealthConfig{Test: []string{"NONE"}},
 			},
 			HostConfig: &container.HostConfig{
