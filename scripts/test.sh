@@ -38,6 +38,7 @@ cleanup() {
   if [ "$kube_started" = yes ]; then bash scripts/kube.sh stop >/dev/null 2>&1 || true; fi
   bash scripts/docker-engine.sh stop "$claim" >/dev/null 2>&1 || true
   rm -f "$claim"
+  if [ -n "${OPENBOT_TEST_BIN:-}" ]; then rm -rf "$OPENBOT_TEST_BIN"; fi
 }
 trap cleanup EXIT
 t_setup=$(date +%s)
@@ -100,6 +101,13 @@ fi
 t=$(date +%s)
 make --no-print-directory build
 took "make build" "$t"
+# The tests run these two programs instead of linking their own in every
+# test process (pkg/shared/testbin): a root-owned 0755 directory, so the
+# computers' users can run botd from it and none can change it.
+OPENBOT_TEST_BIN="$(mktemp -d)"
+chmod 0755 "$OPENBOT_TEST_BIN"
+install -m 0755 bin/botd bin/worker "$OPENBOT_TEST_BIN/"
+export OPENBOT_TEST_BIN
 
 # apps/worker holds most of the suite's time in one package whose tests run
 # one after another; it runs as shards (scripts/worker-shards.sh: the shard

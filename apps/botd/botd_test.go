@@ -27,6 +27,7 @@ import (
 
 	"github.com/open-bot/computer/apps/botd/internal/testenv"
 	"github.com/open-bot/computer/pkg/shared"
+	"github.com/open-bot/computer/pkg/shared/testbin"
 )
 
 var botdBin string
@@ -36,16 +37,13 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
-	botdBin = filepath.Join(dir, "botd")
-	out, err := exec.Command("go", "build", "-o", botdBin, ".").CombinedOutput()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "build botd: %v\n%s", err, out)
-		os.Exit(1)
-	}
 	// BOTD_TEST_BIN runs the tests against another build (e.g. an older
 	// commit's botd, to see the red team's attacks succeed before a fix).
 	if b := os.Getenv("BOTD_TEST_BIN"); b != "" {
 		botdBin = b
+	} else if botdBin, err = testbin.GoBuild(filepath.Join(dir, "botd"), "github.com/open-bot/computer/apps/botd"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
 	}
 	code := m.Run()
 	os.RemoveAll(dir)

@@ -3,12 +3,12 @@ package main
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path"
 	"path/filepath"
 	"sync"
 	"testing"
 
+	"github.com/open-bot/computer/pkg/shared/testbin"
 	"github.com/stretchr/testify/require"
 )
 
@@ -50,12 +50,7 @@ func goBuilt(t testing.TB, pkg string) string {
 			b.err = err
 			return
 		}
-		out := filepath.Join(dir, path.Base(pkg))
-		if o, err := exec.Command("go", "build", "-o", out, pkg).CombinedOutput(); err != nil {
-			b.err = fmt.Errorf("go build %s: %v: %s", pkg, err, o)
-			return
-		}
-		b.path = out
+		b.path, b.err = testbin.GoBuild(filepath.Join(dir, path.Base(pkg)), pkg)
 	})
 	require.NoError(t, b.err)
 	return b.path

@@ -20,6 +20,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/open-bot/computer/apps/botd/internal/testenv"
+	"github.com/open-bot/computer/pkg/shared/testbin"
 )
 
 // firehose writes to every connection until the write fails, and counts
@@ -196,10 +197,9 @@ func TestWorkerBinaryKilled(t *testing.T) {
 		t.Skip("builds the worker binary")
 	}
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "worker")
-	build := exec.Command("go", "build", "-o", bin, "github.com/open-bot/computer/apps/worker")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build worker: %v\n%s", err, out)
+	bin, err := testbin.GoBuild(filepath.Join(dir, "worker"), "github.com/open-bot/computer/apps/worker")
+	if err != nil {
+		t.Fatal(err)
 	}
 	tokenFile := filepath.Join(dir, "token")
 	if err := os.WriteFile(tokenFile, []byte(testToken+"\n"), 0o600); err != nil {

@@ -12,7 +12,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -26,6 +25,7 @@ import (
 
 	"github.com/open-bot/computer/pkg/shared"
 	"github.com/open-bot/computer/pkg/shared/client"
+	"github.com/open-bot/computer/pkg/shared/testbin"
 )
 
 // Test ranges of this package (HELPERS.md): displays 420-469, ports
@@ -100,11 +100,7 @@ func TestMain(m *testing.M) {
 func testBotd(t testing.TB) string {
 	t.Helper()
 	botdOnce.Do(func() {
-		botdBin = filepath.Join(tmpRoot, "bin", "botd")
-		out, err := exec.Command("go", "build", "-o", botdBin, "../../../botd").CombinedOutput()
-		if err != nil {
-			botdErr = fmt.Errorf("build botd: %v\n%s", err, out)
-		}
+		botdBin, botdErr = testbin.GoBuild(filepath.Join(tmpRoot, "bin", "botd"), "github.com/open-bot/computer/apps/botd")
 	})
 	require.NoError(t, botdErr)
 	return botdBin

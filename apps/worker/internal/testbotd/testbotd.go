@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/open-bot/computer/pkg/shared/client"
+	"github.com/open-bot/computer/pkg/shared/testbin"
 )
 
 // Options places one botd.
@@ -79,11 +80,7 @@ func bin() (string, error) {
 			return
 		}
 		_ = os.Chmod(dir, 0o755)
-		buildBin = filepath.Join(dir, "botd")
-		out, err := exec.Command("go", "build", "-o", buildBin, "github.com/open-bot/computer/apps/botd").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("build botd: %v: %s", err, out)
-		}
+		buildBin, buildErr = testbin.GoBuild(filepath.Join(dir, "botd"), "github.com/open-bot/computer/apps/botd")
 	})
 	return buildBin, buildErr
 }
