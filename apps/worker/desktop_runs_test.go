@@ -14,6 +14,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -440,8 +441,33 @@ func signedInAfterReplace(t *testing.T, d *workerEnv, page *sandboxPage, contain
 	page.start(container)
 	status, text := toolCall(t, d, bot, "computer_observe", map[string]any{})
 	require.Equal(t, http.StatusOK, status, "%s", text)
-	waitFor(t, "the replacement's browser loads the page's tab signed in", 90*time.Second, page.SawCookie)
+	deadline := time.Now().Add(90 * time.Second)
+	for !page.SawCookie() {
+		if time.Now().After(deadline) {
+			// What the replacement's browser did (rehearsal 41 timed out
+			// here once, with nothing to say why).
+			t.Fatalf("timed out waiting for the replacement's browser to load the page's tab signed in; the page saw %q\n%s",
+				page.read("seen"), sandboxBrowserState(container))
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
 	require.NotContains(t, strings.Fields(page.read("seen")), "none", "the replacement's browser loaded the page without the sign-in")
+}
+
+// sandboxBrowserState says what a stock desktop's browsers are doing: the
+// Chromium processes (main ones: no --type=), each profile's exit type and
+// its session files. A failure message, never asserted on.
+func sandboxBrowserState(container string) string {
+	const script = `ps -eo pid,etimes,args | grep '[c]hrom' | grep -v -- '--type=' | cut -c1-300
+for p in $(find / \( -path /proc -o -path /sys -o -path /dev -o -path /usr \) -prune -o -path '*/.browser-profiles/*/Default/Preferences' -print 2>/dev/null); do
+  echo "$p: $(grep -o '"exit_type":"[A-Za-z]*"' "$p") $(grep -o '"exited_cleanly":[a-z]*' "$p")"
+  ls -la "$(dirname "$p")/Sessions" 2>&1 | tail -n +2
+done`
+	out, err := exec.Command("docker", "exec", container, "sh", "-c", script).CombinedOutput()
+	if err != nil {
+		return fmt.Sprintf("the sandbox's browsers: %v: %s", err, out)
+	}
+	return "the sandbox's browsers:\n" + string(out)
 }
 
 // runningOrRecovered is a computer's state after create or recover: on a
