@@ -253,7 +253,13 @@ func TestDashboardThroughWorker(t *testing.T) {
 		if status == "connected" {
 			break
 		}
-		require.True(t, time.Now().Before(deadline), "the control page never connected: its status is %q", status)
+		if time.Now().After(deadline) {
+			// What the page went through (rehearsal 39 timed out here, at
+			// "connecting…": no event at all would mean its script never ran).
+			var trace string
+			_ = ch.eval(cs, `JSON.stringify({ready: document.readyState, control: window.control || null})`, &trace)
+			t.Fatalf("the control page never connected: its status is %q; the page: %s", status, trace)
+		}
 	}
 	require.NoError(t, ch.eval(s, `document.querySelector('.bot[data-bot="bob"] .release').click(), true`, new(bool)))
 	waitFor(t, "release of bob", 20*time.Second, func() bool {

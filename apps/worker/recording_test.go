@@ -182,7 +182,9 @@ func TestRunRecordingAndReplay(t *testing.T) {
 		if time.Now().After(deadline) {
 			// What the page shows instead (rehearsal 40 timed out here).
 			var page string
-			_ = ch.eval(s, `location.pathname + " | " + document.body.innerText.slice(0, 2000)`, &page)
+			_ = ch.eval(s, `location.pathname + " | polls " + (window.dashboard ? window.dashboard.polls : "none (app.js did not run)") +
+				" | runs listed " + JSON.stringify([...document.querySelectorAll('li[data-run]')].map((li) => li.dataset.run)) +
+				" | " + document.body.innerText.slice(0, 2000)`, &page)
 			t.Fatalf("timed out waiting for the dashboard with the run's replay link; the page: %s", page)
 		}
 	}

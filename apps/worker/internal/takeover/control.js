@@ -13,6 +13,10 @@ const status = document.getElementById('status');
 const url = (location.protocol === 'https:' ? 'wss://' : 'ws://') + location.host + location.pathname;
 const retryLimit = 20;
 let tries = 0;
+// window.control is read by tests (what happened, when a page stays
+// "connecting…"), and is handy in a console.
+const trace = window.control = { tries: 0, events: [] };
+function note(what) { trace.events.push(`${Math.round(performance.now())}ms ${what}`); }
 
 async function linkStillGood() {
   try {
@@ -25,12 +29,16 @@ async function linkStillGood() {
 
 function connect() {
   tries++;
+  trace.tries++;
+  note('connect');
   const rfb = new RFB(document.getElementById('screen'), url, { wsProtocols: ['binary'] });
   rfb.viewOnly = false;
   rfb.scaleViewport = true;
   let up = false;
-  rfb.addEventListener('connect', () => { up = true; tries = 0; status.textContent = 'connected'; });
+  rfb.addEventListener('connect', () => { note('connected'); up = true; tries = 0; status.textContent = 'connected'; });
+  rfb.addEventListener('securityfailure', (e) => note(`security failure ${e.detail && e.detail.reason}`));
   rfb.addEventListener('disconnect', async (e) => {
+    note(`disconnect clean=${!!(e.detail && e.detail.clean)}`);
     if (!up && !(e.detail && e.detail.clean) && tries < retryLimit && await linkStillGood()) {
       status.textContent = 'reconnecting…';
       setTimeout(connect, Math.min(500 * tries, 3000));
