@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/open-bot/computer/apps/botd/internal/testenv"
@@ -197,10 +198,18 @@ func TestIntegrationClipboard(t *testing.T) {
 
 	// An X client on b copies (xclip forks to serve the selection; its
 	// output goes nowhere, so the shell's end is the copy's): botd reads
-	// it on b, a keeps its own.
+	// it on b, a keeps its own. xclip asks for the selection just before
+	// it forks, and the request leaves only when the child first waits for
+	// an event: a child starved of CPU claims it later (rehearsal 42 read
+	// "" right after the shell's end), so the read waits for the claim.
 	code, out = runAs(t, e.desktop, env("clip-b"), "sh", "-c", `printf 'copied on b' | xclip -selection clipboard -i >/dev/null 2>&1`)
 	require.Equal(t, 0, code, out)
-	require.Equal(t, "copied on b", read("clip-b"))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		r := call(t, mux, "POST", "/screens/clip-b/clipboard/read", map[string]any{"leaseId": leases["clip-b"]})
+		if assert.Equal(c, http.StatusOK, r.status, r.body) {
+			assert.Equal(c, "copied on b", r.body["text"])
+		}
+	}, 30*time.Second, 100*time.Millisecond, "botd reads on b what an X client on b copied")
 	require.Equal(t, text, read("clip-a"))
 
 	// Over 1 MiB: refused, and the clipboard keeps what it had.
