@@ -351,9 +351,11 @@ func (a *api) list(ctx context.Context, match map[string]string) ([]Sandbox, err
 type toolbox struct {
 	a    *api // its key, retries; hc is the sandbox-traffic client
 	base string
-	// use is called as a call starts and ends (toolbox calls are use of
-	// the computer, for the activity refresher).
-	use func()
+	// hold marks the computer in use for a call's whole length (toolbox
+	// calls are use, for the activity refresher): a call in flight longer
+	// than the idle window (a long command, or any call on a loaded host)
+	// is use until it ends, not only at its start and end.
+	hold func() (release func())
 }
 
 // ExecResult is process/execute's answer: stdout and stderr combined.
@@ -365,8 +367,7 @@ type ExecResult struct {
 // execute runs command (split into words by the toolbox, no shell) with
 // envs, waiting up to timeout.
 func (t *toolbox) execute(ctx context.Context, command string, envs map[string]string, timeout time.Duration) (ExecResult, error) {
-	t.use()
-	defer t.use()
+	defer t.hold()()
 	body := map[string]any{"command": command, "timeout": int(max(timeout/time.Second, 1))}
 	if len(envs) > 0 {
 		body["envs"] = envs
@@ -383,8 +384,7 @@ func (t *toolbox) sh(ctx context.Context, script string, envs map[string]string,
 
 // upload writes data to path (POST /files/upload, multipart field file).
 func (t *toolbox) upload(ctx context.Context, path string, data []byte) error {
-	t.use()
-	defer t.use()
+	defer t.hold()()
 	var buf bytes.Buffer
 	mw := multipart.NewWriter(&buf)
 	fw, err := mw.CreateFormFile("file", "file")
@@ -405,8 +405,7 @@ func (t *toolbox) upload(ctx context.Context, path string, data []byte) error {
 // download reads at most max bytes of path (GET /files/download); the
 // rest is not read.
 func (t *toolbox) download(ctx context.Context, path string, max int64) ([]byte, error) {
-	t.use()
-	defer t.use()
+	defer t.hold()()
 	var b []byte
 	_, err := t.a.do(ctx, request{op: "download file", method: http.MethodGet, url: t.base + "/files/download?" + url.Values{"path": {path}}.Encode(),
 		rawOut: &b, idempotent: true, max: max})

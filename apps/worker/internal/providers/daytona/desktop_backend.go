@@ -63,8 +63,7 @@ const (
 
 // call is one JSON exchange with the toolbox (body and out may be nil).
 func (t *toolbox) call(ctx context.Context, op, method, path string, body, out any) error {
-	t.use()
-	defer t.use()
+	defer t.hold()()
 	_, err := t.a.do(ctx, request{op: op, method: method, url: t.base + path, json: body, out: out,
 		idempotent: method == http.MethodGet})
 	return err

@@ -518,15 +518,13 @@ func (p *Provider) session(ctx context.Context, sb Sandbox) (*session, error) {
 		return nil, fmt.Errorf("daytona: sandbox %s: preview URL for port %d is not http(s)", sb.ID, botdPort)
 	}
 	s := &session{p: p, id: sb.ID, done: make(chan struct{}), preview: pv, ports: map[int]*forwarder{}}
-	s.tb = &toolbox{a: p.tb, base: strings.TrimRight(sb.ToolboxProxyURL, "/") + "/" + url.PathEscape(sb.ID), use: s.used}
+	s.tb = &toolbox{a: p.tb, base: strings.TrimRight(sb.ToolboxProxyURL, "/") + "/" + url.PathEscape(sb.ID), hold: s.hold}
 	rt := &previewHeaders{next: p.o.Transport, token: pv.Token}
 	s.fwd = newForwarder(target, rt, s.explain)
 	p.sessions[sb.ID] = s
 	go s.refresh()
 	return s, nil
 }
-
-func (s *session) used() { s.act.Used() }
 
 // hold keeps the sandbox in use until the returned func is called.
 func (s *session) hold() func() { return s.act.Hold() }

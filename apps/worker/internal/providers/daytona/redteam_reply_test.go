@@ -45,7 +45,7 @@ func TestRedTeamToolboxReplyCaps(t *testing.T) {
 	require.NoError(t, err)
 	k, err := NewKey(testKey, sealer)
 	require.NoError(t, err)
-	tb := &toolbox{a: &api{base: srv.URL, key: k, hc: &http.Client{}}, base: srv.URL + "/toolbox", use: func() {}}
+	tb := &toolbox{a: &api{base: srv.URL, key: k, hc: &http.Client{}}, base: srv.URL + "/toolbox", hold: func() func() { return func() {} }}
 
 	t.Run("a 1 GiB file read for 256 KiB", func(t *testing.T) {
 		sent.Store(0)
