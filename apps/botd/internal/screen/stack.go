@@ -215,18 +215,33 @@ func (b *procBackend) start(ctx context.Context, s *Screen, slot int) (st stack,
 		argv  []string
 		ready func(context.Context) error
 	}
+	// x11vnc's last words: a start that fails because x11vnc keeps
+	// exiting says why (its stderr holds no secret: no password, the
+	// display and socket names). Rehearsal 43 saw it exit 1 six times
+	// with nothing to say why.
+	vncErr := &tailWriter{max: 2048}
 	startAll := func(defs []procDef) error {
 		var started []*supervisor.Proc
+		var tails []*tailWriter
 		for _, d := range defs {
-			proc, err := sup.Start(spec(d.name, supervisor.RestartAlways, d.argv, d.ready))
+			sp := spec(d.name, supervisor.RestartAlways, d.argv, d.ready)
+			var tail *tailWriter
+			if d.name == "x11vnc" {
+				sp.Cmd.Stderr, tail = vncErr, vncErr
+			}
+			proc, err := sup.Start(sp)
 			if err != nil {
 				return fmt.Errorf("start %s: %w", d.name, err)
 			}
 			ps.session = append(ps.session, proc)
 			started = append(started, proc)
+			tails = append(tails, tail)
 		}
-		for _, p := range started {
+		for i, p := range started {
 			if err := p.WaitRunning(ctx); err != nil {
+				if t := tails[i].String(); t != "" {
+					return fmt.Errorf("%w; its last output: %s", err, t)
+				}
 				return err
 			}
 		}
@@ -463,4 +478,32 @@ func lockStale(path string, b []byte, desktop int) bool {
 	}
 	err = syscall.Kill(pid, 0)
 	return !(err == nil || errors.Is(err, syscall.EPERM))
+}
+
+// tailWriter keeps the last max bytes written to it (a process's stderr
+// across its restarts).
+type tailWriter struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (w *tailWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.b = append(w.b, p...)
+	if len(w.b) > w.max {
+		w.b = append([]byte(nil), w.b[len(w.b)-w.max:]...)
+	}
+	return len(p), nil
+}
+
+// String is what it holds, trimmed, on one line ("" for a nil writer).
+func (w *tailWriter) String() string {
+	if w == nil {
+		return ""
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return strings.Join(strings.Fields(strings.ToValidUTF8(string(w.b), "?")), " ")
 }
