@@ -70,6 +70,7 @@ type procStack struct {
 	id      string
 	slot    int
 	runDir  string
+	uid     int // the desktop user's
 	xvfb    *supervisor.Proc
 	session []*supervisor.Proc // dbus, xfwm4, panel, desktop, x11vnc
 	drv     Driver
@@ -160,7 +161,7 @@ func (b *procBackend) start(ctx context.Context, s *Screen, slot int) (st stack,
 		return nil, err
 	}
 
-	ps := &procStack{m: m, id: s.ID, slot: slot, runDir: runDir, drawnCh: make(chan struct{})}
+	ps := &procStack{m: m, id: s.ID, slot: slot, runDir: runDir, uid: uid, drawnCh: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			sctx, cancel := context.WithTimeout(context.Background(), StopTimeout)
@@ -344,6 +345,9 @@ func (p *procStack) stop(ctx context.Context) error {
 	stopAll(p.session)
 	if p.xvfb != nil {
 		stopAll([]*supervisor.Proc{p.xvfb})
+	}
+	if n := reapOrphanShm(p.uid); n > 0 {
+		p.m.log.Info().Str("screen", p.id).Int("segments", n).Msg("removed shared memory segments the desktop user's exited programs left")
 	}
 	_ = os.RemoveAll(p.runDir)
 	return errors.Join(errs...)
