@@ -18,6 +18,7 @@ import (
 	"github.com/open-bot/computer/apps/botd/internal/safefs"
 	"github.com/open-bot/computer/apps/botd/internal/supervisor"
 	"github.com/open-bot/computer/pkg/shared"
+	"github.com/open-bot/computer/pkg/shared/tailbuf"
 )
 
 // backend starts a screen's processes; the real one is procBackend, unit
@@ -220,13 +221,13 @@ func (b *procBackend) start(ctx context.Context, s *Screen, slot int) (st stack,
 	// exiting says why (its stderr holds no secret: no password, the
 	// display and socket names). Rehearsal 43 saw it exit 1 six times
 	// with nothing to say why.
-	vncErr := &tailWriter{max: 2048}
+	vncErr := &tailbuf.Buffer{Max: 2048}
 	startAll := func(defs []procDef) error {
 		var started []*supervisor.Proc
-		var tails []*tailWriter
+		var tails []*tailbuf.Buffer
 		for _, d := range defs {
 			sp := spec(d.name, supervisor.RestartAlways, d.argv, d.ready)
-			var tail *tailWriter
+			var tail *tailbuf.Buffer
 			if d.name == "x11vnc" {
 				sp.Cmd.Stderr, tail = vncErr, vncErr
 			}
@@ -240,7 +241,7 @@ func (b *procBackend) start(ctx context.Context, s *Screen, slot int) (st stack,
 		}
 		for i, p := range started {
 			if err := p.WaitRunning(ctx); err != nil {
-				if t := tails[i].String(); t != "" {
+				if t := lastWords(tails[i]); t != "" {
 					return fmt.Errorf("%w; its last output: %s", err, t)
 				}
 				return err
@@ -484,30 +485,11 @@ func lockStale(path string, b []byte, desktop int) bool {
 	return !(err == nil || errors.Is(err, syscall.EPERM))
 }
 
-// tailWriter keeps the last max bytes written to it (a process's stderr
-// across its restarts).
-type tailWriter struct {
-	mu  sync.Mutex
-	max int
-	b   []byte
-}
-
-func (w *tailWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.b = append(w.b, p...)
-	if len(w.b) > w.max {
-		w.b = append([]byte(nil), w.b[len(w.b)-w.max:]...)
-	}
-	return len(p), nil
-}
-
-// String is what it holds, trimmed, on one line ("" for a nil writer).
-func (w *tailWriter) String() string {
-	if w == nil {
+// lastWords is what a process's stderr tail holds, on one line and valid
+// UTF-8 ("" for none).
+func lastWords(t *tailbuf.Buffer) string {
+	if t == nil {
 		return ""
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return strings.Join(strings.Fields(strings.ToValidUTF8(string(w.b), "?")), " ")
+	return strings.Join(strings.Fields(strings.ToValidUTF8(t.String(), "?")), " ")
 }

@@ -19,7 +19,6 @@ import (
 	"runtime"
 	"sort"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -29,6 +28,7 @@ import (
 	"github.com/open-bot/computer/apps/worker/internal/machines/desktop"
 	"github.com/open-bot/computer/apps/worker/internal/rfb"
 	"github.com/open-bot/computer/pkg/shared"
+	"github.com/open-bot/computer/pkg/shared/tailbuf"
 )
 
 // SDK is a running node script that times a vendor SDK's screenshot call
@@ -39,7 +39,7 @@ type SDK struct {
 	cmd    *exec.Cmd
 	in     io.WriteCloser
 	out    *bufio.Scanner
-	stderr *tailBuffer
+	stderr *tailbuf.Buffer
 	redact []string
 	name   string
 }
@@ -73,7 +73,7 @@ func StartSDK(b *testing.B, ctx context.Context, dir, script, probe string, env,
 			b.Fatalf("deskbench: npm ci in %s did not install %s", dir, probe)
 		}
 	}
-	s := &SDK{stderr: &tailBuffer{max: 8 << 10}, redact: redact, name: script}
+	s := &SDK{stderr: &tailbuf.Buffer{Max: 8 << 10}, redact: redact, name: script}
 	s.cmd = exec.CommandContext(ctx, node, script)
 	s.cmd.Dir = dir
 	s.cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + b.TempDir()}, env...)
@@ -161,29 +161,6 @@ func (s *SDK) Close() error {
 		_ = s.cmd.Process.Kill()
 		return <-done
 	}
-}
-
-// tailBuffer keeps the last max bytes written to it.
-type tailBuffer struct {
-	mu  sync.Mutex
-	b   []byte
-	max int
-}
-
-func (t *tailBuffer) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.b = append(t.b, p...)
-	if len(t.b) > t.max {
-		t.b = append([]byte(nil), t.b[len(t.b)-t.max:]...)
-	}
-	return len(p), nil
-}
-
-func (t *tailBuffer) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return string(t.b)
 }
 
 // Pair makes the two machines Run compares on one sandbox: o as given
