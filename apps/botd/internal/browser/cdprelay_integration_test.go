@@ -512,6 +512,12 @@ func TestCDPRelay(t *testing.T) {
 		c, code = dialCDP(t, srv, "cd1", l.LeaseID)
 		return code == http.StatusSwitchingProtocols
 	})
+	// The flooding tab logs 10 MB a second until it goes: closed now
+	// (through the bot's connection: this session did not open it), or its
+	// renderer spins for the rest of the test.
+	if n, err := b.CloseTabsForTest(ctx, "/profile"); n != 1 || err != nil {
+		t.Fatalf("closing the flooding tab: closed %d, %v", n, err)
+	}
 	// A person's takeover closes the session with the reason, and its
 	// commands stop.
 	var ul struct {
