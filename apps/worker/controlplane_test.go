@@ -107,22 +107,12 @@ func hangingModel(t testing.TB, hangs ...int) (*mockmodel.Server, string) {
 	return model, srv.URL
 }
 
-// waitFor polls cond until it holds; the test fails once timeout passed.
-//
-// The pause between tries grows from 100 ms to 1 s (by a fifth each time):
-// many conditions run a command in a container or sandbox (a `docker
-// exec`, about 0.15 s of the engine's CPU beyond the command), and a long
-// wait on a loaded host polled at 10 a second took CPU from what it was
-// waiting for. A short wait is hardly slower (the first ten tries come
-// within 2.6 s).
 func waitFor(t testing.TB, what string, timeout time.Duration, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
-	pause := 100 * time.Millisecond
 	for !cond() {
 		require.True(t, time.Now().Before(deadline), "timed out waiting for %s", what)
-		time.Sleep(pause)
-		pause = min(pause*6/5, time.Second)
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 
