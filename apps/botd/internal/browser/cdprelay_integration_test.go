@@ -409,7 +409,7 @@ func TestCDPRelay(t *testing.T) {
 	// it, and the site echoes it on another page.
 	waitFor(t, 10*time.Second, "the first session gone", func() bool { return ev.count("cdp_session") >= 2 })
 	open("http://www.site.test/login", true)
-	ctx := browsertest.Ctx(t, 2*time.Minute)
+	ctx := browsertest.Ctx(t, 4*time.Minute)
 	b, err := bs.Browser(ctx, "cd1")
 	if err != nil {
 		t.Fatal(err)
@@ -495,14 +495,16 @@ func TestCDPRelay(t *testing.T) {
 	// front is the flooding tab, which on a loaded host honestly answers
 	// "not responding", as in a cold rehearsal.)
 	c.ok(mine, "Runtime.enable", nil)
-	c.eval(mine, `setInterval(() => { for (let i = 0; i < 5; i++) console.log("x".repeat(20000)); }, 10); 1`)
+	c.eval(mine, `setInterval(() => { for (let i = 0; i < 5; i++) console.log("x".repeat(200000)); }, 10); 1`)
 	c.pause()
 	var slowest time.Duration
 	reads := 0
 	// The close comes once the socket's buffers are full and a write has
-	// waited cdpWriteTimeout (10 s): how soon they fill depends on how
-	// fast the loaded renderer logs (rehearsal 39 missed a 30 s bound).
-	waitFor(t, 90*time.Second, "the stalled client closed", func() bool {
+	// waited cdpWriteTimeout (10 s), or the tap's queue (64 MiB) is: how
+	// soon depends on how fast the loaded renderer logs. Rehearsal 39
+	// missed a 30 s bound with 100 KB every 10 ms, rehearsal 47 a 90 s
+	// one; the flood is now 1 MB every 10 ms.
+	waitFor(t, 150*time.Second, "the stalled client closed", func() bool {
 		start := time.Now()
 		// A liveness bound: a reader loop waiting on the client would
 		// leave this call unanswered.
@@ -529,7 +531,7 @@ func TestCDPRelay(t *testing.T) {
 		c, code = dialCDP(t, srv, "cd1", l.LeaseID)
 		return code == http.StatusSwitchingProtocols
 	})
-	// The flooding tab logs 10 MB a second until it goes: closed now
+	// The flooding tab logs 100 MB a second until it goes: closed now
 	// (through the bot's connection: this session did not open it), or its
 	// renderer spins for the rest of the test.
 	if n, err := b.CloseTabsForTest(ctx, "/profile"); n != 1 || err != nil {
