@@ -252,9 +252,9 @@ func TestBadInput(t *testing.T) {
 		if _, err := b.Open(ctx, "http://www.busy.test/busy", false); err != nil {
 			t.Fatal(err)
 		}
-		// The loop never ends by itself: its renderer would spin a core
-		// until the browser closes (about 16 s of CPU in this package's
-		// run, more on a loaded host). The checks done, it is crashed,
+		// The loop never ends by itself: its renderer would spin until the
+		// browser closes (3 s of CPU in this test alone, more on a loaded
+		// host, where the tests after it take longer). The checks done, it is crashed,
 		// through the session the open made (taken before the loop does
 		// the page's thread).
 		if busy, err := b.FrontSession(ctx); err == nil {
