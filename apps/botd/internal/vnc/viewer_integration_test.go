@@ -146,7 +146,11 @@ func (h *headless) drawn(ctx context.Context, t testing.TB, s *cdp.Session, with
 		if time.Now().After(deadline) {
 			var st pageState
 			barErr := eval(ctx, s, readBar, &st)
-			t.Fatalf("after %v the canvas shows no desktop: variance %.1f (-1: no canvas yet, -2: not read), error %v; bar %+v (error %v)", within, v, err, st, barErr)
+			// Whether app.js ran at all (window.viewer) and how far it got:
+			// rehearsal 47 timed out here "connecting" with nothing more.
+			var page string
+			pageErr := eval(ctx, s, `JSON.stringify({ready: document.readyState, viewer: window.viewer || null, canvas: (() => { const c = document.querySelector('#screen canvas'); return c ? c.width + 'x' + c.height : 'none'; })()})`, &page)
+			t.Fatalf("after %v the canvas shows no desktop: variance %.1f (-1: no canvas yet, -2: not read), error %v; bar %+v (error %v); the page: %s (error %v)", within, v, err, st, barErr, page, pageErr)
 		}
 		time.Sleep(25 * time.Millisecond)
 	}
