@@ -12,7 +12,7 @@ import (
 )
 
 // sysvShmTable is the kernel's list of System V shared memory segments.
-var sysvShmTable = "/proc/sysvipc/shm"
+const sysvShmTable = "/proc/sysvipc/shm"
 
 // reapOrphanShm removes the System V shared memory segments owned by uid
 // that nothing has attached and whose creator and last user have both
