@@ -19,6 +19,9 @@ const releaseBtn = el('release');
 // window.viewer is read by tests (and is handy in a console).
 const viewer = window.viewer = { connected: false, inControl: false, running: false, connects: 0, expired: false };
 let rfb = null;
+// How long a connection may stay in its handshake before it is dropped and
+// tried again.
+const CONNECT_TIMEOUT_MS = 15000;
 let lastRenew = 0;
 
 function setStatus(kind, text) {
@@ -44,10 +47,26 @@ function connect() {
   const r = new RFB(el('screen'), url, { shared: true, wsProtocols: ['binary'] });
   r.scaleViewport = true;
   r.viewOnly = !viewer.inControl;
-  r.addEventListener('connect', () => { viewer.connectedAt = performance.now(); viewer.connected = true; viewer.connects++; render(); });
+  // A handshake that neither connects nor fails (seen on a loaded host:
+  // the page said "connecting…" for a minute) is dropped and tried again;
+  // noVNC itself has no connect timeout.
+  const stalled = setTimeout(() => {
+    if (rfb !== r || viewer.connected) return;
+    viewer.stalls = (viewer.stalls || 0) + 1;
+    rfb = null;
+    try { r.disconnect(); } catch (e) { /* already closing */ }
+    refresh();
+  }, CONNECT_TIMEOUT_MS);
+  r.addEventListener('connect', () => {
+    clearTimeout(stalled);
+    if (rfb !== r) { r.disconnect(); return; }
+    viewer.connectedAt = performance.now(); viewer.connected = true; viewer.connects++; render();
+  });
   r.addEventListener('disconnect', () => {
+    clearTimeout(stalled);
+    if (rfb !== r) return; // one given up on: a newer connection holds the page
     viewer.connected = false;
-    if (rfb === r) rfb = null;
+    rfb = null;
     render();
     setTimeout(refresh, 500);
   });

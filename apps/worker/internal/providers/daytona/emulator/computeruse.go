@@ -50,7 +50,7 @@ func (e *Emulator) screenshotCompressed(w http.ResponseWriter, r *http.Request) 
 	if format == "jpeg" {
 		ext = ".jpg"
 	}
-	out, ok := e.x(w, r, `f=$(mktemp --suffix="$2") && scrot $1 --quality "$3" -o "$f" && cat -- "$f"; s=$?; rm -f -- "$f"; exit $s`, flag, ext, strconv.Itoa(quality))
+	out, ok := e.xFile(w, r, `f=$(mktemp --suffix="$2") && scrot $1 --quality "$3" -o "$f" && cat -- "$f" && wc -c < "$f" >&2; s=$?; rm -f -- "$f"; exit $s`, flag, ext, strconv.Itoa(quality))
 	if !ok {
 		return
 	}

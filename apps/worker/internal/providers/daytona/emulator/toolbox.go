@@ -172,6 +172,31 @@ func (e *Emulator) sh(ctx context.Context, b *sandbox, script string, stdin io.R
 	return out.Bytes(), errb.Bytes(), code, err
 }
 
+// shFile runs a script that writes a file's bytes to standard output and,
+// once they are all written, their count alone as the last line of standard
+// error (`… && wc -c < "$f" >&2`), and checks that every byte arrived. The
+// engine closes an exec's output streams at most 2 s after its process
+// exits, copied or not: on a loaded host a screenshot came back cut short
+// (a JPEG that ended early), so a short read is taken again, up to three
+// times, and then is an error, never a truncated file.
+func (e *Emulator) shFile(ctx context.Context, b *sandbox, script string, env []string, args ...string) ([]byte, []byte, int, error) {
+	var out, errb []byte
+	var code int
+	var err error
+	for try := 1; try <= 3; try++ {
+		out, errb, code, err = e.sh(ctx, b, script, nil, env, args...)
+		if err != nil || code != 0 {
+			return out, errb, code, err
+		}
+		lines := strings.Split(strings.TrimSpace(string(errb)), "\n")
+		n, perr := strconv.Atoi(strings.TrimSpace(lines[len(lines)-1]))
+		if perr == nil && n == len(out) {
+			return out, []byte(strings.Join(lines[:len(lines)-1], "\n")), 0, nil
+		}
+	}
+	return nil, errb, -1, fmt.Errorf("the output was cut short in transfer three times (%d bytes arrived)", len(out))
+}
+
 // ---- process ----
 
 func (e *Emulator) execute(w http.ResponseWriter, r *http.Request) {
@@ -221,7 +246,7 @@ func (e *Emulator) execute(w http.ResponseWriter, r *http.Request) {
 const notFoundExit = 44
 
 func (e *Emulator) readFile(ctx context.Context, b *sandbox, path string) ([]byte, int, string) {
-	out, errb, code, err := e.sh(ctx, b, `test -f "$1" || exit 44; cat -- "$1"`, nil, nil, path)
+	out, errb, code, err := e.shFile(ctx, b, `test -f "$1" || exit 44; cat -- "$1" && wc -c < "$1" >&2`, nil, path)
 	switch {
 	case err != nil:
 		return nil, http.StatusInternalServerError, err.Error()
@@ -460,6 +485,16 @@ func (e *Emulator) x(w http.ResponseWriter, r *http.Request, script string, args
 	return out, true
 }
 
+// xFile is x for a script that ends as shFile's do.
+func (e *Emulator) xFile(w http.ResponseWriter, r *http.Request, script string, args ...string) ([]byte, bool) {
+	out, errb, code, err := e.shFile(r.Context(), boxOf(r), script, displayEnv, args...)
+	if err != nil || code != 0 {
+		writeError(w, r, http.StatusInternalServerError, "computer use: %s%v", strings.TrimSpace(string(errb)), err)
+		return nil, false
+	}
+	return out, true
+}
+
 func (e *Emulator) pointer(w http.ResponseWriter, r *http.Request) (int, int, bool) {
 	out, ok := e.x(w, r, `xdotool getmouselocation --shell`)
 	if !ok {
@@ -483,7 +518,7 @@ func (e *Emulator) screenshot(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Query().Get("showCursor") == "true" {
 		flag = "--pointer"
 	}
-	out, ok := e.x(w, r, `f=$(mktemp --suffix=.png) && scrot $1 -o "$f" && cat -- "$f"; s=$?; rm -f -- "$f"; exit $s`, flag)
+	out, ok := e.xFile(w, r, `f=$(mktemp --suffix=.png) && scrot $1 -o "$f" && cat -- "$f" && wc -c < "$f" >&2; s=$?; rm -f -- "$f"; exit $s`, flag)
 	if !ok {
 		return
 	}
