@@ -146,6 +146,19 @@ func (c *cdpClient) trySend(session, method string, params any, wait time.Durati
 	}
 }
 
+// fire sends one command and does not wait for its reply (a client that
+// asks on while it reads nothing); an error means the write failed.
+func (c *cdpClient) fire(session, method string, params any) error {
+	c.mu.Lock()
+	c.next++
+	id := c.next
+	c.mu.Unlock()
+	out, _ := json.Marshal(map[string]any{"id": id, "sessionId": session, "method": method, "params": params})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return c.ws.Write(ctx, websocket.MessageText, out)
+}
+
 // ok sends and requires a successful reply.
 func (c *cdpClient) ok(session, method string, params any) json.RawMessage {
 	c.t.Helper()
@@ -497,13 +510,31 @@ func TestCDPRelay(t *testing.T) {
 	c.ok(mine, "Runtime.enable", nil)
 	c.eval(mine, `setInterval(() => { for (let i = 0; i < 5; i++) console.log("x".repeat(200000)); }, 10); 1`)
 	c.pause()
+	// And the client asks on for answers of 1 MB each while it reads
+	// nothing, so the relay's writes back up at the pace of its own asking,
+	// not only of the page's timers: on a loaded host the console flood
+	// alone missed a 30 s bound (rehearsal 39, 100 KB every 10 ms), a 90 s
+	// one (rehearsal 47) and a 150 s one (rehearsal 50, 1 MB every 10 ms).
+	stopAsking, asked := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(asked)
+		for {
+			select {
+			case <-stopAsking:
+				return
+			case <-c.done:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			if c.fire(mine, "Runtime.evaluate", map[string]any{"expression": `"y".repeat(1 << 20)`, "returnByValue": true}) != nil {
+				return
+			}
+		}
+	}()
 	var slowest time.Duration
 	reads := 0
 	// The close comes once the socket's buffers are full and a write has
-	// waited cdpWriteTimeout (10 s), or the tap's queue (64 MiB) is: how
-	// soon depends on how fast the loaded renderer logs. Rehearsal 39
-	// missed a 30 s bound with 100 KB every 10 ms, rehearsal 47 a 90 s
-	// one; the flood is now 1 MB every 10 ms.
+	// waited cdpWriteTimeout (10 s), or the tap's queue (64 MiB) is.
 	waitFor(t, 150*time.Second, "the stalled client closed", func() bool {
 		start := time.Now()
 		// A liveness bound: a reader loop waiting on the client would
@@ -524,6 +555,8 @@ func TestCDPRelay(t *testing.T) {
 		reads++
 		return ev.has("cdp_session", `"code":1008`)
 	})
+	close(stopAsking)
+	<-asked
 	t.Logf("%d tab lists of the bot's while the client stalled, the slowest %v", reads, slowest)
 	c.resume()
 

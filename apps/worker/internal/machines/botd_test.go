@@ -75,7 +75,10 @@ func TestBotdMachine(t *testing.T) {
 	const screen = "alpha"
 	_, err = m.StartScreen(ctx, screen)
 	require.NoError(t, err)
-	l, err := m.AcquireLease(ctx, screen, "agent", "run-1", time.Minute)
+	// Held for the whole test: with a minute, on a loaded host the lease
+	// ran out before the release at the end (rehearsal 50: 404 no such
+	// lease, 66 s in). Expiry has tests of its own.
+	l, err := m.AcquireLease(ctx, screen, "agent", "run-1", 15*time.Minute)
 	require.NoError(t, err)
 	scs, err := m.Screens(ctx)
 	require.NoError(t, err)

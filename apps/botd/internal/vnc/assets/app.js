@@ -20,7 +20,8 @@ const releaseBtn = el('release');
 const viewer = window.viewer = { connected: false, inControl: false, running: false, connects: 0, expired: false };
 let rfb = null;
 // How long a connection may stay in its handshake before it is dropped and
-// tried again.
+// tried again: 15 s, then 30 s, then 60 s for every later try, so that a
+// handshake that is only slow (a loaded host) still gets through.
 const CONNECT_TIMEOUT_MS = 15000;
 let lastRenew = 0;
 
@@ -56,7 +57,7 @@ function connect() {
     rfb = null;
     try { r.disconnect(); } catch (e) { /* already closing */ }
     refresh();
-  }, CONNECT_TIMEOUT_MS);
+  }, CONNECT_TIMEOUT_MS * 2 ** Math.min(viewer.stalls || 0, 2));
   r.addEventListener('connect', () => {
     clearTimeout(stalled);
     if (rfb !== r) { r.disconnect(); return; }
