@@ -283,10 +283,8 @@ fi
 # One `go test` for all of them (at its -p): two of them beside the early
 # packages and the shards made nine test processes of desktops and browsers
 # at a load of 40 on 2 cores, and start-up deadlines missed (rehearsal 28).
-kube_users=() # the test processes that use the cluster
 if [ "${#LATE[@]}" -gt 0 ]; then
   gotest "the tests of the other ${#LATE[@]} packages" "${LATE[@]}"
-  kube_users+=("$!")
 fi
 if [ "$sharded" = yes ]; then
   for i in "${!WORKER_SHARD_NAMES[@]}"; do
@@ -294,31 +292,8 @@ if [ "$sharded" = yes ]; then
       runshard "$i" "${WORKER_SHARD_NAMES[$i]}" run "${WORKER_SHARD_TESTS[$i]// /|}" &
       test_pids+=("$!")
       pids+=("$!")
-      kube_users+=("$!")
     fi
   done
-fi
-# The cluster stops as soon as the tests that use it are done (the cluster
-# shard and the late `go test`, which holds apps/worker/internal/providers and
-# deploytest), not at the end: idle, its API server, etcd, controllers,
-# kubelet and containerd still took about a tenth of a core (rehearsal 50),
-# for the 10 minutes or so the other tests ran on after them. Only a cluster
-# this run started is stopped; a process is followed by its pid and start
-# time, so a pid the kernel hands out again is not waited for.
-if [ "$kube_started" = yes ] && [ "${#kube_users[@]}" -gt 0 ]; then
-  users=()
-  for p in "${kube_users[@]}"; do users+=("$p:$(cut -d' ' -f22 "/proc/$p/stat" 2>/dev/null)"); done
-  ( t=$(date +%s)
-    for u in "${users[@]}"; do
-      p=${u%%:*} st=${u#*:}
-      while [ -n "$st" ] && [ "$(cut -d' ' -f22 "/proc/$p/stat" 2>/dev/null)" = "$st" ]; do sleep 5; done
-    done
-    if bash scripts/kube.sh stop >>"$kube_log" 2>&1; then
-      log "the cluster stopped once its tests were done ($(( $(date +%s) - t_all ))s into the tests)"
-    else
-      log "stopping the cluster failed ($kube_log); it stops at the end"
-    fi ) &
-  pids+=("$!")
 fi
 
 # The packages after the worker's providers package run once the early
