@@ -188,13 +188,22 @@ func (e *Emulator) shFile(ctx context.Context, b *sandbox, script string, env []
 		if err != nil || code != 0 {
 			return out, errb, code, err
 		}
-		lines := strings.Split(strings.TrimSpace(string(errb)), "\n")
-		n, perr := strconv.Atoi(strings.TrimSpace(lines[len(lines)-1]))
-		if perr == nil && n == len(out) {
-			return out, []byte(strings.Join(lines[:len(lines)-1], "\n")), 0, nil
+		if rest, ok := allArrived(out, errb); ok {
+			return out, rest, 0, nil
 		}
 	}
 	return nil, errb, -1, fmt.Errorf("the output was cut short in transfer three times (%d bytes arrived)", len(out))
+}
+
+// allArrived reports whether stderr's last line is out's byte count, and
+// returns stderr without it.
+func allArrived(out, errb []byte) ([]byte, bool) {
+	lines := strings.Split(strings.TrimSpace(string(errb)), "\n")
+	n, err := strconv.Atoi(strings.TrimSpace(lines[len(lines)-1]))
+	if err != nil || n != len(out) {
+		return errb, false
+	}
+	return []byte(strings.Join(lines[:len(lines)-1], "\n")), true
 }
 
 // ---- process ----
