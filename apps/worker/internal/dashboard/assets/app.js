@@ -64,11 +64,26 @@ async function connect(cid, screen, t, key) {
   const rfb = new RFB(t.el, `${scheme}://${location.host}${r.data.ws}`, { shared: true, wsProtocols: ['binary'] });
   rfb.viewOnly = true;
   rfb.scaleViewport = true;
+  // A handshake still pending after 15 s (then 30 s, then 60 s) is dropped
+  // and tried again: noVNC has no connect timeout, and a stalled one left
+  // the thumbnail "connecting…" for good on a loaded host.
+  const stalls = t.stalls || 0;
+  const stalled = setTimeout(() => {
+    if (t.rfb !== rfb || dash.thumbs[key].connected) return;
+    t.stalls = stalls + 1;
+    t.rfb = null;
+    try { rfb.disconnect(); } catch (e) { /* already closing */ }
+    if (t.alive) connect(cid, screen, t, key);
+  }, 15000 * 2 ** Math.min(stalls, 2));
   rfb.addEventListener('connect', () => {
+    clearTimeout(stalled);
+    if (t.rfb !== rfb) { rfb.disconnect(); return; }
     const ph = t.el.querySelector('.placeholder'); if (ph) ph.remove();
     dash.thumbs[key].connected = true; dash.thumbs[key].connects++;
   });
   rfb.addEventListener('disconnect', () => {
+    clearTimeout(stalled);
+    if (t.rfb !== rfb) return; // given up on: a newer connection holds the thumbnail
     dash.thumbs[key].connected = false;
     t.rfb = null;
     if (t.alive) t.retry = setTimeout(() => connect(cid, screen, t, key), 2000);
