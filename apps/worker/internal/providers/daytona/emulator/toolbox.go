@@ -488,6 +488,12 @@ var displayEnv = []string{"DISPLAY=:0"}
 
 func (e *Emulator) x(w http.ResponseWriter, r *http.Request, script string, args ...string) ([]byte, bool) {
 	out, errb, code, err := e.sh(r.Context(), boxOf(r), script, nil, displayEnv, args...)
+	return computerUse(w, r, out, errb, code, err)
+}
+
+// computerUse answers a computer-use script's failure (500, with its
+// stderr) or hands its output on.
+func computerUse(w http.ResponseWriter, r *http.Request, out, errb []byte, code int, err error) ([]byte, bool) {
 	if err != nil || code != 0 {
 		writeError(w, r, http.StatusInternalServerError, "computer use: %s%v", strings.TrimSpace(string(errb)), err)
 		return nil, false
@@ -498,11 +504,7 @@ func (e *Emulator) x(w http.ResponseWriter, r *http.Request, script string, args
 // xFile is x for a script that ends as shFile's do.
 func (e *Emulator) xFile(w http.ResponseWriter, r *http.Request, script string, args ...string) ([]byte, bool) {
 	out, errb, code, err := e.shFile(r.Context(), boxOf(r), script, displayEnv, args...)
-	if err != nil || code != 0 {
-		writeError(w, r, http.StatusInternalServerError, "computer use: %s%v", strings.TrimSpace(string(errb)), err)
-		return nil, false
-	}
-	return out, true
+	return computerUse(w, r, out, errb, code, err)
 }
 
 func (e *Emulator) pointer(w http.ResponseWriter, r *http.Request) (int, int, bool) {
