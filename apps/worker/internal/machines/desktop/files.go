@@ -242,8 +242,10 @@ func errXferBusy() error {
 // closed cleanly (quiesceBrowsers: its cookies and session on disk, its
 // locks released); the transient files inside the browser profiles
 // (pkg/shared/transient, botd's list) are left out, nothing else; once tar
-// is done each browser starts again on the same tabs. The reader ends with
-// io.EOF only when tar finished with status 0; a tar that failed, or an
+// is done each browser starts again on the same tabs; an entry removed
+// between the listing and tar is left out (exportScript). The reader ends
+// with io.EOF only when the script finished with status 0; a tar that
+// failed, or an
 // export past maxBytes, ends with an error (client.ErrExportIncomplete,
 // client.ErrExportRefused), so a partial archive is never taken for a
 // whole one.
