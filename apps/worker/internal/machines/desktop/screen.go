@@ -180,8 +180,43 @@ type frame struct {
 	hash          string
 }
 
-// capture takes one screenshot of s through the backend.
+// errCutShort is a screenshot whose JPEG does not end with the
+// end-of-image marker: its tail was lost on the way (a vendor's answer,
+// an exec's output). It is taken again, up to three times in all.
+var errCutShort = errors.New("the JPEG is cut short (no end-of-image marker)")
+
+// capture takes one screenshot of s through the backend: a JPEG cut
+// short is taken again, up to three times, and then is an error, never a
+// frame.
 func (m *Machine) capture(ctx context.Context, s *screen) (frame, error) {
+	return retryCutShort(ctx, func() (frame, error) { return m.captureOnce(ctx, s) }, func(try int, err error) {
+		m.o.Log.Warn().Str("screen", s.id).Int("try", try).Err(err).Msg("screenshot cut short; taking it again")
+	})
+}
+
+// retryCutShort calls take until it returns anything but errCutShort, at
+// most three times (warn is told of each retry).
+func retryCutShort(ctx context.Context, take func() (frame, error), warn func(try int, err error)) (frame, error) {
+	for try := 1; ; try++ {
+		f, err := take()
+		if !errors.Is(err, errCutShort) || try == 3 || ctx.Err() != nil {
+			return f, err
+		}
+		warn(try, err)
+	}
+}
+
+// checkWhole is errCutShort unless b ends with JPEG's end-of-image marker
+// (NUL padding after it aside).
+func checkWhole(b []byte) error {
+	if !bytes.HasSuffix(bytes.TrimRight(b, "\x00"), []byte{0xff, 0xd9}) {
+		return errCutShort
+	}
+	return nil
+}
+
+// captureOnce takes one screenshot of s through the backend.
+func (m *Machine) captureOnce(ctx context.Context, s *screen) (frame, error) {
 	m.mu.Lock()
 	slot := s.slot
 	m.mu.Unlock()
@@ -211,6 +246,9 @@ func (m *Machine) capture(ctx context.Context, s *screen) (frame, error) {
 	cfg, format, err := image.DecodeConfig(bytes.NewReader(f.jpeg))
 	if err != nil || format != "jpeg" {
 		return frame{}, fmt.Errorf("screenshot of %s is not a JPEG (%d bytes): %v", m.display(slot), len(f.jpeg), err)
+	}
+	if err := checkWhole(f.jpeg); err != nil {
+		return frame{}, fmt.Errorf("screenshot of %s (%d bytes): %w", m.display(slot), len(f.jpeg), err)
 	}
 	f.width, f.height = cfg.Width, cfg.Height
 	h := fnv.New64a()
