@@ -406,17 +406,7 @@ func TestDesktopMachine(t *testing.T) {
 		archive, err := io.ReadAll(rc)
 		require.NoError(t, err)
 		require.NoError(t, rc.Close())
-		var names []string
-		tr := tar.NewReader(bytes.NewReader(archive))
-		for {
-			h, err := tr.Next()
-			if err == io.EOF {
-				break
-			}
-			require.NoError(t, err)
-			names = append(names, h.Name)
-		}
-		sort.Strings(names)
+		names := tarNames(t, bytes.NewReader(archive))
 		require.Contains(t, names, "./rt/deep/hello.txt")
 
 		r, err := m.Exec(ctx, client.ExecRequest{Argv: []string{"rm", "-r", "rt"}})

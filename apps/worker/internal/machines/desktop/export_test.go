@@ -29,18 +29,7 @@ func runExportScript(t *testing.T, ws string, expr ...string) ([]string, int, st
 	} else {
 		require.NoError(t, err)
 	}
-	var names []string
-	tr := tar.NewReader(&out)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		require.NoError(t, err)
-		names = append(names, h.Name)
-	}
-	sort.Strings(names)
-	return names, code, errb.String()
+	return tarNames(t, &out), code, errb.String()
 }
 
 // TestExportScriptRemovedMeanwhile: an entry find listed and that is gone
@@ -74,4 +63,21 @@ func TestExportScriptRemovedMeanwhile(t *testing.T) {
 	require.Equal(t, 2, code)
 	require.Contains(t, stderr, "Not a directory")
 	require.Contains(t, stderr, "No such file or directory")
+}
+
+// tarNames is the sorted names of the entries of the tar in r.
+func tarNames(t *testing.T, r io.Reader) []string {
+	t.Helper()
+	var names []string
+	tr := tar.NewReader(r)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		require.NoError(t, err)
+		names = append(names, h.Name)
+	}
+	sort.Strings(names)
+	return names
 }
