@@ -41,6 +41,13 @@ func (m *Machine) profileDir(id string) string {
 //	           Chromium saves its session and flushes its cookies; SIGKILL
 //	           after 30 s) and waits until no process of it is left; it
 //	           prints the display the browser ran on ("" when none ran).
+//	           A process is left while its command line names the profile
+//	           (a child's rewritten one too) and, for the main process,
+//	           while any thread of it runs: Chromium's first thread exits,
+//	           its command line then reads empty, while other threads go
+//	           on writing Preferences and the session for a second or more
+//	           (TestBrowserCloseWaitsForExit; an export listed such a file
+//	           and lost it before tar read it).
 //	           Not SIGTERM: Chromium takes that for the session's end and
 //	           exits without writing its cookie store (Chromium 156: a
 //	           cookie set 10 s before was gone after SIGTERM, kept after
@@ -62,13 +69,19 @@ op="$1"; dir="$2"; id="$3"; url="${4:-}"
 run="${TMPDIR:-/tmp}/open-bot-desktop/browsers"; pf="$run/$id.pid"
 pat="--user-data-d[i]r=$(printf '%s' "$dir" | sed 's/[][\\.*^$]/\\&/g')"
 holders() { grep -lzx -- "$pat" /proc/[0-9]*/cmdline 2>/dev/null | while read -r f; do grep -qz -- '^--type=' "$f" 2>/dev/null || { p="${f#/proc/}"; echo "${p%/cmdline}"; }; done; }
-anyleft() { grep -lzx -- "$pat" /proc/[0-9]*/cmdline >/dev/null 2>&1; }
+anyleft() { grep -lz -- "$pat\\( \\|\$\\)" /proc/[0-9]*/cmdline >/dev/null 2>&1; }
+gone() {
+  [ -d "/proc/$1" ] || return 0
+  set -- "$(ls "/proc/$1/task" 2>/dev/null | wc -l)" "$(sed -n 's/^State:[[:space:]]*\([A-Z]\).*/\1/p' "/proc/$1/status" 2>/dev/null)"
+  [ "$1" -le 1 ] && { [ "$2" = Z ] || [ "$2" = X ] || [ -z "$2" ]; }
+}
+left() { anyleft && return 0; for p in $ps; do gone "$p" || return 0; done; return 1; }
 shown() { grep -zx -- 'DISPLAY=.*' "/proc/$1/environ" 2>/dev/null | tr -d '\0' | sed 's/^DISPLAY=//'; }
 close() {
   ps=$(holders); [ -n "$ps" ] || { rm -f "$pf"; return 0; }
   for p in $ps; do shown "$p"; echo; break; done
   for p in $ps; do kill -INT "$p" 2>/dev/null; done
-  i=0; while anyleft; do
+  i=0; while left; do
     i=$((i+1))
     if [ $i = 300 ]; then for p in $ps; do kill -KILL -- "-$p" 2>/dev/null || kill -KILL "$p" 2>/dev/null; done; fi
     if [ $i -gt 400 ]; then echo "a browser on $dir did not exit" >&2; exit 1; fi
