@@ -74,7 +74,7 @@ func TestBrowserCloseWaitsForExit(t *testing.T) {
 		skipOrFail(t, "Chromium and Xvfb are needed (%q, %v)", bin, err)
 	}
 	tmp := t.TempDir()
-	display := fmt.Sprintf(":%d", 300+os.Getpid()%200)
+	display := fmt.Sprintf(":%d", 2600+os.Getpid()%100) // a band no other test uses
 	x := exec.Command(xvfb, display, "-screen", "0", "800x600x24", "-nolisten", "tcp")
 	require.NoError(t, x.Start())
 	t.Cleanup(func() { _ = x.Process.Kill(); _ = x.Wait() })
