@@ -300,7 +300,8 @@ func parseLock(link string) (string, int) {
 }
 
 // waitExit waits until pid has exited (its pidfd, when there is one, turns
-// readable; else /proc says gone or zombie) or d passes.
+// readable; else /proc says gone, or a zombie with no other thread left)
+// or d passes.
 func waitExit(ctx context.Context, pid, pidfd int, d time.Duration) bool {
 	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
@@ -315,8 +316,12 @@ func waitExit(ctx context.Context, pid, pidfd int, d time.Duration) bool {
 		if err != nil {
 			return true
 		}
+		// A zombie first thread is not the end: Chromium's other threads
+		// go on writing the profile after it (its task list says so).
 		if i := strings.LastIndexByte(string(st), ')'); i > 0 && i+2 < len(st) && st[i+2] == 'Z' {
-			return true
+			if ts, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task"); err != nil || len(ts) <= 1 {
+				return true
+			}
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
