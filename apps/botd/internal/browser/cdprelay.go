@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/chromedp/cdproto"
@@ -59,12 +60,18 @@ const (
 	CDPMaxMessage = 4 << 20
 	// CDPEventRate bounds the events a second sent to the client.
 	CDPEventRate = 5000
-	// cdpWriteTimeout bounds one write to the client.
+	// cdpWriteTimeout bounds one write to the client (cdpWriteTimeoutSet
+	// overrides it in tests).
 	cdpWriteTimeout = 10 * time.Second
 	// cdpLeaseTick is how often the lease is renewed and checked while no
 	// command comes.
 	cdpLeaseTick = time.Second
 )
+
+// cdpWriteTimeoutSet, when positive, replaces cdpWriteTimeout
+// (nanoseconds): a test lengthens it so that the tap's queue bound is what
+// closes a stalled client.
+var cdpWriteTimeoutSet atomic.Int64
 
 // Close codes the relay ends a session with (besides the standard ones:
 // 1008 a bound, 1012 the browser went away, 1001 botd stops).
@@ -453,7 +460,11 @@ func (rl *cdpRelay) outbound() {
 				return
 			}
 		}
-		wctx, cancel := context.WithTimeout(rl.ctx, cdpWriteTimeout)
+		wt := cdpWriteTimeout
+		if d := cdpWriteTimeoutSet.Load(); d > 0 {
+			wt = time.Duration(d)
+		}
+		wctx, cancel := context.WithTimeout(rl.ctx, wt)
 		err = rl.ws.Write(wctx, websocket.MessageText, data)
 		cancel()
 		if err != nil {

@@ -147,14 +147,15 @@ func (c *cdpClient) trySend(session, method string, params any, wait time.Durati
 }
 
 // fire sends one command and does not wait for its reply (a client that
-// asks on while it reads nothing); an error means the write failed.
-func (c *cdpClient) fire(session, method string, params any) error {
+// asks on while it reads nothing); an error means the write failed or did
+// not end within d.
+func (c *cdpClient) fire(session, method string, params any, d time.Duration) error {
 	c.mu.Lock()
 	c.next++
 	id := c.next
 	c.mu.Unlock()
 	out, _ := json.Marshal(map[string]any{"id": id, "sessionId": session, "method": method, "params": params})
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	return c.ws.Write(ctx, websocket.MessageText, out)
 }
@@ -503,18 +504,25 @@ func TestCDPRelay(t *testing.T) {
 	// answering meanwhile (the reader loop never waits on a client). The
 	// bot lists its tabs (Target.getTargets, and each tab asked whether
 	// it shows, at most 1.5 s each): every answer crosses the browser
-	// connection's reader loop, and none waits on the flooding tab's busy
-	// renderer. (A read of the page in front was the check before: the
-	// front is the flooding tab, which on a loaded host honestly answers
-	// "not responding", as in a cold rehearsal.)
-	c.ok(mine, "Runtime.enable", nil)
-	c.eval(mine, `setInterval(() => { for (let i = 0; i < 5; i++) console.log("x".repeat(200000)); }, 10); 1`)
+	// connection's reader loop. The client, reading nothing, asks a tab of
+	// its own for answers of 1 MB each every 20 ms, so the relay's writes
+	// back up at the pace of its asking. The tab is an idle one: answers
+	// from a tab whose page floods the console came so slowly on a loaded
+	// host that the close missed a 30 s bound (rehearsal 39), a 90 s one
+	// (rehearsal 47) and a 150 s one (rehearsals 50 and 55).
+	//
+	// One write to the client may wait 3 minutes here instead of 10 s, so
+	// the close is the tap's queue bound (64 MiB): a reader loop that
+	// waited on the client would wait minutes, and the bot's tab list with
+	// it, past the list's 30 s bound. With the 10 s write bound, such a
+	// wait lasted only until the write gave up, and the list still
+	// answered (10.3 s, a mutation that let the tap hold one message).
+	defer browser.SetCDPWriteTimeoutForTest(3 * time.Minute)()
+	_ = json.Unmarshal(c.ok("", "Target.createTarget", map[string]any{"url": "http://www.site.test/stall"}), &created)
+	var stall string
+	waitFor(t, 10*time.Second, "the client's idle tab attached", func() bool { stall = c.attached("/stall"); return stall != "" })
+	c.ok(stall, "Runtime.enable", nil)
 	c.pause()
-	// And the client asks on for answers of 1 MB each while it reads
-	// nothing, so the relay's writes back up at the pace of its own asking,
-	// not only of the page's timers: on a loaded host the console flood
-	// alone missed a 30 s bound (rehearsal 39, 100 KB every 10 ms), a 90 s
-	// one (rehearsal 47) and a 150 s one (rehearsal 50, 1 MB every 10 ms).
 	stopAsking, asked := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(asked)
@@ -526,15 +534,18 @@ func TestCDPRelay(t *testing.T) {
 				return
 			case <-time.After(20 * time.Millisecond):
 			}
-			if c.fire(mine, "Runtime.evaluate", map[string]any{"expression": `"y".repeat(1 << 20)`, "returnByValue": true}) != nil {
+			// A write of the client's may wait while the relay's queue to
+			// the browser is full; its own timeout would close the client's
+			// side first (coder/websocket closes a connection whose write
+			// timed out), which is not the close under test.
+			if c.fire(stall, "Runtime.evaluate", map[string]any{"expression": `"y".repeat(1 << 20)`, "returnByValue": true}, 3*time.Minute) != nil {
 				return
 			}
 		}
 	}()
 	var slowest time.Duration
 	reads := 0
-	// The close comes once the socket's buffers are full and a write has
-	// waited cdpWriteTimeout (10 s), or the tap's queue (64 MiB) is.
+	// The close comes once the tap's queue (64 MiB) is full.
 	waitFor(t, 150*time.Second, "the stalled client closed", func() bool {
 		start := time.Now()
 		// A liveness bound: a reader loop waiting on the client would
@@ -555,6 +566,9 @@ func TestCDPRelay(t *testing.T) {
 		reads++
 		return ev.has("cdp_session", `"code":1008`)
 	})
+	if !ev.has("cdp_session", "at most 64 MiB or 8192 messages wait for it") {
+		t.Fatalf("the stalled client was closed, but not by the tap's queue bound: %v", ev.all("cdp_session"))
+	}
 	close(stopAsking)
 	<-asked
 	t.Logf("%d tab lists of the bot's while the client stalled, the slowest %v", reads, slowest)
@@ -564,12 +578,6 @@ func TestCDPRelay(t *testing.T) {
 		c, code = dialCDP(t, srv, "cd1", l.LeaseID)
 		return code == http.StatusSwitchingProtocols
 	})
-	// The flooding tab logs 100 MB a second until it goes: closed now
-	// (through the bot's connection: this session did not open it), or its
-	// renderer spins for the rest of the test.
-	if n, err := b.CloseTabsForTest(ctx, "/profile"); n != 1 || err != nil {
-		t.Fatalf("closing the flooding tab: closed %d, %v", n, err)
-	}
 	// A person's takeover closes the session with the reason, and its
 	// commands stop.
 	var ul struct {

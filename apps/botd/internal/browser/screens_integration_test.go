@@ -59,6 +59,19 @@ func (e *events) has(typ, s string) bool {
 	return false
 }
 
+// all is every published event of typ, with its data.
+func (e *events) all(typ string) []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []string
+	for _, t := range e.list {
+		if strings.HasPrefix(t, typ+" ") {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
 func (e *events) count(typ string) int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
