@@ -517,7 +517,8 @@ func TestCDPRelay(t *testing.T) {
 	// it, past the list's 30 s bound. With the 10 s write bound, such a
 	// wait lasted only until the write gave up, and the list still
 	// answered (10.3 s, a mutation that let the tap hold one message).
-	defer browser.SetCDPWriteTimeoutForTest(3 * time.Minute)()
+	restoreWriteTimeout := browser.SetCDPWriteTimeoutForTest(3 * time.Minute)
+	defer restoreWriteTimeout()
 	_ = json.Unmarshal(c.ok("", "Target.createTarget", map[string]any{"url": "http://www.site.test/stall"}), &created)
 	var stall string
 	waitFor(t, 10*time.Second, "the client's idle tab attached", func() bool { stall = c.attached("/stall"); return stall != "" })
@@ -571,6 +572,7 @@ func TestCDPRelay(t *testing.T) {
 	}
 	close(stopAsking)
 	<-asked
+	restoreWriteTimeout()
 	t.Logf("%d tab lists of the bot's while the client stalled, the slowest %v", reads, slowest)
 	c.resume()
 
