@@ -254,7 +254,17 @@ func TestTimeoutKillsWholeGroup(t *testing.T) {
 
 func TestFloodIsCappedAndBotdUnaffected(t *testing.T) {
 	fx := newFixture(t, execsvc.Options{MaxOutputBytes: 64 << 10})
-	res := fx.run(t, execsvc.Request{Argv: []string{"yes"}, TimeoutMs: 1000})
+	// yes must have run long enough to fill the cap before the timeout: on
+	// a loaded host a start can take longer than 1 s, so a run that did not
+	// fill it is tried with a longer timeout.
+	var res execsvc.Result
+	for _, ms := range []int64{1000, 5000, 20000} {
+		res = fx.run(t, execsvc.Request{Argv: []string{"yes"}, TimeoutMs: ms})
+		if res.Truncated {
+			break
+		}
+		t.Logf("yes wrote %d bytes in %d ms, short of the cap", len(res.Stdout), ms)
+	}
 	assert.True(t, res.TimedOut)
 	assert.True(t, res.Truncated)
 	assert.Len(t, res.Stdout, 64<<10)
