@@ -177,9 +177,9 @@ func (e *Emulator) sh(ctx context.Context, b *sandbox, script string, stdin io.R
 // error (`… && wc -c < "$f" >&2`), and checks that every byte arrived. The
 // engine closes an exec's output streams at most 2 s after its process
 // exits, copied or not, so a short read is taken again, up to three times,
-// and then is an error, never a truncated file. (It did not end the
-// truncated JPEG of TestConformanceDaytonaDesktop: rehearsal 52 saw it
-// again with this check in place, so that cut is made elsewhere.)
+// and then is an error, never a truncated file. (TestConformanceDaytonaDesktop's
+// undecodable :0 frame is not this: it came back whole, its end marker
+// in place, with the count matching; not diagnosed.)
 func (e *Emulator) shFile(ctx context.Context, b *sandbox, script string, env []string, args ...string) ([]byte, []byte, int, error) {
 	var out, errb []byte
 	var code int
