@@ -73,6 +73,11 @@ const (
 // closes a stalled client.
 var cdpWriteTimeoutSet atomic.Int64
 
+// cdpTapBytesSet, when positive, replaces the tap's queue bound in bytes
+// (64 MiB) for sessions opened while it is set: a test lowers it so that a
+// stalled client fills it in seconds on a loaded host, not minutes.
+var cdpTapBytesSet atomic.Int64
+
 // Close codes the relay ends a session with (besides the standard ones:
 // 1008 a bound, 1012 the browser went away, 1001 botd stops).
 const (
@@ -138,7 +143,7 @@ func (bs *Screens) handleCDP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	tctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
-	tap, err := b.conn.OpenTap(tctx, cdp.TapLimits{})
+	tap, err := b.conn.OpenTap(tctx, cdp.TapLimits{QueueBytes: int(cdpTapBytesSet.Load())})
 	cancel()
 	if err != nil {
 		bs.fail(w, r, err)
@@ -269,7 +274,8 @@ func (rl *cdpRelay) watch() {
 			return
 		case <-rl.tap.Done():
 			if errors.Is(rl.tap.Err(), cdp.ErrTapOverflow) {
-				rl.end(websocket.StatusPolicyViolation, "the client did not read fast enough (at most 64 MiB or 8192 messages wait for it)")
+				lim := rl.tap.Limits()
+				rl.end(websocket.StatusPolicyViolation, fmt.Sprintf("the client did not read fast enough (at most %s or %d messages wait for it)", mib(lim.QueueBytes), lim.QueueMessages))
 			} else {
 				rl.end(websocket.StatusServiceRestart, "the screen's browser connection ended; connect again")
 			}
@@ -611,4 +617,12 @@ func (rl *cdpRelay) hideLocked(sid, parent target.SessionID, shown bool) {
 		}
 		_ = rl.tap.Call(ctx, parent, "Target.detachFromTarget", target.DetachFromTargetParams{SessionID: sid}, nil)
 	}()
+}
+
+// mib writes a byte count in MiB (whole, or with a fraction below 1 MiB).
+func mib(n int) string {
+	if n%(1<<20) == 0 {
+		return fmt.Sprintf("%d MiB", n>>20)
+	}
+	return fmt.Sprintf("%.2f MiB", float64(n)/(1<<20))
 }

@@ -457,7 +457,13 @@ func TestCDPRelay(t *testing.T) {
 	}
 	waitFor(t, 10*time.Second, "the sign-in posted", func() bool { smu.Lock(); defer smu.Unlock(); return posted == secret })
 
+	// This session is the one that stalls below: its tap holds at most
+	// 8 MiB (64 MiB in use), which a stalled client fills in seconds even
+	// on a loaded host; 64 MiB missed a 150 s bound in CI (on 5fb0f52).
+	restoreTapBytes := browser.SetCDPTapBytesForTest(8 << 20)
+	defer restoreTapBytes()
 	c, code = dialCDP(t, srv, "cd1", l.LeaseID)
+	restoreTapBytes()
 	if code != http.StatusSwitchingProtocols {
 		t.Fatalf("dial again: %d", code)
 	}
@@ -512,7 +518,7 @@ func TestCDPRelay(t *testing.T) {
 	// (rehearsal 47) and a 150 s one (rehearsals 50 and 55).
 	//
 	// One write to the client may wait 3 minutes here instead of 10 s, so
-	// the close is the tap's queue bound (64 MiB): a reader loop that
+	// the close is the tap's queue bound (8 MiB here): a reader loop that
 	// waited on the client would wait minutes, and the bot's tab list with
 	// it, past the list's 30 s bound. With the 10 s write bound, such a
 	// wait lasted only until the write gave up, and the list still
@@ -545,8 +551,8 @@ func TestCDPRelay(t *testing.T) {
 		}
 	}()
 	var slowest time.Duration
-	reads := 0
-	// The close comes once the tap's queue (64 MiB) is full.
+	reads, stalled := 0, time.Now()
+	// The close comes once the tap's queue (8 MiB) is full.
 	waitFor(t, 150*time.Second, "the stalled client closed", func() bool {
 		start := time.Now()
 		// A liveness bound: a reader loop waiting on the client would
@@ -567,13 +573,13 @@ func TestCDPRelay(t *testing.T) {
 		reads++
 		return ev.has("cdp_session", `"code":1008`)
 	})
-	if !ev.has("cdp_session", "at most 64 MiB or 8192 messages wait for it") {
+	if !ev.has("cdp_session", "at most 8 MiB or 8192 messages wait for it") {
 		t.Fatalf("the stalled client was closed, but not by the tap's queue bound: %v", ev.all("cdp_session"))
 	}
 	close(stopAsking)
 	<-asked
 	restoreWriteTimeout()
-	t.Logf("%d tab lists of the bot's while the client stalled, the slowest %v", reads, slowest)
+	t.Logf("the stalled client closed after %v; %d tab lists of the bot's meanwhile, the slowest %v", time.Since(stalled).Round(time.Millisecond), reads, slowest)
 	c.resume()
 
 	waitFor(t, 20*time.Second, "a third session", func() bool {

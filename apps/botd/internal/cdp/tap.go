@@ -150,6 +150,9 @@ func (c *Conn) OpenTap(ctx context.Context, lim TapLimits) (*Tap, error) {
 // Done is closed when the tap ends; Err then says why.
 func (t *Tap) Done() <-chan struct{} { return t.done }
 
+// Limits are the tap's bounds, defaults filled in.
+func (t *Tap) Limits() TapLimits { return t.max }
+
 // Err is why the tap ended (nil while open).
 func (t *Tap) Err() error {
 	t.mu.Lock()
