@@ -119,7 +119,7 @@ func loseLocalWithHome(t testing.TB, machines, ref string) {
 	home := filepath.Join(machines, "computers", ref, "home")
 	_, pid := killLocalMachine(t, machines, ref, home)
 	deadline := time.Now().Add(30 * time.Second)
-	for botdOn(home) != 0 {
+	for botdOn(home, "") != 0 {
 		require.True(t, time.Now().Before(deadline), "botd %d outlived SIGKILL", pid)
 		time.Sleep(100 * time.Millisecond)
 	}
