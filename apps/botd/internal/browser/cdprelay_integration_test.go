@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"sync"
 	"testing"
 	"time"
@@ -445,6 +446,11 @@ func TestCDPRelay(t *testing.T) {
 	}
 	sealed := ""
 	for _, ti := range all.TargetInfos {
+		// The browser started without the omnibox's preloaded WebUI
+		// popups (DisabledFeatures): 40 % of a start's CPU.
+		if strings.HasPrefix(ti.URL, "chrome://omnibox-popup") {
+			t.Fatalf("the browser preloaded the omnibox's WebUI popup: %s (%s)", ti.URL, ti.Type)
+		}
 		if ti.Type == "page" && strings.HasSuffix(ti.URL, "/login") && string(ti.TargetID) != botTarget {
 			sealed = string(ti.TargetID)
 		}
@@ -531,6 +537,8 @@ func TestCDPRelay(t *testing.T) {
 	c.ok(stall, "Runtime.enable", nil)
 	c.pause()
 	stopAsking, asked := make(chan struct{}), make(chan struct{})
+	var fired atomic.Int64
+	var fireErr atomic.Value // the error that stopped the asking
 	go func() {
 		defer close(asked)
 		for {
@@ -545,15 +553,24 @@ func TestCDPRelay(t *testing.T) {
 			// the browser is full; its own timeout would close the client's
 			// side first (coder/websocket closes a connection whose write
 			// timed out), which is not the close under test.
-			if c.fire(stall, "Runtime.evaluate", map[string]any{"expression": `"y".repeat(1 << 20)`, "returnByValue": true}, 3*time.Minute) != nil {
+			if err := c.fire(stall, "Runtime.evaluate", map[string]any{"expression": `"y".repeat(1 << 20)`, "returnByValue": true}, 3*time.Minute); err != nil {
+				fireErr.Store(err.Error())
 				return
 			}
+			fired.Add(1)
 		}
 	}()
 	var slowest time.Duration
 	reads, stalled := 0, time.Now()
 	// The close comes once the tap's queue (8 MiB) is full.
-	waitFor(t, 150*time.Second, "the stalled client closed", func() bool {
+	for deadline := time.Now().Add(150 * time.Second); !ev.has("cdp_session", `"code":1008`); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			c.mu.Lock()
+			closed := c.closed
+			c.mu.Unlock()
+			t.Fatalf("the stalled client was not closed in %v: %d answers of 1 MB asked for (the asking stopped by: %v), %d tab lists (the slowest %v), the client's read: %v, the sessions' events: %v",
+				time.Since(stalled).Round(time.Second), fired.Load(), fireErr.Load(), reads, slowest, closed, ev.all("cdp_session"))
+		}
 		start := time.Now()
 		// A liveness bound: a reader loop waiting on the client would
 		// leave this call unanswered.
@@ -571,8 +588,10 @@ func TestCDPRelay(t *testing.T) {
 		}
 		slowest = max(slowest, time.Since(start))
 		reads++
-		return ev.has("cdp_session", `"code":1008`)
-	})
+		if reads%20 == 0 {
+			t.Logf("stalled for %v: %d answers of 1 MB asked for, %d tab lists", time.Since(stalled).Round(time.Second), fired.Load(), reads)
+		}
+	}
 	if !ev.has("cdp_session", "at most 8 MiB or 8192 messages wait for it") {
 		t.Fatalf("the stalled client was closed, but not by the tap's queue bound: %v", ev.all("cdp_session"))
 	}
