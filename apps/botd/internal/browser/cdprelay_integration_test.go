@@ -300,6 +300,13 @@ func TestCDPRelay(t *testing.T) {
 		}
 	}
 	open("http://www.site.test/first", false)
+	// open returns before the page commits; the client's auto-attach
+	// below names each tab by its URL then (rehearsal 58 attached the
+	// bot's tab before /first had committed, and no attach named it).
+	waitFor(t, 30*time.Second, "the bot's tab showing /first", func() bool {
+		var page browser.Page
+		return call(t, srv, "GET", "/screens/cd1/browser/page", nil, &page) == 200 && page.Title == "/first"
+	})
 
 	// Before the upgrade: the lease is required.
 	if _, code := dialCDP(t, srv, "cd1", "ls_wrong"); code != http.StatusConflict {
