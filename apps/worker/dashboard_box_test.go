@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"image"
 	"image/jpeg"
@@ -54,9 +55,20 @@ func TestDashboardThumbnailBox(t *testing.T) {
 	ch := startCDP(t)
 	s := ch.open(t, link)
 	var v float64
-	waitFor(t, "alice's live thumbnail", 2*time.Minute, func() bool {
-		return ch.eval(s, fmt.Sprintf(dashThumbVariance, c.computer+"/alice"), &v) == nil && v > 10
-	})
+	var verr error
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		if verr = ch.eval(s, fmt.Sprintf(dashThumbVariance, c.computer+"/alice"), &v); verr == nil && v > 10 {
+			break
+		}
+		if time.Now().After(deadline) {
+			// What the page had: the thumbnail's element and its
+			// connection's record (window.dashboard), so a failure
+			// says where it stopped.
+			var state json.RawMessage
+			serr := ch.eval(s, fmt.Sprintf(dashThumbState, c.computer+"/alice", c.computer+"/alice"), &state)
+			t.Fatalf("timed out waiting for alice's live thumbnail: variance %.1f (-1: no canvas), %v; the page: %s %v", v, verr, state, serr)
+		}
+	}
 	// The canvas, cell by cell (8x5 cells' mean grey), is the observed
 	// screen: a blank or wrong canvas differs by tens of grey levels.
 	var got []float64
@@ -120,3 +132,17 @@ func cellGreys(img image.Image) []float64 {
 	}
 	return out
 }
+
+// dashThumbState is what the dashboard page shows of one thumbnail (both
+// %s its key), as JSON: its element, its canvas and its connection's record.
+const dashThumbState = `(() => {
+  const el = document.querySelector('.thumb[data-key="%s"]');
+  const c = el && el.querySelector('canvas');
+  return JSON.stringify({
+    thumb: el ? el.outerHTML.slice(0, 300) : null,
+    canvas: c ? [c.width, c.height] : null,
+    record: (window.dashboard || {}).thumbs ? window.dashboard.thumbs['%s'] : null,
+    polls: (window.dashboard || {}).polls,
+    messages: (window.dashboard || {}).messages,
+  });
+})()`

@@ -51,7 +51,7 @@ function thumb(cid, screen) {
   const el = h('div', { class: 'thumb', dataset: { key } }, h('div', { class: 'placeholder' }, 'connecting…'));
   t = { el, rfb: null, retry: 0, alive: true };
   thumbs.set(key, t);
-  dash.thumbs[key] = { connected: false, connects: 0 };
+  dash.thumbs[key] = { connected: false, connects: 0, tries: 0, stalls: 0, disconnects: 0, lastView: 0 };
   connect(cid, screen, t, key);
   return el;
 }
@@ -59,6 +59,7 @@ function thumb(cid, screen) {
 async function connect(cid, screen, t, key) {
   if (!t.alive || t.rfb) return;
   const r = await call('POST', `api/computers/${enc(cid)}/screens/${enc(screen)}/view`);
+  if (dash.thumbs[key]) { dash.thumbs[key].tries++; dash.thumbs[key].lastView = r.status; }
   if (!r.ok) { t.retry = setTimeout(() => connect(cid, screen, t, key), 3000); return; }
   const scheme = location.protocol === 'https:' ? 'wss' : 'ws';
   const rfb = new RFB(t.el, `${scheme}://${location.host}${r.data.ws}`, { shared: true, wsProtocols: ['binary'] });
@@ -71,6 +72,7 @@ async function connect(cid, screen, t, key) {
   const stalled = setTimeout(() => {
     if (t.rfb !== rfb || dash.thumbs[key].connected) return;
     t.stalls = stalls + 1;
+    dash.thumbs[key].stalls++;
     t.rfb = null;
     try { rfb.disconnect(); } catch (e) { /* already closing */ }
     if (t.alive) connect(cid, screen, t, key);
@@ -84,7 +86,7 @@ async function connect(cid, screen, t, key) {
   rfb.addEventListener('disconnect', () => {
     clearTimeout(stalled);
     if (t.rfb !== rfb) return; // given up on: a newer connection holds the thumbnail
-    dash.thumbs[key].connected = false;
+    dash.thumbs[key].connected = false; dash.thumbs[key].disconnects++;
     t.rfb = null;
     if (t.alive) t.retry = setTimeout(() => connect(cid, screen, t, key), 2000);
   });
