@@ -482,7 +482,9 @@ func takeoverAndBotdEvents(t *testing.T, dbURL string) {
 
 	t.Run("botd events", func(t *testing.T) {
 		phase.Store(2)
-		waitFor(t, "the worker following botd's events", 30*time.Second, func() bool { return e.w.People.Events.Connected(e.computer) })
+		// Its reconnects back off to 15 s, and a dial on a loaded host
+		// takes seconds more (rehearsal 60 missed a 30 s bound).
+		waitFor(t, "the worker following botd's events", 90*time.Second, func() bool { return e.w.People.Events.Connected(e.computer) })
 		id := e.startRun(t, "alice", "Open the job page and wait.")
 		sse := followSSE(t, e, id)
 		// The page's application POST is blocked by botd's apply guard.
