@@ -139,6 +139,11 @@ const dashThumbState = `(() => {
   const el = document.querySelector('.thumb[data-key="%s"]');
   const c = el && el.querySelector('canvas');
   return JSON.stringify({
+    // The page itself (no query: a sign-in link's code is a secret).
+    page: location.origin + location.pathname,
+    title: document.title,
+    text: document.body ? document.body.innerText.slice(0, 200) : null,
+    dashboard: typeof window.dashboard,
     thumb: el ? el.outerHTML.slice(0, 300) : null,
     canvas: c ? [c.width, c.height] : null,
     record: (window.dashboard || {}).thumbs ? window.dashboard.thumbs['%s'] : null,
