@@ -65,7 +65,7 @@ func TestDashboardThumbnailBox(t *testing.T) {
 			// connection's record (window.dashboard), so a failure
 			// says where it stopped.
 			var state json.RawMessage
-			serr := ch.eval(s, fmt.Sprintf(dashThumbState, c.computer+"/alice", c.computer+"/alice"), &state)
+			serr := ch.eval(s, fmt.Sprintf(dashThumbState, c.computer+"/alice"), &state)
 			t.Fatalf("timed out waiting for alice's live thumbnail: variance %.1f (-1: no canvas), %v; the page: %s %v", v, verr, state, serr)
 		}
 	}
@@ -133,10 +133,10 @@ func cellGreys(img image.Image) []float64 {
 	return out
 }
 
-// dashThumbState is what the dashboard page shows of one thumbnail (both
-// %s its key), as JSON: its element, its canvas and its connection's record.
+// dashThumbState is what the dashboard page shows of one thumbnail (%[1]s
+// its key), as JSON: its element, its canvas and its connection's record.
 const dashThumbState = `(() => {
-  const el = document.querySelector('.thumb[data-key="%s"]');
+  const el = document.querySelector('.thumb[data-key="%[1]s"]');
   const c = el && el.querySelector('canvas');
   return JSON.stringify({
     // The page itself (no query: a sign-in link's code is a secret).
@@ -146,7 +146,7 @@ const dashThumbState = `(() => {
     dashboard: typeof window.dashboard,
     thumb: el ? el.outerHTML.slice(0, 300) : null,
     canvas: c ? [c.width, c.height] : null,
-    record: (window.dashboard || {}).thumbs ? window.dashboard.thumbs['%s'] : null,
+    record: (window.dashboard || {}).thumbs ? window.dashboard.thumbs['%[1]s'] : null,
     polls: (window.dashboard || {}).polls,
     messages: (window.dashboard || {}).messages,
   });

@@ -275,7 +275,7 @@ func (rl *cdpRelay) watch() {
 		case <-rl.tap.Done():
 			if errors.Is(rl.tap.Err(), cdp.ErrTapOverflow) {
 				lim := rl.tap.Limits()
-				rl.end(websocket.StatusPolicyViolation, fmt.Sprintf("the client did not read fast enough (at most %s or %d messages wait for it)", mib(lim.QueueBytes), lim.QueueMessages))
+				rl.end(websocket.StatusPolicyViolation, fmt.Sprintf("the client did not read fast enough (at most %g MiB or %d messages wait for it)", float64(lim.QueueBytes)/(1<<20), lim.QueueMessages))
 			} else {
 				rl.end(websocket.StatusServiceRestart, "the screen's browser connection ended; connect again")
 			}
@@ -617,12 +617,4 @@ func (rl *cdpRelay) hideLocked(sid, parent target.SessionID, shown bool) {
 		}
 		_ = rl.tap.Call(ctx, parent, "Target.detachFromTarget", target.DetachFromTargetParams{SessionID: sid}, nil)
 	}()
-}
-
-// mib writes a byte count in MiB (whole, or with a fraction below 1 MiB).
-func mib(n int) string {
-	if n%(1<<20) == 0 {
-		return fmt.Sprintf("%d MiB", n>>20)
-	}
-	return fmt.Sprintf("%.2f MiB", float64(n)/(1<<20))
 }

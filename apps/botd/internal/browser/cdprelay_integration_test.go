@@ -9,8 +9,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync/atomic"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -454,7 +454,7 @@ func TestCDPRelay(t *testing.T) {
 	sealed := ""
 	for _, ti := range all.TargetInfos {
 		// The browser started without the omnibox's preloaded WebUI
-		// popups (DisabledFeatures): 40 % of a start's CPU.
+		// popups (shared.ChromiumDisabledFeatures): 40 % of a start's CPU.
 		if strings.HasPrefix(ti.URL, "chrome://omnibox-popup") {
 			t.Fatalf("the browser preloaded the omnibox's WebUI popup: %s (%s)", ti.URL, ti.Type)
 		}
@@ -543,6 +543,7 @@ func TestCDPRelay(t *testing.T) {
 	waitFor(t, 10*time.Second, "the client's idle tab attached", func() bool { stall = c.attached("/stall"); return stall != "" })
 	c.ok(stall, "Runtime.enable", nil)
 	c.pause()
+	sessionEvents := ev.count("cdp_session") // the next one is this session's close
 	stopAsking, asked := make(chan struct{}), make(chan struct{})
 	var fired atomic.Int64
 	var fireErr atomic.Value // the error that stopped the asking
@@ -575,7 +576,7 @@ func TestCDPRelay(t *testing.T) {
 	reads, stalled := 0, time.Now()
 	// The close comes once the tap's queue (8 MiB) is full.
 	for deadline := time.Now().Add(150 * time.Second); !ev.has("cdp_session", `"code":1008`); time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) || ev.count("cdp_session") > 3 {
+		if time.Now().After(deadline) || ev.count("cdp_session") > sessionEvents {
 			c.mu.Lock()
 			closed := c.closed
 			c.mu.Unlock()

@@ -3,6 +3,8 @@ package browser
 import (
 	"strconv"
 	"strings"
+
+	"github.com/open-bot/computer/pkg/shared"
 )
 
 // ResolverRule makes Chromium resolve no names itself: every hostname goes
@@ -20,12 +22,6 @@ type FlagOptions struct {
 	// NoSandbox is set when the start-up sandbox probe failed.
 	NoSandbox bool
 }
-
-// DisabledFeatures are the Chromium features every browser botd or the
-// desktop machine starts goes without: calls home (MediaRouter,
-// OptimizationHints, Translate, AutofillServerCommunication, the CT
-// component updater) and the omnibox's preloaded WebUI popups.
-const DisabledFeatures = "MediaRouter,DialMediaRouteProvider,OptimizationHints,Translate,AutofillServerCommunication,CertificateTransparencyComponentUpdater,WebUIOmniboxPopup,WebUIOmniboxAimPopup"
 
 // ScreenFlags are the flags every Chromium of a screen gets, whether botd
 // starts it or a person starts it from the screen's menu (through
@@ -61,11 +57,7 @@ func ScreenFlags(o FlagOptions) []string {
 		"--disable-client-side-phishing-detection",
 		"--disable-domain-reliability",
 		"--no-pings",
-		// The omnibox's WebUI popups (and their AI-mode variant) are
-		// renderers preloaded at every start: 40 % of a start's CPU
-		// (3.9 → 2.35 CPU-s a browser, started and closed, on the CI
-		// host). The omnibox keeps its native popup.
-		"--disable-features=" + DisabledFeatures,
+		"--disable-features=" + shared.ChromiumDisabledFeatures,
 		"--restore-last-session",
 	}
 	if o.NoSandbox {

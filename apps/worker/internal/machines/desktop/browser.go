@@ -108,16 +108,11 @@ mkdir -p "$dir" "$run" || exit 1
 if l=$(readlink "$dir/SingletonLock" 2>/dev/null); then
   case "$l" in "$(uname -n)"-*) ;; *) rm -f "$dir/SingletonLock" "$dir/SingletonSocket" "$dir/SingletonCookie" ;; esac
 fi
-set -- --no-first-run --no-default-browser-check --start-maximized --password-store=basic --restore-last-session --disable-features=` + chromiumDisabledFeatures + ` --user-data-dir="$dir"
+set -- --no-first-run --no-default-browser-check --start-maximized --password-store=basic --restore-last-session --disable-features=` + shared.ChromiumDisabledFeatures + ` --user-data-dir="$dir"
 [ -n "$sb" ] && set -- "$sb" "$@"
 [ "$op" = open ] && set -- "$@" "$url"
 setsid "$bin" "$@" >/dev/null 2>&1 </dev/null & p=$!
 echo "$p" >"$pf"; echo "$p"`
-
-// chromiumDisabledFeatures are botd's (browser.DisabledFeatures): no calls
-// home, and no omnibox WebUI popups preloaded at every start (40 % of a
-// start's CPU).
-const chromiumDisabledFeatures = "MediaRouter,DialMediaRouteProvider,OptimizationHints,Translate,AutofillServerCommunication,CertificateTransparencyComponentUpdater,WebUIOmniboxPopup,WebUIOmniboxAimPopup"
 
 // browser runs browserScript's op for screen id on slot's display and
 // returns what it printed (trimmed).
